@@ -1,0 +1,35 @@
+"""The `data:` section of a pipeline config."""
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DEMO_SOURCE = "demo:movie-snippets"
+
+
+class SplitConfig(BaseModel):
+    """How a source without its own splits is divided. The split is a pure function of (ids, seed)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    test: float = Field(0.1, gt=0, lt=1, description="fraction of the examples held out for the test split")
+    validation: float = Field(0.1, gt=0, lt=1, description="fraction held out for the validation split")
+    seed: int = 13
+
+    @model_validator(mode="after")
+    def _leaves_training_data(self) -> "SplitConfig":
+        if self.test + self.validation >= 0.9:
+            raise ValueError(
+                f"test + validation must leave at least 10% for training: got {self.test} + {self.validation}"
+            )
+        return self
+
+
+class DataConfig(BaseModel):
+    """Where the examples come from and how they are read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = Field(DEMO_SOURCE, description="demo:movie-snippets, or a .csv / .jsonl file, or a directory")
+    text_column: str = "text"
+    label_column: str = "label"
+    max_length: int = Field(128, ge=8, le=8192, description="tokens per example after truncation")
+    split: SplitConfig = SplitConfig()

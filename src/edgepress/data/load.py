@@ -1,0 +1,149 @@
+"""`load_data`: any supported source -> checked, labelled train / validation / test splits."""
+
+import math
+from collections import Counter
+from collections.abc import Mapping
+
+import numpy as np
+
+from edgepress.data.config import DEMO_SOURCE, DataConfig
+from edgepress.data.dataset import DataSplits, TextSet, hold_out, split_examples
+from edgepress.data.movie import ID2LABEL, load_movie_snippets
+from edgepress.data.sources import RawSource, read_source
+from edgepress.errors import DataError
+
+SHOWN = 5  # rows named in an error message
+
+
+def _rows(indices: list[int]) -> str:
+    more = f" and {len(indices) - SHOWN} more" if len(indices) > SHOWN else ""
+    return ", ".join(str(i + 1) for i in indices[:SHOWN]) + more
+
+
+def _check_columns(raw: RawSource, cfg: DataConfig) -> None:
+    for split, rows in raw.splits.items():
+        where = cfg.source if split == "all" else f"{cfg.source} ({split})"
+        if not rows:
+            raise DataError(f"{where} has no examples. Fix: point data.source at a file with labelled rows")
+        columns = list(rows[0])
+        for role, column in (("text", cfg.text_column), ("label", cfg.label_column)):
+            if column not in columns:
+                raise DataError(
+                    f"{where} has no {role} column '{column}'; its columns are: {', '.join(columns)}. "
+                    f"Fix: set data.{role}_column to one of them"
+                )
+
+
+def _texts(rows: list[dict], cfg: DataConfig, where: str) -> tuple[str, ...]:
+    values = [row.get(cfg.text_column) for row in rows]
+    bad = [i for i, v in enumerate(values) if not isinstance(v, str) or not v.strip()]
+    if bad:
+        raise DataError(
+            f"{where}: column '{cfg.text_column}' must hold non-empty text; rows {_rows(bad)} do not "
+            f"(first: {values[bad[0]]!r}). Fix: drop or fill those rows"
+        )
+    return tuple(v.strip() for v in values)
+
+
+def _is_int_like(value: object) -> bool:
+    if isinstance(value, bool | int):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value) and value.is_integer()
+    return isinstance(value, str) and value.strip().lstrip("-").isdigit()
+
+
+def _label_key(value: object, names: tuple[str, ...] | None) -> str | None:
+    """A label's name as a string: ClassLabel names win over ids; None for values that are no label."""
+    if _is_int_like(value):
+        number = int(float(value)) if not isinstance(value, str) else int(value)
+        return names[number] if names and 0 <= number < len(names) else str(number)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    return None
+
+
+def _keys(raw: RawSource, cfg: DataConfig) -> dict[str, list[str]]:
+    keys = {}
+    for split, rows in raw.splits.items():
+        split_keys = [_label_key(row.get(cfg.label_column), raw.label_names) for row in rows]
+        bad = [i for i, k in enumerate(split_keys) if k is None]
+        if bad:
+            first = rows[bad[0]].get(cfg.label_column)
+            raise DataError(
+                f"{cfg.source} ({split}): column '{cfg.label_column}' must hold a class name or id; rows "
+                f"{_rows(bad)} do not (first: {first!r}). Fix: drop or fill those rows"
+            )
+        keys[split] = split_keys
+    return keys
+
+
+def _label_ids(keys: list[str], label2id: Mapping[str, int] | None) -> tuple[dict[str, int], dict[int, str]]:
+    """Map every label key to an id: the model's label2id when given, else ids as written or sorted names."""
+    distinct = sorted(set(keys))
+    if label2id is None:
+        if all(_is_int_like(k) for k in distinct):
+            mapping = {k: int(k) for k in distinct}
+            return mapping, {i: str(i) for i in range(max(mapping.values()) + 1)}
+        return {k: i for i, k in enumerate(distinct)}, dict(enumerate(distinct))
+    id2label = {int(i): name for name, i in label2id.items()}
+    mapping, unknown = {}, []
+    for k in distinct:
+        if k in label2id:
+            mapping[k] = int(label2id[k])
+        elif _is_int_like(k) and int(k) in id2label:
+            mapping[k] = int(k)
+        else:
+            unknown.append(k)
+    if unknown:
+        known = ", ".join(f"{name} ({i})" for i, name in sorted(id2label.items()))
+        raise DataError(
+            f"labels the model does not know: {', '.join(map(repr, unknown))}. The model's labels are: {known}. "
+            f"Fix: map your labels to these names or ids, or use a model trained on your labels"
+        )
+    return mapping, id2label
+
+
+def _demo_source() -> RawSource:
+    rows = [{"id": i, "text": t, "label": y} for i, t, y in load_movie_snippets()]
+    return RawSource({"all": rows}, tuple(ID2LABEL[i] for i in sorted(ID2LABEL)))
+
+
+def _text_sets(raw: RawSource, cfg: DataConfig, label2id) -> tuple[dict[str, TextSet], dict[int, str]]:
+    keys = _keys(raw, cfg)
+    mapping, id2label = _label_ids([k for split_keys in keys.values() for k in split_keys], label2id)
+    if len(set(mapping.values())) < 2:
+        raise DataError(
+            f"{cfg.source} has a single class ({next(iter(mapping))!r}) in column '{cfg.label_column}'. "
+            f"Fix: a classifier needs examples of at least two classes"
+        )
+    sets = {}
+    for split, rows in raw.splits.items():
+        prefix = "" if split == "all" else f"{split}:"
+        ids = tuple(str(row["id"]) if "id" in row else f"{prefix}{i}" for i, row in enumerate(rows))
+        duplicated = [i for i, n in Counter(ids).items() if n > 1]
+        if duplicated:
+            raise DataError(f"{cfg.source}: ids must be unique; repeated: {', '.join(duplicated[:SHOWN])}")
+        labels = np.array([mapping[k] for k in keys[split]], dtype=np.int64)
+        sets[split] = TextSet(ids, _texts(rows, cfg, f"{cfg.source} ({split})"), labels)
+    return sets, id2label
+
+
+def load_data(cfg: DataConfig, label2id: Mapping[str, int] | None = None) -> DataSplits:
+    """Read, check and split the data of `cfg`; labels map through the model's `label2id` when one is given.
+
+    A source with its own train/test splits keeps them (when it has no validation split, a `split.validation`
+    fraction of its train split is held out);
+    otherwise the examples are split by `cfg.split`.
+    """
+    raw = _demo_source() if cfg.source == DEMO_SOURCE else read_source(cfg.source, cfg.label_column)
+    _check_columns(raw, cfg)
+    sets, id2label = _text_sets(raw, cfg, label2id)
+    if "all" in sets:
+        train, validation, test = split_examples(sets["all"], cfg.split)
+    elif "validation" in sets:
+        train, validation, test = sets["train"], sets["validation"], sets["test"]
+    else:
+        train, validation = hold_out(sets["train"], cfg.split.validation, cfg.split.seed)
+        test = sets["test"]
+    return DataSplits(train, validation, test, id2label, cfg.source)

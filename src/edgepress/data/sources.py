@@ -1,0 +1,101 @@
+"""Reading user data: a .csv or .jsonl file, a directory of per-split files, or a saved Hugging Face dataset."""
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgepress.errors import DataError
+
+SPLIT_ALIASES = {"train": ("train",), "validation": ("validation", "valid", "dev"), "test": ("test",)}
+FILE_KINDS = (".csv", ".jsonl")
+FIX_SOURCE = (
+    "Fix: give a .csv or .jsonl file, a directory with train and test .csv/.jsonl files, a dataset saved with "
+    "datasets' save_to_disk, or demo:movie-snippets"
+)
+
+
+@dataclass(frozen=True)
+class RawSource:
+    """Records per split (`{"all": rows}` when the source has no splits of its own) and the label names it knows."""
+
+    splits: dict[str, list[dict]]
+    label_names: tuple[str, ...] | None = None
+
+
+def _read_csv(path: Path) -> list[dict]:
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        return list(csv.DictReader(f))
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    with path.open(encoding="utf-8-sig") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                message = f"{path}: line {number} is not valid JSON ({e.msg}). Fix: one JSON object per line"
+                raise DataError(message) from e
+            if not isinstance(row, dict):
+                raise DataError(f"{path}: line {number} is a JSON {type(row).__name__}, not an object")
+            rows.append(row)
+    return rows
+
+
+def read_file(path: Path) -> list[dict]:
+    try:
+        if path.suffix == ".csv":
+            return _read_csv(path)
+        return _read_jsonl(path)
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). Fix: save it as UTF-8") from e
+
+
+def _split_files(directory: Path) -> dict[str, Path]:
+    found = {}
+    for split, aliases in SPLIT_ALIASES.items():
+        for alias in aliases:
+            for suffix in FILE_KINDS:
+                if (directory / f"{alias}{suffix}").is_file():
+                    found.setdefault(split, directory / f"{alias}{suffix}")
+    return found
+
+
+def _read_hf_dataset(directory: Path, label_column: str) -> RawSource:
+    from datasets import ClassLabel, DatasetDict, load_from_disk
+
+    loaded = load_from_disk(str(directory))
+    parts = dict(loaded) if isinstance(loaded, DatasetDict) else {"all": loaded}
+    splits, label_names = {}, None
+    for name, part in parts.items():
+        split = next((s for s, aliases in SPLIT_ALIASES.items() if name in aliases), name)
+        splits[split] = part.to_list()
+        feature = part.features.get(label_column)
+        if isinstance(feature, ClassLabel):
+            label_names = tuple(feature.names)
+    return RawSource(splits, label_names)
+
+
+def _is_hf_dataset(directory: Path) -> bool:
+    return (directory / "dataset_dict.json").is_file() or (directory / "state.json").is_file()
+
+
+def read_source(source: str, label_column: str) -> RawSource:
+    """The records of a user data source, per split when the source has its own splits."""
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise DataError(f"data source {source} does not exist. {FIX_SOURCE}")
+    if path.is_file():
+        if path.suffix not in FILE_KINDS:
+            raise DataError(f"data source {source} is a {path.suffix or 'suffix-less'} file. {FIX_SOURCE}")
+        return RawSource({"all": read_file(path)})
+    if _is_hf_dataset(path):
+        return _read_hf_dataset(path, label_column)
+    files = _split_files(path)
+    if "train" not in files or "test" not in files:
+        found = ", ".join(sorted(p.name for p in files.values())) or "none"
+        raise DataError(f"data directory {source} needs train and test files (found: {found}). {FIX_SOURCE}")
+    return RawSource({split: read_file(file) for split, file in files.items()})

@@ -1,0 +1,65 @@
+"""Loading a Hugging Face sequence-classification model dir: safetensors first, no remote code, no pickles."""
+
+import json
+from pathlib import Path
+
+from edgepress.errors import ModelError
+
+WEIGHT_FILES = (
+    "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"
+)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+FIX_DIR = "Fix: save it with model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR)"
+
+
+def model_dir_problems(path: Path) -> list[str]:
+    """What keeps `path` from being a loadable classifier dir (empty when nothing does)."""
+    if not path.is_dir():
+        return [f"{path} is not a directory"]
+    problems = []
+    if not (path / "config.json").is_file():
+        problems.append("config.json is missing")
+    if not any((path / name).is_file() for name in WEIGHT_FILES):
+        problems.append(f"no weights ({' or '.join(WEIGHT_FILES[::2])})")
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        problems.append(f"no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...)")
+    return problems
+
+
+def check_model_dir(path: Path) -> None:
+    """Raise `ModelError` with a line per problem unless `path` is a loadable classifier dir."""
+    problems = model_dir_problems(path)
+    if problems:
+        lines = "\n".join(f"  ✗ {p}" for p in problems)
+        raise ModelError(f"{path} is not a Hugging Face model directory:\n{lines}\n{FIX_DIR}")
+
+
+def label2id_of(path: Path) -> dict[str, int]:
+    """The model's label names -> ids, from its config.json."""
+    check_model_dir(path)
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    if "label2id" not in config:
+        return {f"LABEL_{i}": i for i in range(config.get("num_labels", 2))}  # transformers' default naming
+    return {name: int(i) for name, i in config["label2id"].items()}
+
+
+def load_classifier(path: str | Path):
+    """(model in eval mode, tokenizer) from an HF sequence-classification dir whose head was trained."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    path = Path(path)
+    check_model_dir(path)
+    use_safetensors = any((path / name).is_file() for name in WEIGHT_FILES[:2])
+    try:
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            path, use_safetensors=use_safetensors, trust_remote_code=False, output_loading_info=True
+        )
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as e:
+        raise ModelError(f"{path} could not be loaded as a sequence classifier: {e}\n{FIX_DIR}") from e
+    if info["missing_keys"]:
+        raise ModelError(
+            f"{path} has no trained classification head (missing: {', '.join(info['missing_keys'][:4])}). "
+            f"Fix: give a model fine-tuned for sequence classification, or build one with `edgepress teacher`"
+        )
+    return model.eval(), tokenizer

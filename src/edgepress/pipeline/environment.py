@@ -1,0 +1,44 @@
+"""The machine a run measured on: recorded in every report so numbers can be compared like for like."""
+
+import os
+import platform
+from importlib import metadata
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(*packages: str) -> str | None:
+    for package in packages:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def environment() -> dict:
+    """cpu, cores, threads, python, torch, onnxruntime, providers_available."""
+    import onnxruntime
+    import torch
+
+    return {
+        "cpu": _cpu_model(),
+        "machine": platform.machine(),
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": _version("transformers"),
+        "onnxruntime": onnxruntime.__version__,
+        "onnxruntime_package": "onnxruntime-gpu" if _version("onnxruntime-gpu") else "onnxruntime",
+        "providers_available": onnxruntime.get_available_providers(),
+    }

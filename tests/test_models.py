@@ -1,0 +1,98 @@
+import shutil
+
+import numpy as np
+import pytest
+
+from edgepress.errors import ModelError
+from edgepress.models.evaluate import evaluate_classifier, predict_logits
+from edgepress.models.introspect import param_counts, size_metrics
+from edgepress.models.loading import label2id_of, load_classifier
+from edgepress.models.train import TrainConfig, train_classifier
+from tests.conftest import tiny_bert
+
+
+def test_loads_a_classifier_dir(tiny_model_dir, movie_data):
+    model, tokenizer = load_classifier(tiny_model_dir)
+    assert model.config.num_hidden_layers == 2 and not model.training
+    logits = predict_logits(model, tokenizer, movie_data.test.texts[:50], max_length=64, batch_size=16)
+    assert logits.shape == (50, 2) and np.isfinite(logits).all()
+    assert label2id_of(tiny_model_dir) == {"negative": 0, "positive": 1}
+
+
+def test_batched_length_sorted_logits_match_one_by_one(tiny_model_dir, movie_data):
+    model, tokenizer = load_classifier(tiny_model_dir)
+    texts = movie_data.test.texts[:12]
+    batched = predict_logits(model, tokenizer, texts, max_length=64, batch_size=5)
+    single = np.concatenate([predict_logits(model, tokenizer, [t], max_length=64) for t in texts])
+    np.testing.assert_allclose(batched, single, atol=1e-5)
+
+
+def test_bad_model_dir_lists_every_problem(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(ModelError) as e:
+        load_classifier(tmp_path)
+    message = str(e.value)
+    assert message.startswith(f"{tmp_path} is not a Hugging Face model directory:")
+    assert "✗ config.json is missing" in message
+    assert "✗ no weights (model.safetensors or pytorch_model.bin)" in message
+    assert "✗ no tokenizer files" in message
+    assert "Fix: save it with model.save_pretrained(DIR)" in message
+
+
+def test_encoder_without_a_trained_head_is_refused(tmp_path, tokenizer):
+    tiny_bert(tokenizer).bert.save_pretrained(tmp_path)  # a bare BertModel: no classifier weights
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ModelError, match=r"has no trained classification head \(missing: classifier"):
+        load_classifier(tmp_path)
+
+
+def test_pickle_checkpoint_loads_through_weights_only(tmp_path, tiny_model_dir, tokenizer):
+    tiny_bert(tokenizer).save_pretrained(tmp_path, safe_serialization=False)
+    tokenizer.save_pretrained(tmp_path)
+    assert (tmp_path / "pytorch_model.bin").is_file() and not (tmp_path / "model.safetensors").exists()
+    model, _ = load_classifier(tmp_path)
+    reference, _ = load_classifier(tiny_model_dir)
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        assert np.array_equal(a.detach().numpy(), b.detach().numpy())
+
+
+def test_param_counts_and_sizes(tiny_model_dir, tokenizer):
+    import torch
+
+    model = tiny_bert(tokenizer)
+    counts = param_counts(model)
+    assert counts["params"] == sum(p.numel() for p in model.parameters())
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight[1 : tokenizer.vocab_size // 2 + 1] = 0  # row 0 (pad) is 0
+    after = param_counts(model)
+    zeroed = (tokenizer.vocab_size // 2) * 32  # rows x hidden, all non-zero at init
+    assert after["nonzero_params"] == counts["nonzero_params"] - zeroed
+    assert after["sparsity"] == pytest.approx(1 - after["nonzero_params"] / counts["params"])
+    sizes = size_metrics(tiny_model_dir)
+    assert sizes["size_bytes"] == (tiny_model_dir / "model.safetensors").stat().st_size
+    assert 0 < sizes["size_gzip_bytes"] < sizes["size_bytes"]
+
+
+def test_training_learns_above_chance_on_real_sentences(tmp_path, tokenizer, movie_data):
+    model = tiny_bert(tokenizer, seed=1)
+    train, validation, test = movie_data.train.take(3000), movie_data.validation.take(300), movie_data.test.take(600)
+    cfg = TrainConfig(epochs=3, batch_size=32, learning_rate=2e-3, max_length=48, warmup_ratio=0.0, seed=5)
+    result = train_classifier(model, tokenizer, train, validation, cfg, tmp_path)
+    assert len(result.history) == 3 and result.history[-1]["train_loss"] < result.history[0]["train_loss"]
+    reloaded, _ = load_classifier(tmp_path)
+    metrics, _ = evaluate_classifier(reloaded, tokenizer, test, max_length=48)
+    # chance is ~0.5; 600 examples put 3 standard errors at 0.06
+    assert metrics["accuracy"] > 0.58, metrics
+    assert result.best_val_accuracy == max(h["val_accuracy"] for h in result.history)
+
+
+def test_training_is_deterministic(tmp_path, tokenizer, movie_data):
+    cfg = TrainConfig(epochs=1, batch_size=16, learning_rate=1e-3, max_length=32, seed=3)
+    runs = []
+    for name in ("a", "b"):
+        model = tiny_bert(tokenizer, seed=2)
+        train_classifier(model, tokenizer, movie_data.train.take(200), movie_data.validation.take(50), cfg,
+                         tmp_path / name)
+        runs.append((tmp_path / name / "model.safetensors").read_bytes())
+    assert runs[0] == runs[1]
+    shutil.rmtree(tmp_path)

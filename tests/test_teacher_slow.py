@@ -1,0 +1,19 @@
+"""The real thing: the demo teacher fine-tuned on the movie snippets, and the demo on it (minutes)."""
+
+import json
+
+import pytest
+
+from edgepress.cli.app import app
+
+
+@pytest.mark.slow
+def test_demo_quick_reaches_the_teachers_accuracy(tmp_path):
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, ["demo", "--quick", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "run" / "report.json").read_text())["baseline"]["metrics"]
+    assert metrics["accuracy"] >= 0.83
+    assert 1000 < metrics["n_test"] < 1100
+    assert metrics["accuracy_ci95"][1] - metrics["accuracy_ci95"][0] < 0.06
