@@ -1,0 +1,1 @@
+"""torch -> ONNX export, hard parity validation, graph fusion, fp16 conversion."""

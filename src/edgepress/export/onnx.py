@@ -1,0 +1,82 @@
+"""HF model dir -> ONNX dir (model.onnx + config + tokenizer) through optimum-onnx's exporter, then the hard
+parity check against the torch model on real sentences. The graph it writes is the one ONNX Runtime's BERT
+optimizer fuses fully (the legacy TorchScript path: measured in ARCHITECTURE.md)."""
+
+import logging
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from edgepress.errors import ExportParityError
+from edgepress.export.parity import ParityConfig, check_parity, parity_feeds, spread_by_length
+from edgepress.files import atomic_dir
+from edgepress.runtime.session import SessionConfig, open_session
+from edgepress.runtime.tokenize import load_tokenizer
+
+log = logging.getLogger(__name__)
+ONNX_FILE = "model.onnx"
+
+
+class ExportConfig(BaseModel):
+    """The `export` method: opset, the length parity sentences are cut to, and the parity tolerances."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    opset: int = Field(18, ge=14, le=21)
+    max_length: int = Field(128, ge=8)
+    parity: ParityConfig = ParityConfig()
+
+
+def check_onnx_file(path: Path) -> None:
+    """onnx.checker with full shape inference; a failure is a parity failure of the graph."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        raise ExportParityError(f"{path} fails onnx.checker:\n  ✗ {str(e).strip()[:500]}") from e
+
+
+def torch_runner(model):
+    """A parity/latency runner over a torch model: numpy feeds in, numpy logits out."""
+    import torch
+
+    def run(feeds):
+        with torch.inference_mode():
+            return model(**{k: torch.from_numpy(v) for k, v in feeds.items()}).logits.float().numpy()
+
+    return run
+
+
+def ort_runner(session):
+    """A runner over an ONNX Runtime session (feeds restricted to the inputs the graph takes)."""
+    names = [i.name for i in session.get_inputs()]
+
+    def run(feeds):
+        return session.run(["logits"], {n: feeds[n] for n in names})[0]
+
+    return run
+
+
+def input_names(session) -> tuple[str, ...]:
+    return tuple(i.name for i in session.get_inputs())
+
+
+def export_onnx(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig = ExportConfig()) -> dict:
+    """Export `model_dir` to `out_dir`/model.onnx (+ config.json, tokenizer) and check it against torch on real
+    `texts`; returns the parity numbers. Nothing is left in `out_dir` when a check fails."""
+    from optimum.exporters.onnx import onnx_export_from_model
+
+    from edgepress.models.loading import load_classifier
+
+    model, tokenizer = load_classifier(model_dir)
+    with atomic_dir(Path(out_dir)) as tmp:
+        onnx_export_from_model(model, tmp, opset=cfg.opset, task="text-classification", do_validation=False,
+                               preprocessors=[tokenizer])
+        check_onnx_file(tmp / ONNX_FILE)
+        session = open_session(tmp / ONNX_FILE, SessionConfig(providers=("cpu",), optimization="disable"))
+        feeds = parity_feeds(load_tokenizer(tmp, cfg.max_length), spread_by_length(texts, cfg.parity.n_texts),
+                             input_names(session), cfg.parity.batch_size)
+        parity = check_parity(torch_runner(model), ort_runner(session), feeds, cfg.parity, f"ONNX export of {model_dir}")
+    log.info("export: %s -> %s, parity %s", model_dir, out_dir, parity)
+    return parity

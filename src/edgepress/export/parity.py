@@ -1,0 +1,63 @@
+"""Hard parity: a graph must give the logits of the model it came from on real sentences, batch 1 and batch > 1.
+A miss raises ExportParityError with a line per failing check; it is never a warning."""
+
+from collections.abc import Callable
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from edgepress.errors import ExportParityError, collect
+from edgepress.runtime.tokenize import encode
+
+Feeds = dict[str, np.ndarray]
+Runner = Callable[[Feeds], np.ndarray]
+
+
+class ParityConfig(BaseModel):
+    """Tolerances of a parity check (the `parity` gate takes the same two limits)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_abs_diff: float = Field(1e-4, gt=0, description="largest allowed |logit difference|")
+    min_agreement: float = Field(0.999, ge=0, le=1, description="fraction of examples with the same argmax")
+    n_texts: int = Field(64, ge=2, description="real sentences checked")
+    batch_size: int = Field(8, ge=2, description="the batched (padded) pass uses batches of this size")
+
+
+def spread_by_length(texts: tuple[str, ...], n: int) -> list[str]:
+    """`n` texts spanning the length distribution, shortest to longest."""
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    picks = np.unique(np.linspace(0, len(order) - 1, num=min(n, len(order))).round().astype(int))
+    return [texts[order[i]] for i in picks]
+
+
+def parity_feeds(tokenizer, texts: list[str], input_names: tuple[str, ...], batch_size: int) -> list[Feeds]:
+    """Every text alone (batch 1, its natural length), then the same texts shuffled into padded batches."""
+    singles = [encode(tokenizer, [t], input_names) for t in texts]
+    mixed = [texts[i] for i in np.random.default_rng(0).permutation(len(texts))]
+    batches = [encode(tokenizer, mixed[i : i + batch_size], input_names) for i in range(0, len(mixed), batch_size)]
+    return singles + batches
+
+
+def check_parity(reference: Runner, candidate: Runner, feeds: list[Feeds], cfg: ParityConfig, what: str) -> dict:
+    """Compare two runners on `feeds`; returns max_abs_diff and agreement, raises ExportParityError on a miss."""
+    diffs, agree, total, worst = [], 0, 0, (0.0, 0, 0)
+    for k, batch in enumerate(feeds):
+        ref, got = reference(batch), candidate(batch)
+        if ref.shape != got.shape:
+            raise ExportParityError(f"{what}: logits shape {got.shape} differs from the reference {ref.shape}")
+        diff = float(np.max(np.abs(ref.astype(np.float64) - got.astype(np.float64))))
+        if diff > worst[0]:
+            worst = (diff, k, int(batch["input_ids"].shape[1]))
+        diffs.append(diff)
+        agree += int(np.sum(ref.argmax(-1) == got.argmax(-1)))
+        total += ref.shape[0]
+    result = {"max_abs_diff": max(diffs), "agreement": agree / total, "n_examples": total, "n_batches": len(feeds)}
+    failures = []
+    if not np.isfinite(result["max_abs_diff"]) or result["max_abs_diff"] > cfg.max_abs_diff:
+        failures.append(f"max |Δlogit| {result['max_abs_diff']:.3g} > {cfg.max_abs_diff:g} "
+                        f"(worst: batch {worst[1]}, {worst[2]} tokens)")
+    if result["agreement"] < cfg.min_agreement:
+        failures.append(f"argmax agreement {result['agreement']:.4f} < {cfg.min_agreement}")
+    collect(failures, ExportParityError, f"{what} does not match its reference on {total} real examples:")
+    return result

@@ -1,0 +1,68 @@
+"""Latency of an artifact, ONNX (through runtime/) or torch, on the same real-token inputs and thread count."""
+
+from pathlib import Path
+
+from edgepress.errors import ConfigError
+from edgepress.runtime.latency import LatencyConfig, fixed_shape_feeds, natural_feeds, time_runner
+from edgepress.runtime.session import SessionConfig, cuda_iobinding_runner, open_session
+from edgepress.runtime.tokenize import load_tokenizer
+
+NATURAL_SENTENCES = 200
+
+
+def onnx_path(artifact: Path) -> Path | None:
+    """The .onnx file of an artifact (a file, or a dir holding model.onnx), None for a torch model dir."""
+    if artifact.suffix == ".onnx":
+        return artifact
+    return artifact / "model.onnx" if (artifact / "model.onnx").is_file() else None
+
+
+def _position_limit(model_dir: Path) -> int:
+    import json
+
+    config = model_dir / "config.json"
+    return json.loads(config.read_text())["max_position_embeddings"] if config.is_file() else 512
+
+
+def _torch_model(model_dir: Path, threads: int | None):
+    """(runner, input names) of a torch model dir, eager with torch.inference_mode, on `threads` threads."""
+    import torch
+
+    from edgepress.export.onnx import torch_runner
+    from edgepress.models.loading import load_classifier
+
+    if threads:
+        torch.set_num_threads(threads)
+    model, tokenizer = load_classifier(model_dir)
+    return torch_runner(model), tuple(tokenizer.model_input_names)
+
+
+def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu", threads: int | None = None,
+                    cfg: LatencyConfig = LatencyConfig()) -> dict:
+    """{"fixed": {p50_ms, ...}, "natural": {...}, "providers_used"} of an ONNX artifact or a torch model dir."""
+    from edgepress.export.onnx import ort_runner
+
+    path = onnx_path(artifact)
+    model_dir = path.parent if path else artifact
+    if path is None:
+        if provider != "cpu":
+            raise ConfigError(f"{artifact} is a torch model; edgepress times torch models on cpu only")
+        run, names = _torch_model(model_dir, threads)
+        providers = ["torch-cpu"]
+    else:
+        session = open_session(path, SessionConfig(providers=(provider,), threads=threads))
+        names, providers = tuple(i.name for i in session.get_inputs()), session.get_providers()
+    limit = _position_limit(model_dir)
+    tokenizer = load_tokenizer(model_dir, limit)
+    fixed = fixed_shape_feeds(tokenizer, texts, cfg, names, limit)
+    natural = natural_feeds(tokenizer, texts[:NATURAL_SENTENCES], names)
+    if path is not None:
+        run = cuda_iobinding_runner(session, [fixed, *natural]) if provider == "cuda" else ort_runner(session)
+    return {
+        "fixed": {**time_runner(run, [fixed], cfg.warmup, cfg.runs), "batch_size": cfg.batch_size,
+                  "sequence_length": cfg.sequence_length},
+        "natural": {**time_runner(run, natural, min(cfg.warmup, len(natural)), max(cfg.runs, len(natural))),
+                    "mean_tokens": float(sum(f["input_ids"].shape[1] for f in natural) / len(natural))},
+        "providers_used": providers,
+        "threads": threads,
+    }
