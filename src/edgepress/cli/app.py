@@ -2,6 +2,7 @@
 (0 ok, 1 internal error, 2 bad input, 3 a gate failed). Heavy libraries are imported inside the commands."""
 
 from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,12 +23,14 @@ out = Console()
 
 def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Run a library function; an EdgepressError becomes its message on stderr and its exit code."""
+    from rich.markup import escape
+
     from edgepress.errors import EdgepressError
 
     try:
         return fn(*args, **kwargs)
     except EdgepressError as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(e.exit_code) from None
 
 
@@ -80,6 +83,88 @@ def evaluate(
     lo, hi = metrics["accuracy_ci95"]
     out.print(f"accuracy {metrics['accuracy']:.4f} [{lo:.4f}, {hi:.4f}]  macro-F1 {metrics['macro_f1']:.4f}  "
               f"n={metrics['n_test']}")
+
+
+class Provider(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+@app.command("export")
+def export_command(
+    model: Annotated[str, typer.Argument(help="An HF model dir, or demo:minilm-movie.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Directory for model.onnx, config.json and tokenizer.")],
+    optimize: Annotated[bool, typer.Option(help="Apply ONNX Runtime's transformer fusions.")] = True,
+    disable_fusion: Annotated[list[str] | None, typer.Option(help="A fusion to leave out (repeatable), e.g. "
+                                                                  "skip_layer_norm.")] = None,
+) -> None:
+    """Export a model to ONNX, checked against torch on real sentences (and fused, checked again)."""
+    from edgepress.configs import build
+    from edgepress.export.optimize import OptimizeConfig
+    from edgepress.pipeline.export import export_model
+
+    fusion = _call(build, OptimizeConfig, where="fusion options", disable=disable_fusion or []) if optimize else None
+    steps = _call(export_model, model, out_dir, fusion)
+    parity = steps["export"]
+    out.print(f"exported to {out_dir / 'model.onnx'}: torch vs ONNX max |Δlogit| {parity['max_abs_diff']:.2e}, "
+              f"agreement {parity['agreement']:.4f} on {parity['n_examples']} examples")
+    if "optimize" in steps:
+        fused = steps["optimize"]
+        out.print(f"fused: {fused['fused_ops']}; max |Δlogit| {fused['parity']['max_abs_diff']:.2e}")
+
+
+@app.command()
+def bench(
+    model: Annotated[Path, typer.Argument(help="A .onnx file, a dir with model.onnx, or an HF (torch) model dir.")],
+    provider: Annotated[Provider, typer.Option(help="Execution provider.")] = Provider.cpu,
+    batch_size: Annotated[int, typer.Option(help="Batch size of the fixed shape.")] = 1,
+    seq_len: Annotated[int, typer.Option(help="Sequence length of the fixed shape.")] = 128,
+    threads: Annotated[int | None, typer.Option(help="Intra-op threads (default: the runtime's choice).")] = None,
+    warmup: Annotated[int, typer.Option(help="Untimed runs first.")] = 20,
+    runs: Annotated[int, typer.Option(help="Timed runs.")] = 200,
+) -> None:
+    """Latency of one model: a fixed batch x sequence shape of real tokens, and real test sentences at their natural
+    lengths (batch 1)."""
+    from rich.table import Table
+
+    from edgepress.configs import build
+    from edgepress.pipeline.export import bench_texts
+    from edgepress.pipeline.latency import measure_latency
+    from edgepress.runtime.latency import LatencyConfig
+
+    cfg = _call(build, LatencyConfig, where="bench options", batch_size=batch_size, sequence_length=seq_len,
+                warmup=warmup, runs=runs)
+    result = _call(measure_latency, model, _call(bench_texts), provider.value, threads, cfg)
+    table = Table(title=f"{model} on {', '.join(result['providers_used'])} ({threads or 'default'} threads)")
+    for column in ("inputs", "p50 ms", "p90 ms", "p99 ms", "mean ms", "runs"):
+        table.add_column(column, justify="right")
+    for name in ("fixed", "natural"):
+        r = result[name]
+        label = f"{batch_size} x {seq_len}" if name == "fixed" else f"1 x natural ({r['mean_tokens']:.0f} tok)"
+        table.add_row(label, *(f"{r[k]:.3f}" for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")), str(r["runs"]))
+    out.print(table)
+
+
+@app.command()
+def predict(
+    bundle: Annotated[Path, typer.Argument(help="A bundle or exported model dir (model.onnx, tokenizer.json, "
+                                                "config.json).")],
+    texts: Annotated[list[str], typer.Argument(help="Texts to classify.")],
+    provider: Annotated[Provider, typer.Option(help="Execution provider.")] = Provider.cpu,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+) -> None:
+    """Classify texts with a bundle, torch-free (onnxruntime, tokenizers and numpy only)."""
+    import json
+
+    from edgepress.runtime.predictor import Predictor
+
+    predictor = _call(Predictor, bundle, providers=(provider.value,))
+    for p in _call(predictor.predict, texts):
+        if as_json:
+            out.print(json.dumps({"text": p.text, "label": p.label, "score": p.score, "scores": p.scores}),
+                      highlight=False, soft_wrap=True)
+        else:
+            out.print(f"{p.label}\t{p.score:.3f}\t{p.text}", highlight=False, soft_wrap=True)
 
 
 def main() -> None:

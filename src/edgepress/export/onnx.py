@@ -77,6 +77,7 @@ def export_onnx(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Exp
         session = open_session(tmp / ONNX_FILE, SessionConfig(providers=("cpu",), optimization="disable"))
         feeds = parity_feeds(load_tokenizer(tmp, cfg.max_length), spread_by_length(texts, cfg.parity.n_texts),
                              input_names(session), cfg.parity.batch_size)
-        parity = check_parity(torch_runner(model), ort_runner(session), feeds, cfg.parity, f"ONNX export of {model_dir}")
+        what = f"ONNX export of {model_dir}"
+        parity = check_parity(torch_runner(model), ort_runner(session), feeds, cfg.parity, what)
     log.info("export: %s -> %s, parity %s", model_dir, out_dir, parity)
     return parity

@@ -4,6 +4,7 @@ falls back to CPU; only `session.get_providers()` tells the truth)."""
 
 import contextlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,17 +57,24 @@ def _captured_stderr() -> Iterator[list[str]]:
             lines.extend(line for line in text.splitlines() if line.strip())
 
 
+def _clean(line: str) -> str:
+    """An ORT log line without colour codes, timestamps and source locations."""
+    line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+    line = re.sub(r"^.*\] ", "", line)  # "2026-.. [E:onnxruntime:Default, file.cc:123 Func] message"
+    return re.sub(r"^.*FAIL : ", "", line).strip()
+
+
 def _cuda_reason(logged: list[str]) -> str:
-    said = [line.split("]", 1)[-1].strip() for line in logged if "CUDA" in line or "cuda" in line]
-    if said:
-        return " / ".join(said[:3])
+    """Why CUDA is not running: the driver check, then what ONNX Runtime logged."""
     import ctypes
 
+    reasons = []
     try:
         ctypes.CDLL("libcuda.so.1")
     except OSError:
-        return "no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded)"
-    return "ONNX Runtime did not say why (check that CUDA and cuDNN libraries match the onnxruntime-gpu build)"
+        reasons.append("no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded)")
+    reasons += [_clean(line) for line in logged if "CUDA" in line or "cuda" in line][:2]
+    return " / ".join(reasons) or "ONNX Runtime did not say why (check the CUDA and cuDNN versions it needs)"
 
 
 def _options(cfg: SessionConfig):

@@ -1,0 +1,36 @@
+"""The one method registry: the name a pipeline stage writes -> its frozen config and its function.
+
+Every function is `fn(src: Path, out: Path, texts: tuple[str, ...], cfg) -> dict` (details to record): `src` is the
+previous stage's artifact, `out` the directory this stage writes, `texts` real sentences for parity checks. The
+CLI and the YAML validator read their choices from `METHODS`.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel
+
+from edgepress.export.onnx import ExportConfig, export_onnx
+from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, optimize_onnx
+
+Kind = Literal["torch", "onnx"]
+
+
+@dataclass(frozen=True)
+class Method:
+    config: type[BaseModel]
+    run: Callable[..., dict]
+    takes: Kind
+    gives: Kind
+    summary: str
+
+
+METHODS: dict[str, Method] = {
+    "export": Method(ExportConfig, export_onnx, "torch", "onnx",
+                     "torch -> ONNX (optimum exporter), parity-checked against torch on real sentences"),
+    "optimize": Method(OptimizeConfig, optimize_onnx, "onnx", "onnx",
+                       "ONNX Runtime transformer fusions (Attention, SkipLayerNorm, BiasGelu, EmbedLayerNorm)"),
+    "fp16": Method(Fp16Config, fp16_onnx, "onnx", "onnx",
+                   "float16 weights and compute for CUDA; int64 inputs and float32 logits kept"),
+}
