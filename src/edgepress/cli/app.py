@@ -2,7 +2,7 @@
 (0 ok, 1 internal error, 2 bad input, 3 a gate failed). Heavy libraries are imported inside the commands."""
 
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -85,7 +85,7 @@ def evaluate(
               f"n={metrics['n_test']}")
 
 
-class Provider(str, Enum):
+class Provider(StrEnum):
     cpu = "cpu"
     cuda = "cuda"
 
