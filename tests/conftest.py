@@ -38,10 +38,11 @@ def tiny_bert(tokenizer, seed: int = 0, **overrides):
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(seed)
+    shape = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+             "max_position_embeddings": 128, **overrides}
     config = BertConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=128, num_labels=2,
-        id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1}, **overrides,
+        vocab_size=tokenizer.vocab_size, num_labels=2, id2label={0: "negative", 1: "positive"},
+        label2id={"negative": 0, "positive": 1}, **shape,
     )
     return BertForSequenceClassification(config).eval()
 
@@ -53,3 +54,29 @@ def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
     tiny_bert(tokenizer).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_onnx_dir(tmp_path_factory, tiny_model_dir, movie_data) -> Path:
+    """The tiny classifier exported and parity-checked (model.onnx + config + tokenizer)."""
+    from edgepress.export.onnx import export_onnx
+
+    path = tmp_path_factory.mktemp("tiny-onnx") / "onnx"
+    export_onnx(tiny_model_dir, path, movie_data.validation.texts)
+    return path
+
+
+def has_cuda() -> bool:
+    """A CUDA session really runs here (not merely listed by onnxruntime-gpu)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    import onnxruntime
+
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
+cuda = pytest.mark.skipif(not has_cuda(), reason="no CUDA GPU on this machine")

@@ -38,3 +38,6 @@ def test_demo_records_the_split_and_each_stage(tiny_demo):
     assert json.loads((baseline / "stage.json").read_text())["status"] == "passed"
     assert "baseline: accuracy" in (tiny_demo / "run.log").read_text()
     assert "| baseline |" in (tiny_demo / "report.md").read_text()
+    latency = json.loads((baseline / "metrics.json").read_text())["latency"]["cpu"]
+    assert latency["providers_used"] == ["torch-cpu"] and latency["runs"] == 200 and latency["threads"] == 2
+    assert 0 < latency["p50_ms"] <= latency["p90_ms"] <= latency["p99_ms"]

@@ -17,3 +17,17 @@ def test_demo_quick_reaches_the_teachers_accuracy(tmp_path):
     assert metrics["accuracy"] >= 0.83
     assert 1000 < metrics["n_test"] < 1100
     assert metrics["accuracy_ci95"][1] - metrics["accuracy_ci95"][0] < 0.06
+
+
+@pytest.mark.slow
+def test_teacher_exports_with_parity_and_predicts_torch_free(tmp_path):
+    from edgepress.export.optimize import OptimizeConfig
+    from edgepress.pipeline.export import export_model
+    from edgepress.runtime.predictor import Predictor
+
+    steps = export_model("demo:minilm-movie", tmp_path / "bundle", OptimizeConfig())
+    assert steps["export"]["max_abs_diff"] <= 1e-4 and steps["export"]["agreement"] == 1.0
+    assert steps["optimize"]["fused_ops"]["Attention"] == 6
+    assert steps["optimize"]["parity"]["agreement"] >= 0.999
+    prediction = Predictor(tmp_path / "bundle").predict(["a gorgeous, moving film"])[0]
+    assert prediction.label == "positive"

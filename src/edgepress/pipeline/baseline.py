@@ -9,7 +9,9 @@ from edgepress.models.evaluate import evaluate_classifier
 from edgepress.models.introspect import param_counts, size_metrics
 from edgepress.models.loading import label2id_of, load_classifier
 from edgepress.models.teacher import resolve_model
+from edgepress.pipeline.latency import latency_metrics
 from edgepress.pipeline.rundir import RunDir
+from edgepress.runtime.latency import LatencyConfig
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +30,16 @@ def evaluate_model(model: str, data_cfg: DataConfig) -> dict:
     return measure_model_dir(model_dir, data, data_cfg.max_length)[0]
 
 
-def run_baseline(run: RunDir, model_dir: Path, data: DataSplits, max_length: int) -> dict:
-    """Measure the baseline and write stages/00-baseline (config, metrics, test predictions)."""
+def run_baseline(run: RunDir, model_dir: Path, data: DataSplits, max_length: int, threads: int | None,
+                 latency: LatencyConfig) -> dict:
+    """Measure the baseline (accuracy, size, torch CPU latency) and write stages/00-baseline."""
     log.info("baseline: measuring %s on %d test examples", model_dir, len(data.test))
     metrics, preds = measure_model_dir(model_dir, data, max_length)
+    metrics["latency"] = {"cpu": latency_metrics(model_dir, data.test.texts, "cpu", threads, latency)}
     folder = run.stage_dir(0, "baseline")
     write_json(folder / "predictions.json", {"ids": list(data.test.ids), "labels": data.test.labels.tolist(),
                                              "predictions": preds})
-    config = {"model": str(model_dir), "max_length": max_length}
+    config = {"model": str(model_dir), "max_length": max_length, "threads": threads, "latency": latency.model_dump()}
     run.write_stage(0, "baseline", method="baseline", artifact=str(model_dir), config=config, metrics=metrics)
     log.info("baseline: accuracy %.4f %s", metrics["accuracy"], metrics["accuracy_ci95"])
     return metrics

@@ -11,6 +11,9 @@ from edgepress.pipeline.baseline import run_baseline
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.report import write_report
 from edgepress.pipeline.rundir import RunDir, attach_log
+from edgepress.runtime.latency import LatencyConfig
+
+DEMO_THREADS = 2  # the contract's default `runtime.threads`; every latency is measured with it
 
 
 def run_demo(out: Path, quick: bool = False) -> dict:
@@ -27,7 +30,7 @@ def run_demo(out: Path, quick: bool = False) -> dict:
         write_json(run.root / "run.json", {"config": {"demo": True, "quick": quick, "model": TEACHER,
                                                       "data": DataConfig().model_dump()},
                                            "environment": environment()})
-        run_baseline(run, model_dir, data, DataConfig().max_length)
+        run_baseline(run, model_dir, data, DataConfig().max_length, DEMO_THREADS, LatencyConfig())
         return write_report(run)
     finally:
         logging.getLogger("edgepress").removeHandler(handler)

@@ -66,3 +66,11 @@ def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu
         "providers_used": providers,
         "threads": threads,
     }
+
+
+def latency_metrics(artifact: Path, texts: tuple[str, ...], provider: str, threads: int | None,
+                    cfg: LatencyConfig) -> dict:
+    """The report's `latency.<provider>` entry: the fixed shape's numbers at the top level, natural lengths nested."""
+    result = measure_latency(artifact, texts, provider, threads, cfg)
+    return {**result["fixed"], "providers_used": result["providers_used"], "threads": threads,
+            "natural": result["natural"]}

@@ -31,7 +31,10 @@ def build_report(run: RunDir) -> dict:
 def _row(name: str, metrics: dict) -> str:
     lo, hi = metrics["accuracy_ci95"]
     size = metrics["size_bytes"] / 1e6
-    return f"| {name} | {metrics['accuracy']:.4f} | [{lo:.4f}, {hi:.4f}] | {metrics['n_test']} | {size:.1f} |"
+    cpu = metrics.get("latency", {}).get("cpu")
+    latency = f"{cpu['p50_ms']:.2f} / {cpu['natural']['p50_ms']:.2f}" if cpu else "–"
+    return (f"| {name} | {metrics['accuracy']:.4f} | [{lo:.4f}, {hi:.4f}] | {metrics['n_test']} | {size:.1f} "
+            f"| {latency} |")
 
 
 def render_markdown(report: dict) -> str:
@@ -45,8 +48,8 @@ def render_markdown(report: dict) -> str:
         f"Machine: {env['cpu']}, {env['cores']} cores, {env['threads']} threads; torch {env['torch']}, "
         f"onnxruntime {env['onnxruntime']}.",
         "",
-        "| stage | accuracy | 95% CI | n | size (MB) |",
-        "|---|---|---|---|---|",
+        "| stage | accuracy | 95% CI | n | size (MB) | CPU p50 ms: fixed shape / natural lengths |",
+        "|---|---|---|---|---|---|",
         *rows,
         "",
         f"Final: `{report['final']['artifact']}`",

@@ -1,0 +1,148 @@
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from edgepress.errors import ExportParityError
+from edgepress.export import onnx as onnx_export
+from edgepress.export.onnx import ExportConfig, export_onnx
+from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, optimize_onnx
+from edgepress.export.parity import ParityConfig, check_parity
+from edgepress.models.loading import load_classifier
+from edgepress.registry import METHODS
+from edgepress.runtime.session import open_session
+from tests.conftest import tiny_bert
+
+
+def save(model, tokenizer, path):
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def tiny_distilbert(tokenizer):
+    import torch
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
+                              max_position_embeddings=128, num_labels=2)
+    return DistilBertForSequenceClassification(config).eval()
+
+
+def tiny_roberta(tokenizer):
+    import torch
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+
+    torch.manual_seed(0)
+    config = RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=130,
+                           pad_token_id=tokenizer.pad_token_id, type_vocab_size=1, num_labels=2)
+    return RobertaForSequenceClassification(config).eval()
+
+
+def tiny_pruned_heads(tokenizer):
+    model = tiny_bert(tokenizer, seed=3, num_attention_heads=4)
+    model.prune_heads({0: [0, 2], 1: [3]})  # layer 0 keeps 2 heads, layer 1 keeps 3
+    return model
+
+
+BUILDERS = {"bert": tiny_bert, "distilbert": tiny_distilbert, "roberta": tiny_roberta,
+            "bert-pruned-heads": tiny_pruned_heads}
+
+
+@pytest.mark.parametrize("arch", list(BUILDERS))
+def test_export_matches_torch_and_fuses(arch, tmp_path, tokenizer, movie_data):
+    src = save(BUILDERS[arch](tokenizer), tokenizer, tmp_path / "model")
+    parity = export_onnx(src, tmp_path / "onnx", movie_data.validation.texts)
+    assert parity["max_abs_diff"] <= 1e-4 and parity["agreement"] == 1.0
+    assert parity["n_examples"] == 128  # 64 sentences alone, then the same 64 in padded batches
+    session = open_session(tmp_path / "onnx" / "model.onnx")
+    names = [i.name for i in session.get_inputs()]
+    assert names[:2] == ["input_ids", "attention_mask"]
+    assert ("token_type_ids" in names) == (arch.startswith("bert"))
+    assert all(isinstance(d, str) for d in session.get_inputs()[0].shape)  # dynamic batch and sequence axes
+    fused = optimize_onnx(tmp_path / "onnx", tmp_path / "fused", movie_data.validation.texts)
+    assert fused["parity"]["max_abs_diff"] <= 1e-3
+    if arch.startswith("bert"):
+        assert fused["fused_ops"]["Attention"] == 2
+        assert fused["fused_ops"]["SkipLayerNormalization"] == 4
+        assert fused["fused_ops"]["EmbedLayerNormalization"] == 1
+
+
+def test_dynamic_axes(tiny_onnx_dir):
+    graph = onnx.load(str(tiny_onnx_dir / "model.onnx")).graph
+    for tensor in [*graph.input, *graph.output]:
+        dims = tensor.type.tensor_type.shape.dim
+        assert dims[0].dim_param, f"{tensor.name}: batch axis is fixed"
+        if tensor.name != "logits":
+            assert dims[1].dim_param, f"{tensor.name}: sequence axis is fixed"
+
+
+def test_switched_off_fusion_is_not_applied_and_is_recorded(tiny_onnx_dir, tmp_path, movie_data):
+    fused = optimize_onnx(tiny_onnx_dir, tmp_path / "f", movie_data.validation.texts,
+                          OptimizeConfig(disable=("skip_layer_norm", "bias_skip_layer_norm")))
+    assert "SkipLayerNormalization" not in fused["fused_ops"]
+    assert fused["fused_ops"]["LayerNormalization"] == 4
+    assert fused["disabled"] == ["skip_layer_norm", "bias_skip_layer_norm"]
+    assert json.loads((tmp_path / "f" / "config.json").read_text())["id2label"]["1"] == "positive"
+
+
+def test_fp16_keeps_io_types_and_matches(tiny_onnx_dir, tmp_path, movie_data):
+    result = fp16_onnx(tiny_onnx_dir, tmp_path / "h", movie_data.validation.texts, Fp16Config(providers=("cpu",)))
+    graph = onnx.load(str(tmp_path / "h" / "model.onnx")).graph
+    assert {i.type.tensor_type.elem_type for i in graph.input} == {onnx.TensorProto.INT64}
+    assert graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in graph.initializer)
+    assert result["parity"]["agreement"] >= 0.99
+
+
+def test_parity_miss_raises_a_line_per_check_and_leaves_nothing(monkeypatch, tiny_model_dir, tmp_path, movie_data):
+    def skewed(model):
+        def run(feeds):
+            logits = real(model)(feeds)
+            return logits + np.array([0.5, -0.5], dtype=np.float32)  # flips close calls, shifts every logit
+        return run
+
+    real = onnx_export.torch_runner
+    monkeypatch.setattr(onnx_export, "torch_runner", skewed)
+    with pytest.raises(ExportParityError) as e:
+        export_onnx(tiny_model_dir, tmp_path / "out", movie_data.validation.texts)
+    message = str(e.value)
+    assert "does not match its reference on 128 real examples" in message
+    assert "✗ max |Δlogit| 0.5 > 0.0001" in message
+    assert "✗ argmax agreement" in message
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_check_parity_passes_identical_runners_and_reports_numbers():
+    feeds = [{"input_ids": np.ones((2, 5), dtype=np.int64)}]
+    logits = np.array([[0.1, 0.2], [0.3, -0.1]], dtype=np.float32)
+    result = check_parity(lambda f: logits, lambda f: logits + 1e-6, feeds, ParityConfig(), "same")
+    assert result["agreement"] == 1.0 and result["max_abs_diff"] == pytest.approx(1e-6, rel=0.1)
+
+
+def test_export_config_is_strict():
+    from edgepress.configs import build
+    from edgepress.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"opset: Input should be greater than or equal to 14: got 11"):
+        build(ExportConfig, opset=11)
+
+
+def test_registry_entries_resolve():
+    assert {"export", "optimize", "fp16"} <= set(METHODS)
+    for name, method in METHODS.items():
+        assert callable(method.run), name
+        method.config()  # every method runs with its defaults
+        assert method.takes in ("torch", "onnx") and method.gives in ("torch", "onnx")
+
+
+def test_exported_dir_reloads_in_torch(tiny_onnx_dir, tiny_model_dir):
+    config = json.loads((tiny_onnx_dir / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "positive"}
+    assert (tiny_onnx_dir / "tokenizer.json").is_file()
+    model, _ = load_classifier(tiny_model_dir)
+    assert model.config.num_labels == 2
