@@ -71,6 +71,26 @@ def test_export_matches_torch_and_fuses(arch, tmp_path, tokenizer, movie_data):
         assert fused["fused_ops"]["EmbedLayerNormalization"] == 1
 
 
+def test_per_layer_ffn_widths_export_and_fuse(tmp_path, tokenizer, movie_data):
+    """What structured FFN pruning produces: each layer's intermediate width cut to its own size."""
+    from transformers.pytorch_utils import prune_linear_layer
+
+    from edgepress.export.onnx import export_model_object
+
+    model = tiny_bert(tokenizer, seed=4)
+    for layer, keep in zip(model.bert.encoder.layer, (48, 16), strict=True):
+        index = layer.intermediate.dense.weight.norm(dim=1).argsort(descending=True)[:keep].sort().values
+        layer.intermediate.dense = prune_linear_layer(layer.intermediate.dense, index, dim=0)
+        layer.output.dense = prune_linear_layer(layer.output.dense, index, dim=1)
+    parity = export_model_object(model, tokenizer, tmp_path / "onnx", movie_data.validation.texts, ExportConfig(),
+                                 "ffn-pruned")
+    assert parity["max_abs_diff"] <= 1e-4
+    shapes = {tuple(t.dims) for t in onnx.load(str(tmp_path / "onnx" / "model.onnx")).graph.initializer}
+    assert {(32, 48), (32, 16)} <= shapes  # the two widths survive export
+    fused = optimize_onnx(tmp_path / "onnx", tmp_path / "fused", movie_data.validation.texts)
+    assert fused["fused_ops"]["Attention"] == 2 and fused["parity"]["agreement"] == 1.0
+
+
 def test_dynamic_axes(tiny_onnx_dir):
     graph = onnx.load(str(tiny_onnx_dir / "model.onnx")).graph
     for tensor in [*graph.input, *graph.output]:

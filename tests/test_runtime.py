@@ -151,6 +151,7 @@ def test_bench_command_prints_both_shapes(tiny_onnx_dir):
                                  "--seq-len", "32"])
     assert result.exit_code == 0, result.output
     assert "1 x 32" in result.output and "1 x natural" in result.output and "CPUExecutionProvider" in result.output
+    assert "onnxruntime 1." in result.output
 
 
 def test_bench_times_the_torch_model_too(tiny_model_dir):

@@ -143,6 +143,7 @@ def bench(
         label = f"{batch_size} x {seq_len}" if name == "fixed" else f"1 x natural ({r['mean_tokens']:.0f} tok)"
         table.add_row(label, *(f"{r[k]:.3f}" for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")), str(r["runs"]))
     out.print(table)
+    out.print(f"{result['cpu']}, onnxruntime {result['onnxruntime']}", highlight=False)
 
 
 @app.command()

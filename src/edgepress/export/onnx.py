@@ -62,22 +62,27 @@ def input_names(session) -> tuple[str, ...]:
     return tuple(i.name for i in session.get_inputs())
 
 
-def export_onnx(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig = ExportConfig()) -> dict:
-    """Export `model_dir` to `out_dir`/model.onnx (+ config.json, tokenizer) and check it against torch on real
-    `texts`; returns the parity numbers. Nothing is left in `out_dir` when a check fails."""
+def export_model_object(model, tokenizer, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig, what: str) -> dict:
+    """Export an in-memory classifier (any per-layer shape) to `out_dir` and check it against torch on `texts`."""
     from optimum.exporters.onnx import onnx_export_from_model
 
-    from edgepress.models.loading import load_classifier
-
-    model, tokenizer = load_classifier(model_dir)
     with atomic_dir(Path(out_dir)) as tmp:
         onnx_export_from_model(model, tmp, opset=cfg.opset, task="text-classification", do_validation=False,
                                preprocessors=[tokenizer])
+        tokenizer.save_pretrained(tmp)  # optimum copies tokenizer files only from config._name_or_path
         check_onnx_file(tmp / ONNX_FILE)
         session = open_session(tmp / ONNX_FILE, SessionConfig(providers=("cpu",), optimization="disable"))
         feeds = parity_feeds(load_tokenizer(tmp, cfg.max_length), spread_by_length(texts, cfg.parity.n_texts),
                              input_names(session), cfg.parity.batch_size)
-        what = f"ONNX export of {model_dir}"
         parity = check_parity(torch_runner(model), ort_runner(session), feeds, cfg.parity, what)
-    log.info("export: %s -> %s, parity %s", model_dir, out_dir, parity)
+    log.info("export: %s -> %s, parity %s", what, out_dir, parity)
     return parity
+
+
+def export_onnx(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig = ExportConfig()) -> dict:
+    """Export `model_dir` to `out_dir`/model.onnx (+ config.json, tokenizer) and check it against torch on real
+    `texts`; returns the parity numbers. Nothing is left in `out_dir` when a check fails."""
+    from edgepress.models.loading import load_classifier
+
+    model, tokenizer = load_classifier(model_dir)
+    return export_model_object(model, tokenizer, out_dir, texts, cfg, f"ONNX export of {model_dir}")

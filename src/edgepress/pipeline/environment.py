@@ -4,16 +4,7 @@ import os
 import platform
 from importlib import metadata
 
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from edgepress.runtime.latency import cpu_model
 
 
 def _version(*packages: str) -> str | None:
@@ -31,7 +22,7 @@ def environment() -> dict:
     import torch
 
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "machine": platform.machine(),
         "cores": os.cpu_count(),
         "threads": torch.get_num_threads(),

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from edgepress.errors import ConfigError
-from edgepress.runtime.latency import LatencyConfig, fixed_shape_feeds, natural_feeds, time_runner
+from edgepress.runtime.latency import LatencyConfig, cpu_model, fixed_shape_feeds, natural_feeds, time_runner
 from edgepress.runtime.session import SessionConfig, cuda_iobinding_runner, open_session
 from edgepress.runtime.tokenize import load_tokenizer
 
@@ -40,6 +40,8 @@ def _torch_model(model_dir: Path, threads: int | None):
 def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu", threads: int | None = None,
                     cfg: LatencyConfig = LatencyConfig()) -> dict:
     """{"fixed": {p50_ms, ...}, "natural": {...}, "providers_used"} of an ONNX artifact or a torch model dir."""
+    import onnxruntime
+
     from edgepress.export.onnx import ort_runner
 
     path = onnx_path(artifact)
@@ -65,6 +67,8 @@ def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu
                     "mean_tokens": float(sum(f["input_ids"].shape[1] for f in natural) / len(natural))},
         "providers_used": providers,
         "threads": threads,
+        "cpu": cpu_model(),
+        "onnxruntime": onnxruntime.__version__,
     }
 
 

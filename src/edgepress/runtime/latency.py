@@ -2,6 +2,7 @@
 ratios are like for like. Inputs are real tokens: fixed batch x sequence shapes filled from real sentences, and the
 real test sentences one at a time at their natural lengths (no padding to the maximum)."""
 
+import platform
 import time
 from collections.abc import Callable
 
@@ -23,6 +24,18 @@ class LatencyConfig(BaseModel):
     sequence_length: int = Field(128, ge=2)
     warmup: int = Field(20, ge=0)
     runs: int = Field(200, ge=1)
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (Linux), else what the platform module knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def summarize(seconds: list[float]) -> dict:
