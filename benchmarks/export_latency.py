@@ -35,7 +35,7 @@ def main() -> None:
     model_dir = resolve_model(args.model)
     data = load_data(DataConfig())
     work = Path(tempfile.mkdtemp(prefix="edgepress-bench-"))
-    parity = export_onnx(model_dir, work / "onnx", data.validation.texts)
+    parity = export_onnx(model_dir, work / "onnx", data.validation.texts)["parity"]
     fused = optimize_onnx(work / "onnx", work / "fused", data.validation.texts)
     no_sln = optimize_onnx(work / "onnx", work / "fused-no-sln", data.validation.texts,
                            OptimizeConfig(disable=("skip_layer_norm", "bias_skip_layer_norm")))

@@ -2,30 +2,41 @@ import json
 
 import pytest
 
-from edgepress.pipeline import demo
+from edgepress.pipeline import demo, runner
+from edgepress.pipeline.config import RuntimeConfig
+from edgepress.runtime.latency import LatencyConfig
 
 
 @pytest.fixture
 def tiny_demo(monkeypatch, tiny_model_dir, tmp_path):
-    """The demo flow with the tiny model standing in for the teacher (the real one is in the slow test)."""
-    monkeypatch.setattr(demo, "teacher_dir", lambda: tiny_model_dir)
+    """The demo pipeline with the tiny model standing in for the teacher and few timed runs (the real teacher is
+    in the slow tests)."""
+    monkeypatch.setattr(runner, "resolve_model", lambda spec: tiny_model_dir)
+    cfg = demo.demo_config()
+    fast = RuntimeConfig(threads=1, latency=LatencyConfig(warmup=2, runs=10))
+    stages = [s.model_copy(update={"gates": s.gates.model_copy(update={"latency": None})}) for s in cfg.stages]
+    monkeypatch.setattr(demo, "demo_config", lambda: cfg.model_copy(update={"runtime": fast, "stages": stages}))
     return tmp_path / "run"
 
 
-def test_demo_writes_the_contract_report(tiny_demo, tiny_model_dir):
+def test_demo_writes_the_contract_report(tiny_demo):
     report = demo.run_demo(tiny_demo, quick=True)
-    on_disk = json.loads((tiny_demo / "report.json").read_text())
-    assert on_disk == report
+    assert json.loads((tiny_demo / "report.json").read_text()) == report
     assert {"version", "environment", "baseline", "stages", "final"} <= set(report)
     env = report["environment"]
     assert {"cpu", "cores", "threads", "python", "torch", "onnxruntime", "providers_available"} <= set(env)
     metrics = report["baseline"]["metrics"]
     assert {"accuracy", "accuracy_ci95", "n_test", "params", "nonzero_params", "sparsity", "size_bytes",
-            "size_gzip_bytes", "macro_f1"} <= set(metrics)
+            "size_gzip_bytes", "macro_f1", "latency"} <= set(metrics)
     assert metrics["n_test"] == 1057
     assert metrics["accuracy_ci95"][0] <= metrics["accuracy"] <= metrics["accuracy_ci95"][1]
-    assert report["final"] == report["baseline"] and report["stages"] == []
-    assert report["config"]["quick"] is True
+    assert [s["name"] for s in report["stages"]] == ["export", "fuse", "int8"]
+    assert all(s["status"] == "passed" for s in report["stages"])
+    assert report["final"]["artifact"].endswith("03-int8/model")
+    for stage in report["stages"]:
+        assert {"name", "method", "status", "artifact", "metrics", "gates"} <= set(stage)
+        assert {"kind", "rule", "limit", "value", "passed"} <= set(stage["gates"][0])
+        assert len(stage["metrics"]["accuracy_drop_ci95"]) == 2
 
 
 def test_demo_records_the_split_and_each_stage(tiny_demo):
@@ -36,8 +47,14 @@ def test_demo_records_the_split_and_each_stage(tiny_demo):
     predictions = json.loads((baseline / "predictions.json").read_text())
     assert predictions["ids"] == split["ids"]["test"]
     assert json.loads((baseline / "stage.json").read_text())["status"] == "passed"
-    assert "baseline: accuracy" in (tiny_demo / "run.log").read_text()
-    assert "| baseline |" in (tiny_demo / "report.md").read_text()
     latency = json.loads((baseline / "metrics.json").read_text())["latency"]["cpu"]
-    assert latency["providers_used"] == ["torch-cpu"] and latency["runs"] == 200 and latency["threads"] == 2
+    assert latency["providers_used"] == ["torch-cpu"] and latency["runs"] == 10 and latency["threads"] == 1
     assert 0 < latency["p50_ms"] <= latency["p90_ms"] <= latency["p99_ms"]
+    int8 = json.loads((tiny_demo / "stages" / "03-int8" / "stage.json").read_text())
+    assert int8["details"]["quantized_ops"]["MatMulInteger"] > 0
+    assert json.loads((tiny_demo / "stages" / "03-int8" / "config.json").read_text())["params"]["per_channel"] is False
+    assert (tiny_demo / "stages" / "02-fuse" / "model" / "model.onnx").is_file()
+    log = (tiny_demo / "run.log").read_text()
+    assert "baseline: accuracy" in log and "stage int8: int8-dynamic" in log
+    markdown = (tiny_demo / "report.md").read_text()
+    assert "| baseline |" in markdown and "✓ `int8` accuracy.max_drop" in markdown

@@ -55,7 +55,7 @@ BUILDERS = {"bert": tiny_bert, "distilbert": tiny_distilbert, "roberta": tiny_ro
 @pytest.mark.parametrize("arch", list(BUILDERS))
 def test_export_matches_torch_and_fuses(arch, tmp_path, tokenizer, movie_data):
     src = save(BUILDERS[arch](tokenizer), tokenizer, tmp_path / "model")
-    parity = export_onnx(src, tmp_path / "onnx", movie_data.validation.texts)
+    parity = export_onnx(src, tmp_path / "onnx", movie_data.validation.texts)["parity"]
     assert parity["max_abs_diff"] <= 1e-4 and parity["agreement"] == 1.0
     assert parity["n_examples"] == 128  # 64 sentences alone, then the same 64 in padded batches
     session = open_session(tmp_path / "onnx" / "model.onnx")
@@ -83,7 +83,7 @@ def test_per_layer_ffn_widths_export_and_fuse(tmp_path, tokenizer, movie_data):
         layer.intermediate.dense = prune_linear_layer(layer.intermediate.dense, index, dim=0)
         layer.output.dense = prune_linear_layer(layer.output.dense, index, dim=1)
     parity = export_model_object(model, tokenizer, tmp_path / "onnx", movie_data.validation.texts, ExportConfig(),
-                                 "ffn-pruned")
+                                 "ffn-pruned")["parity"]
     assert parity["max_abs_diff"] <= 1e-4
     shapes = {tuple(t.dims) for t in onnx.load(str(tmp_path / "onnx" / "model.onnx")).graph.initializer}
     assert {(32, 48), (32, 16)} <= shapes  # the two widths survive export

@@ -26,7 +26,8 @@ def test_teacher_exports_with_parity_and_predicts_torch_free(tmp_path):
     from edgepress.runtime.predictor import Predictor
 
     steps = export_model("demo:minilm-movie", tmp_path / "bundle", OptimizeConfig())
-    assert steps["export"]["max_abs_diff"] <= 1e-4 and steps["export"]["agreement"] == 1.0
+    parity = steps["export"]["parity"]
+    assert parity["max_abs_diff"] <= 1e-4 and parity["agreement"] == 1.0
     assert steps["optimize"]["fused_ops"]["Attention"] == 6
     assert steps["optimize"]["parity"]["agreement"] >= 0.999
     prediction = Predictor(tmp_path / "bundle").predict(["a gorgeous, moving film"])[0]

@@ -26,9 +26,13 @@ class ModelError(EdgepressError):
 
 
 class ExportParityError(EdgepressError):
-    """An exported or rewritten graph does not match the model it came from."""
+    """An exported or rewritten graph does not match the model it came from; `result` holds the numbers."""
 
     exit_code = 2
+
+    def __init__(self, message: str, result: dict | None = None):
+        super().__init__(message)
+        self.result = result
 
 
 class ProviderUnavailable(EdgepressError):

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, optimize_onnx
 
@@ -33,4 +34,6 @@ METHODS: dict[str, Method] = {
                        "ONNX Runtime transformer fusions (Attention, SkipLayerNorm, BiasGelu, EmbedLayerNorm)"),
     "fp16": Method(Fp16Config, fp16_onnx, "onnx", "onnx",
                    "float16 weights and compute for CUDA; int64 inputs and float32 logits kept"),
+    "int8-dynamic": Method(Int8DynamicConfig, int8_dynamic, "onnx", "onnx",
+                           "int8 weights, activations quantized per call (onnxruntime.quantization)"),
 }

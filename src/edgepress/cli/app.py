@@ -17,6 +17,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+class Provider(StrEnum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
 err = Console(stderr=True)
 out = Console()
 
@@ -56,11 +61,46 @@ def demo(
     use), the report."""
     from edgepress.pipeline.demo import run_demo
 
-    report = _call(run_demo, out_dir, quick=quick)
-    metrics = report["baseline"]["metrics"]
-    lo, hi = metrics["accuracy_ci95"]
-    out.print(f"baseline accuracy {metrics['accuracy']:.4f} [{lo:.4f}, {hi:.4f}] on {metrics['n_test']} test "
-              f"examples; report: {out_dir / 'report.json'}")
+    _summary(_call(run_demo, out_dir, quick=quick), out_dir)
+
+
+def _summary(report: dict, out_dir: Path) -> None:
+    """One line per stage: status, accuracy, size, CPU p50."""
+    rows = [("baseline", "passed", report["baseline"]["metrics"])]
+    rows += [(s["name"], s["status"], s["metrics"]) for s in report["stages"]]
+    for name, status, m in rows:
+        cpu = m.get("latency", {}).get("cpu", {})
+        out.print(f"{name:<12} {status:<7} accuracy {m.get('accuracy', float('nan')):.4f}  "
+                  f"size {m.get('size_bytes', 0) / 1e6:6.1f} MB  cpu p50 {cpu.get('p50_ms', float('nan')):7.2f} ms",
+                  highlight=False)
+    out.print(f"report: {out_dir / 'report.md'}", highlight=False)
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Argument(help="Pipeline YAML (see README).")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Run directory for the report and stage artifacts.")],
+    device: Annotated[Provider | None, typer.Option(help="Measure on this provider instead of "
+                                                         "runtime.providers.")] = None,
+) -> None:
+    """Run a pipeline: baseline, then every stage with its gates. Exit 0 all gates passed, 3 a gate failed,
+    2 bad input, 1 internal error."""
+    from edgepress.pipeline.config import load_config
+    from edgepress.pipeline.runner import run_pipeline
+
+    cfg = _call(load_config, config)
+    if device is not None:
+        cfg = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(update={"providers": (device.value,)})})
+    _summary(_call(run_pipeline, cfg, out_dir), out_dir)
+
+
+@app.command()
+def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML to check.")]) -> None:
+    """Check a pipeline config without running it: every problem is listed, exit 2 if there is any."""
+    from edgepress.pipeline.config import load_config
+
+    cfg = _call(load_config, config)
+    out.print(f"{config}: valid ({len(cfg.stages)} stages: {', '.join(s.name for s in cfg.stages) or 'none'})")
 
 
 @app.command()
@@ -85,11 +125,6 @@ def evaluate(
               f"n={metrics['n_test']}")
 
 
-class Provider(StrEnum):
-    cpu = "cpu"
-    cuda = "cuda"
-
-
 @app.command("export")
 def export_command(
     model: Annotated[str, typer.Argument(help="An HF model dir, or demo:minilm-movie.")],
@@ -105,7 +140,7 @@ def export_command(
 
     fusion = _call(build, OptimizeConfig, where="fusion options", disable=disable_fusion or []) if optimize else None
     steps = _call(export_model, model, out_dir, fusion)
-    parity = steps["export"]
+    parity = steps["export"]["parity"]
     out.print(f"exported to {out_dir / 'model.onnx'}: torch vs ONNX max |Δlogit| {parity['max_abs_diff']:.2e}, "
               f"agreement {parity['agreement']:.4f} on {parity['n_examples']} examples")
     if "optimize" in steps:
@@ -169,4 +204,11 @@ def predict(
 
 
 def main() -> None:
+    import logging
+
+    from rich.logging import RichHandler
+
+    handler = RichHandler(console=err, show_path=False, show_level=False)
+    logging.getLogger("edgepress").addHandler(handler)
+    logging.getLogger("edgepress").setLevel(logging.INFO)  # progress of long steps (teacher epochs, stages)
     app()

@@ -7,14 +7,21 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgepress.errors import ExportParityError
-from edgepress.export.parity import ParityConfig, check_parity, parity_feeds, spread_by_length
+from edgepress.export.parity import (
+    ONNX_FILE,
+    ParityConfig,
+    check_onnx_file,
+    check_parity,
+    input_names,
+    ort_runner,
+    parity_feeds,
+    spread_by_length,
+)
 from edgepress.files import atomic_dir
 from edgepress.runtime.session import SessionConfig, open_session
 from edgepress.runtime.tokenize import load_tokenizer
 
 log = logging.getLogger(__name__)
-ONNX_FILE = "model.onnx"
 
 
 class ExportConfig(BaseModel):
@@ -27,16 +34,6 @@ class ExportConfig(BaseModel):
     parity: ParityConfig = ParityConfig()
 
 
-def check_onnx_file(path: Path) -> None:
-    """onnx.checker with full shape inference; a failure is a parity failure of the graph."""
-    import onnx
-
-    try:
-        onnx.checker.check_model(str(path), full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        raise ExportParityError(f"{path} fails onnx.checker:\n  ✗ {str(e).strip()[:500]}") from e
-
-
 def torch_runner(model):
     """A parity/latency runner over a torch model: numpy feeds in, numpy logits out."""
     import torch
@@ -46,20 +43,6 @@ def torch_runner(model):
             return model(**{k: torch.from_numpy(v) for k, v in feeds.items()}).logits.float().numpy()
 
     return run
-
-
-def ort_runner(session):
-    """A runner over an ONNX Runtime session (feeds restricted to the inputs the graph takes)."""
-    names = [i.name for i in session.get_inputs()]
-
-    def run(feeds):
-        return session.run(["logits"], {n: feeds[n] for n in names})[0]
-
-    return run
-
-
-def input_names(session) -> tuple[str, ...]:
-    return tuple(i.name for i in session.get_inputs())
 
 
 def export_model_object(model, tokenizer, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig, what: str) -> dict:
@@ -76,12 +59,12 @@ def export_model_object(model, tokenizer, out_dir: Path, texts: tuple[str, ...],
                              input_names(session), cfg.parity.batch_size)
         parity = check_parity(torch_runner(model), ort_runner(session), feeds, cfg.parity, what)
     log.info("export: %s -> %s, parity %s", what, out_dir, parity)
-    return parity
+    return {"parity": parity}
 
 
 def export_onnx(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig = ExportConfig()) -> dict:
     """Export `model_dir` to `out_dir`/model.onnx (+ config.json, tokenizer) and check it against torch on real
-    `texts`; returns the parity numbers. Nothing is left in `out_dir` when a check fails."""
+    `texts`; returns {"parity": numbers}. Nothing is left in `out_dir` when a check fails."""
     from edgepress.models.loading import load_classifier
 
     model, tokenizer = load_classifier(model_dir)

@@ -2,17 +2,14 @@
 EmbedLayerNormalization, ...), and fp16 conversion for CUDA. Each result is parity-checked against its input."""
 
 import logging
-import shutil
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgepress.export.onnx import ONNX_FILE, check_onnx_file, input_names, ort_runner
-from edgepress.export.parity import ParityConfig, check_parity, parity_feeds, spread_by_length
+from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files
 from edgepress.files import atomic_dir
-from edgepress.runtime.session import SessionConfig, open_session
-from edgepress.runtime.tokenize import load_tokenizer
+from edgepress.runtime.session import SessionConfig
 
 log = logging.getLogger(__name__)
 
@@ -52,23 +49,6 @@ def _fusion_options(disable: tuple[str, ...]):
     return options
 
 
-def _copy_side_files(src: Path, dst: Path) -> None:
-    """config.json and tokenizer files travel with every ONNX artifact."""
-    for f in src.iterdir():
-        if f.is_file() and f.suffix != ".onnx" and not f.name.endswith(".onnx.data"):
-            shutil.copy2(f, dst / f.name)
-
-
-def _checked(src_dir: Path, tmp: Path, texts, max_length: int, parity: ParityConfig, what: str,
-             candidate: SessionConfig) -> dict:
-    check_onnx_file(tmp / ONNX_FILE)
-    reference = open_session(src_dir / ONNX_FILE, SessionConfig(optimization="disable"))
-    session = open_session(tmp / ONNX_FILE, candidate)
-    feeds = parity_feeds(load_tokenizer(src_dir, max_length), spread_by_length(texts, parity.n_texts),
-                         input_names(reference), parity.batch_size)
-    return check_parity(ort_runner(reference), ort_runner(session), feeds, parity, what)
-
-
 def optimize_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig = OptimizeConfig()) -> dict:
     """Fuse `src_dir`/model.onnx into `out_dir`; returns {"fused_ops": {op: count}, "disabled": [...], "parity"}."""
     from onnxruntime.transformers.optimizer import optimize_model
@@ -77,9 +57,9 @@ def optimize_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Opt
         fused = optimize_model(str(Path(src_dir) / ONNX_FILE), model_type="bert",
                                optimization_options=_fusion_options(cfg.disable), opt_level=0)
         fused.save_model_to_file(str(tmp / ONNX_FILE))
-        _copy_side_files(Path(src_dir), tmp)
+        copy_side_files(Path(src_dir), tmp)
         ops = {op: n for op, n in fused.get_fused_operator_statistics().items() if n and op in FUSED_OPS}
-        parity = _checked(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the fused graph",
+        parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the fused graph",
                           SessionConfig(optimization="disable"))
     log.info("optimize: fused %s (disabled: %s), parity %s", ops, list(cfg.disable), parity)
     return {"fused_ops": ops, "disabled": list(cfg.disable), "parity": parity}
@@ -94,8 +74,8 @@ def fp16_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Fp16Con
         model = OnnxModel(onnx.load(str(Path(src_dir) / ONNX_FILE)))
         model.convert_float_to_float16(keep_io_types=True)
         model.save_model_to_file(str(tmp / ONNX_FILE))
-        _copy_side_files(Path(src_dir), tmp)
-        parity = _checked(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the fp16 graph",
+        copy_side_files(Path(src_dir), tmp)
+        parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the fp16 graph",
                           SessionConfig(providers=cfg.providers))
     log.info("fp16: %s -> %s, parity %s", src_dir, out_dir, parity)
     return {"parity": parity}

@@ -1,13 +1,18 @@
 """Hard parity: a graph must give the logits of the model it came from on real sentences, batch 1 and batch > 1.
 A miss raises ExportParityError with a line per failing check; it is never a warning."""
 
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgepress.errors import ExportParityError, collect
-from edgepress.runtime.tokenize import encode
+from edgepress.errors import ExportParityError
+from edgepress.runtime.session import SessionConfig, open_session
+from edgepress.runtime.tokenize import encode, load_tokenizer
+
+ONNX_FILE = "model.onnx"
 
 Feeds = dict[str, np.ndarray]
 Runner = Callable[[Feeds], np.ndarray]
@@ -59,5 +64,49 @@ def check_parity(reference: Runner, candidate: Runner, feeds: list[Feeds], cfg: 
                         f"(worst: batch {worst[1]}, {worst[2]} tokens)")
     if result["agreement"] < cfg.min_agreement:
         failures.append(f"argmax agreement {result['agreement']:.4f} < {cfg.min_agreement}")
-    collect(failures, ExportParityError, f"{what} does not match its reference on {total} real examples:")
+    if failures:
+        lines = "\n".join(f"  ✗ {line}" for line in failures)
+        raise ExportParityError(f"{what} does not match its reference on {total} real examples:\n{lines}", result)
     return result
+
+
+def check_onnx_file(path: Path) -> None:
+    """onnx.checker with full shape inference; a failure is a parity failure of the graph."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        raise ExportParityError(f"{path} fails onnx.checker:\n  ✗ {str(e).strip()[:500]}") from e
+
+
+def ort_runner(session):
+    """A runner over an ONNX Runtime session (feeds restricted to the inputs the graph takes)."""
+    names = [i.name for i in session.get_inputs()]
+
+    def run(feeds):
+        return session.run(["logits"], {n: feeds[n] for n in names})[0]
+
+    return run
+
+
+def input_names(session) -> tuple[str, ...]:
+    return tuple(i.name for i in session.get_inputs())
+
+
+def copy_side_files(src: Path, dst: Path) -> None:
+    """config.json and tokenizer files travel with every ONNX artifact."""
+    for f in src.iterdir():
+        if f.is_file() and f.suffix != ".onnx" and not f.name.endswith(".onnx.data"):
+            shutil.copy2(f, dst / f.name)
+
+
+def check_graph_change(src_dir: Path, tmp: Path, texts, max_length: int, parity: ParityConfig, what: str,
+             candidate: SessionConfig) -> dict:
+    """Check the graph written to `tmp` against `src_dir`'s (ORT, unoptimized) on real `texts`."""
+    check_onnx_file(tmp / ONNX_FILE)
+    reference = open_session(src_dir / ONNX_FILE, SessionConfig(optimization="disable"))
+    session = open_session(tmp / ONNX_FILE, candidate)
+    feeds = parity_feeds(load_tokenizer(src_dir, max_length), spread_by_length(texts, parity.n_texts),
+                         input_names(reference), parity.batch_size)
+    return check_parity(ort_runner(reference), ort_runner(session), feeds, parity, what)

@@ -6,6 +6,7 @@ carries `index` (positions in the train set) so that a loss can look up per-exam
 """
 
 import copy
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class TrainResult:
 
 
 LossFn = Callable[[object, dict], object]
+log = logging.getLogger(__name__)
 
 
 def _default_loss(outputs, batch):
@@ -103,6 +105,8 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
             loss = _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn, progress, epoch)
             metrics, _ = evaluate_classifier(accelerator.unwrap_model(model), tokenizer, validation, cfg.max_length)
             history.append({"epoch": epoch, "train_loss": loss, "val_accuracy": metrics["accuracy"]})
+            log.info("epoch %d/%d: train loss %.4f, validation accuracy %.4f", epoch, cfg.epochs, loss,
+                     metrics["accuracy"])
             if best is None or metrics["accuracy"] > best[1]:
                 state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())
                 best = (epoch, metrics["accuracy"], state)

@@ -42,7 +42,7 @@ def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu
     """{"fixed": {p50_ms, ...}, "natural": {...}, "providers_used"} of an ONNX artifact or a torch model dir."""
     import onnxruntime
 
-    from edgepress.export.onnx import ort_runner
+    from edgepress.export.parity import ort_runner
 
     path = onnx_path(artifact)
     model_dir = path.parent if path else artifact

@@ -28,29 +28,45 @@ def build_report(run: RunDir) -> dict:
     }
 
 
-def _row(name: str, metrics: dict) -> str:
+def _row(name: str, status: str, metrics: dict) -> str:
+    if "accuracy" not in metrics:  # the stage stopped before it could be measured (a parity miss)
+        return f"| {name} | {status} | – | – | – | – |"
     lo, hi = metrics["accuracy_ci95"]
-    size = metrics["size_bytes"] / 1e6
     cpu = metrics.get("latency", {}).get("cpu")
     latency = f"{cpu['p50_ms']:.2f} / {cpu['natural']['p50_ms']:.2f}" if cpu else "–"
-    return (f"| {name} | {metrics['accuracy']:.4f} | [{lo:.4f}, {hi:.4f}] | {metrics['n_test']} | {size:.1f} "
-            f"| {latency} |")
+    return (f"| {name} | {status} | {metrics['accuracy']:.4f} [{lo:.4f}, {hi:.4f}] "
+            f"| {metrics['size_bytes'] / 1e6:.1f} | {latency} | {metrics['params']:,} |")
+
+
+def _gate_lines(stage: dict) -> list[str]:
+    lines = []
+    for g in stage["gates"]:
+        value = "not measured" if g["value"] is None else f"{g['value']:.4g}"
+        lines.append(f"- {'✓' if g['passed'] else '✗'} `{stage['name']}` {g['kind']}.{g['rule']}: {value} "
+                     f"(limit {g['limit']:g})")
+    return lines
 
 
 def render_markdown(report: dict) -> str:
-    env = report["environment"]
-    rows = [_row("baseline", report["baseline"]["metrics"])]
-    rows += [_row(f"{s['name']} ({s['status']})", s["metrics"]) for s in report["stages"]]
+    env, base = report["environment"], report["baseline"]["metrics"]
+    rows = [_row("baseline", "–", base)] + [_row(s["name"], s["status"], s["metrics"]) for s in report["stages"]]
+    gates = [line for stage in report["stages"] for line in _gate_lines(stage)]
     return "\n".join([
         "# edgepress report",
         "",
         f"Data: `{report['data']['source']}` ({report['data']['sizes']}). "
-        f"Machine: {env['cpu']}, {env['cores']} cores, {env['threads']} threads; torch {env['torch']}, "
-        f"onnxruntime {env['onnxruntime']}.",
+        f"Machine: {env['cpu']}, {env['cores']} cores; torch {env['torch']}, onnxruntime {env['onnxruntime']}.",
         "",
-        "| stage | accuracy | 95% CI | n | size (MB) | CPU p50 ms: fixed shape / natural lengths |",
+        f"Accuracy on {base['n_test']} test examples with its 95% CI; CPU latency p50 in ms at the fixed shape / "
+        "test sentences at natural length.",
+        "",
+        "| stage | status | accuracy [95% CI] | size (MB) | CPU p50 ms | params |",
         "|---|---|---|---|---|---|",
         *rows,
+        "",
+        "## Gates",
+        "",
+        *(gates or ["(no gates)"]),
         "",
         f"Final: `{report['final']['artifact']}`",
         "",

@@ -27,12 +27,17 @@ class RunDir:
         write_json(self.root / "data_split.json", data.manifest())
 
     def write_stage(self, index: int, name: str, *, method: str, artifact: str, config: dict, metrics: dict,
-                    status: str = "passed", gates: list[dict] | None = None) -> Path:
-        """Write one stage's record; metrics.json and config.json first, stage.json (which marks it done) last."""
+                    status: str = "passed", gates: list[dict] | None = None, details: dict | None = None,
+                    predictions: dict | None = None) -> Path:
+        """Write one stage's record; config, metrics and test predictions first, stage.json (which marks it done)
+        last. `details` is what the method recorded (parity numbers, fused ops, attempts)."""
         folder = self.stage_dir(index, name)
         write_json(folder / "config.json", config)
         write_json(folder / "metrics.json", metrics)
-        record = {"name": name, "method": method, "status": status, "artifact": artifact, "gates": gates or []}
+        if predictions is not None:
+            write_json(folder / "predictions.json", predictions)
+        record = {"name": name, "method": method, "status": status, "artifact": artifact, "gates": gates or [],
+                  "details": details or {}}
         write_json(folder / "stage.json", record)
         return folder
 

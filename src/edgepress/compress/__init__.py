@@ -1,0 +1,1 @@
+"""Compression methods, torch-side and ONNX-side: one frozen config and one function per method."""

@@ -1,0 +1,48 @@
+"""Gates: every limit a stage's config sets, checked against its measured metrics. Each check becomes a record
+{kind, rule, limit, value, passed}; a stage passes when all of them pass."""
+
+from edgepress.pipeline.config import Gates
+
+
+def _check(kind: str, rule: str, limit: float, value: float | None, ok_when_below: bool) -> dict:
+    passed = value is not None and (value <= limit if ok_when_below else value >= limit)
+    return {"kind": kind, "rule": rule, "limit": limit, "value": value, "passed": bool(passed)}
+
+
+def _latency(metrics: dict, provider: str) -> dict | None:
+    return metrics.get("latency", {}).get(provider)
+
+
+def evaluate_gates(gates: Gates, metrics: dict, baseline: dict, previous: dict, parity: dict | None) -> list[dict]:
+    """The gate records of one stage: `metrics` of the stage, `baseline` and `previous` stage metrics, and the
+    parity numbers the method measured (None for methods that change no graph)."""
+    results = []
+    if (a := gates.accuracy) is not None:
+        if a.max_drop is not None:
+            results.append(_check("accuracy", "max_drop", a.max_drop, baseline["accuracy"] - metrics["accuracy"], True))
+        if a.max_stage_drop is not None:
+            drop = previous["accuracy"] - metrics["accuracy"]
+            results.append(_check("accuracy", "max_stage_drop", a.max_stage_drop, drop, True))
+        if a.min is not None:
+            results.append(_check("accuracy", "min", a.min, metrics["accuracy"], False))
+    if (g := gates.latency) is not None:
+        now, base = _latency(metrics, g.provider), _latency(baseline, g.provider)
+        if g.max_p50_ms is not None:
+            results.append(_check("latency", "max_p50_ms", g.max_p50_ms, now and now["p50_ms"], True))
+        if g.max_p90_ms is not None:
+            results.append(_check("latency", "max_p90_ms", g.max_p90_ms, now and now["p90_ms"], True))
+        if g.min_speedup is not None:
+            speedup = base["p50_ms"] / now["p50_ms"] if now and base else None
+            results.append(_check("latency", "min_speedup", g.min_speedup, speedup, False))
+    if (s := gates.size) is not None:
+        if s.max_mb is not None:
+            results.append(_check("size", "max_mb", s.max_mb, metrics["size_bytes"] / 1e6, True))
+        if s.min_ratio is not None:
+            results.append(_check("size", "min_ratio", s.min_ratio, baseline["size_bytes"] / metrics["size_bytes"],
+                                  False))
+    if (p := gates.parity) is not None:
+        if p.max_abs_diff is not None:
+            results.append(_check("parity", "max_abs_diff", p.max_abs_diff, parity and parity["max_abs_diff"], True))
+        if p.min_agreement is not None:
+            results.append(_check("parity", "min_agreement", p.min_agreement, parity and parity["agreement"], False))
+    return results

@@ -1,0 +1,55 @@
+"""Metrics of any artifact (a torch model dir or an ONNX dir): accuracy with CIs on the test split, the paired drop
+against the baseline, parameters, size, and latency on every runtime provider."""
+
+from pathlib import Path
+
+import numpy as np
+
+from edgepress.data import DataSplits
+from edgepress.data.metrics import classification_metrics
+from edgepress.models.introspect import size_metrics
+from edgepress.pipeline.latency import latency_metrics, onnx_path
+from edgepress.runtime.latency import LatencyConfig
+
+EVAL_BATCH = 64
+
+
+def onnx_predictions(model_dir: Path, texts: tuple[str, ...], max_length: int, threads: int | None) -> np.ndarray:
+    """Predicted ids of an ONNX dir on `texts` (CPU), length-sorted batches padded to their longest text."""
+    from edgepress.runtime.predictor import Predictor
+
+    predictor = Predictor(model_dir, threads=threads, max_length=max_length)
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    preds = np.zeros(len(texts), dtype=np.int64)
+    for start in range(0, len(texts), EVAL_BATCH):
+        chunk = order[start : start + EVAL_BATCH]
+        preds[chunk] = predictor.logits([texts[i] for i in chunk]).argmax(axis=1)
+    return preds
+
+
+def onnx_param_counts(path: Path) -> dict:
+    """params and nonzero_params over the graph's initializers (weights, biases, quantization scales)."""
+    import onnx
+    from onnx import numpy_helper
+
+    arrays = [numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer]
+    total = sum(a.size for a in arrays)
+    nonzero = sum(int(np.count_nonzero(a)) for a in arrays)
+    return {"params": total, "nonzero_params": nonzero, "sparsity": 1 - nonzero / total}
+
+
+def measure_artifact(artifact: Path, data: DataSplits, max_length: int, providers: tuple[str, ...],
+                     threads: int | None, latency: LatencyConfig) -> tuple[dict, np.ndarray]:
+    """(metrics, test predictions) of a torch model dir or ONNX dir."""
+    path = onnx_path(artifact)
+    if path is None:
+        from edgepress.pipeline.baseline import measure_model_dir
+
+        metrics, preds = measure_model_dir(artifact, data, max_length)
+        providers = tuple(p for p in providers if p == "cpu")  # torch models are timed on CPU
+    else:
+        preds = onnx_predictions(artifact, data.test.texts, max_length, threads)
+        metrics = {**classification_metrics(data.test.labels, preds), **onnx_param_counts(path),
+                   **size_metrics(path)}
+    metrics["latency"] = {p: latency_metrics(artifact, data.test.texts, p, threads, latency) for p in providers}
+    return metrics, preds

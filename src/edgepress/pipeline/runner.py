@@ -1,0 +1,142 @@
+"""`edgepress run`: baseline, then each stage in order; after every stage measure, then gate. A stage that misses a
+gate tries its fallbacks; when none passes the run stops (GateFailed, exit 3). The report is written either way."""
+
+import logging
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from edgepress.configs import build
+from edgepress.data import DataSplits, load_data
+from edgepress.data.metrics import accuracy_drop_ci95
+from edgepress.errors import ExportParityError, GateFailed
+from edgepress.files import read_json, write_json
+from edgepress.models.loading import label2id_of
+from edgepress.models.teacher import resolve_model
+from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, StageConfig
+from edgepress.pipeline.environment import environment
+from edgepress.pipeline.gates import evaluate_gates
+from edgepress.pipeline.measure import measure_artifact
+from edgepress.pipeline.report import write_report
+from edgepress.pipeline.rundir import RunDir, attach_log
+from edgepress.registry import METHODS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    """What one attempt at a stage produced."""
+
+    method: str
+    config: dict
+    status: str
+    metrics: dict
+    preds: np.ndarray | None
+    gates: list[dict]
+    details: dict
+
+
+def _with_parity_limits(params: dict, gate: ParityGate | None, config_type) -> dict:
+    """A parity gate's limits become the method's own parity tolerance (the method checks parity itself)."""
+    if gate is None or "parity" not in config_type.model_fields:
+        return params
+    limits = {k: v for k, v in gate.model_dump().items() if v is not None}
+    return {**params, "parity": {**params.get("parity", {}), **limits}}
+
+
+def _parity_failure(error: ExportParityError, cfg) -> tuple[list[dict], dict]:
+    gate = ParityGate(max_abs_diff=cfg.parity.max_abs_diff, min_agreement=cfg.parity.min_agreement)
+    gates = evaluate_gates(Gates(parity=gate), {}, {}, {}, error.result)
+    return gates, {"error": str(error), "parity": error.result}
+
+
+def _attempt(stage: StageConfig, method: str, params: dict, src: Path, dst: Path, ctx: dict) -> Outcome:
+    spec = METHODS[method]
+    cfg = build(spec.config, _with_parity_limits(params, stage.gates.parity, spec.config), where=f"stage {stage.name}")
+    log.info("stage %s: %s %s", stage.name, method, cfg.model_dump(mode="json"))
+    try:
+        details = spec.run(src, dst, ctx["data"].validation.texts, cfg)
+    except ExportParityError as e:
+        gates, details = _parity_failure(e, cfg)
+        return Outcome(method, cfg.model_dump(mode="json"), "failed", {}, None, gates, details)
+    metrics, preds = ctx["measure"](dst)
+    metrics["accuracy_drop_ci95"] = accuracy_drop_ci95(ctx["data"].test.labels, ctx["baseline_preds"], preds)
+    gates = evaluate_gates(stage.gates, metrics, ctx["baseline"], ctx["previous"], details.get("parity"))
+    status = "passed" if all(g["passed"] for g in gates) else "failed"
+    return Outcome(method, cfg.model_dump(mode="json"), status, metrics, preds, gates, details)
+
+
+def _run_stage(run: RunDir, index: int, stage: StageConfig, src: Path, ctx: dict) -> Outcome:
+    """Every attempt (the stage's method, then its fallbacks) until one passes; the stage record is written."""
+    folder = run.stage_dir(index, stage.name)
+    tries = [(stage.method, stage.params), *((a.method, a.params) for a in stage.on_fail.fallback)]
+    attempts = []
+    for method, params in tries:
+        outcome = _attempt(stage, method, params, src, folder / "model", ctx)
+        attempts.append({"method": method, "status": outcome.status, "gates": outcome.gates,
+                         **({"error": outcome.details["error"]} if "error" in outcome.details else {})})
+        if outcome.status == "passed":
+            break
+        log.warning("stage %s: %s missed a gate: %s", stage.name, method,
+                    [g for g in outcome.gates if not g["passed"]])
+    config = {"stage": stage.model_dump(mode="json"), "method": outcome.method, "params": outcome.config}
+    run.write_stage(index, stage.name, method=outcome.method, artifact=str(folder / "model"), config=config,
+                    metrics=outcome.metrics, status=outcome.status, gates=outcome.gates,
+                    details={**outcome.details, "attempts": attempts},
+                    predictions=_predictions(ctx["data"], outcome.preds))
+    return outcome
+
+
+def _predictions(data: DataSplits, preds: np.ndarray | None) -> dict | None:
+    if preds is None:
+        return None
+    return {"ids": list(data.test.ids), "labels": data.test.labels.tolist(), "predictions": preds.tolist()}
+
+
+def _baseline(run: RunDir, cfg: PipelineConfig, model_dir: Path, ctx: dict) -> None:
+    metrics, preds = ctx["measure"](model_dir)
+    config = {"model": cfg.model, "model_dir": str(model_dir), "runtime": cfg.runtime.model_dump(mode="json")}
+    run.write_stage(0, "baseline", method="baseline", artifact=str(model_dir), config=config, metrics=metrics,
+                    predictions=_predictions(ctx["data"], preds))
+    ctx.update(baseline=metrics, previous=metrics, baseline_preds=preds)
+    log.info("baseline: accuracy %.4f %s", metrics["accuracy"], metrics["accuracy_ci95"])
+
+
+def run_pipeline(cfg: PipelineConfig, out: Path) -> dict:
+    """Run `cfg` into `out`; returns the report. Raises GateFailed (after writing the report) when a stage and all
+    its fallbacks miss a gate."""
+    run = RunDir(Path(out))
+    handler = attach_log(run.root)
+    try:
+        model_dir = resolve_model(cfg.model)
+        data = load_data(cfg.data, label2id_of(model_dir))
+        run.write_split(data)
+        write_json(run.root / "run.json", {"config": cfg.model_dump(mode="json"), "environment": environment()})
+        measure = partial(measure_artifact, data=data, max_length=cfg.data.max_length,
+                          providers=cfg.runtime.providers, threads=cfg.runtime.threads, latency=cfg.runtime.latency)
+        ctx = {"data": data, "measure": measure}
+        _baseline(run, cfg, model_dir, ctx)
+        src, failed = model_dir, None
+        for index, stage in enumerate(cfg.stages, start=1):
+            outcome = _run_stage(run, index, stage, src, ctx)
+            if outcome.status != "passed":
+                failed = (stage, outcome)
+                break
+            src, ctx["previous"] = run.stage_dir(index, stage.name) / "model", outcome.metrics
+        report = write_report(run)
+    finally:
+        logging.getLogger("edgepress").removeHandler(handler)
+        handler.close()
+    if failed:
+        stage, outcome = failed
+        missed = "; ".join(f"{g['kind']}.{g['rule']}: {g['value']} vs limit {g['limit']}"
+                           for g in outcome.gates if not g["passed"])
+        raise GateFailed(f"stage '{stage.name}' missed its gates ({missed}); report: {run.root / 'report.json'}")
+    return report
+
+
+def read_report(out: Path) -> dict:
+    return read_json(Path(out) / "report.json")

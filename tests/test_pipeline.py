@@ -1,0 +1,123 @@
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from edgepress.cli.app import app
+from edgepress.errors import ConfigError, GateFailed
+from edgepress.pipeline import runner
+from edgepress.pipeline.config import Gates, PipelineConfig, load_config
+from edgepress.pipeline.gates import evaluate_gates
+from edgepress.registry import METHODS
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = sorted([*ROOT.glob("examples/*.yaml"), ROOT / "src/edgepress/pipeline/demo.yaml"])
+FAST_RUNTIME = {"threads": 1, "latency": {"warmup": 1, "runs": 5}}
+
+
+def write_yaml(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_every_shipped_config_validates(path):
+    cfg = load_config(path)
+    assert all(stage.method in METHODS for stage in cfg.stages)
+
+
+def test_validate_lists_every_problem(tmp_path):
+    path = write_yaml(tmp_path / "bad.yaml", {
+        "data": {"source": "x.csv", "max_len": 3},
+        "stages": [{"name": "q", "method": "int8-dynamic", "params": {"per_chanel": True}},
+                   {"name": "p", "method": "prune-everything"}],
+    })
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    message = str(e.value)
+    assert "(3 problem(s))" in message
+    assert "✗ data.max_len: unknown key" in message
+    assert "params of int8-dynamic: per_chanel: Extra inputs are not permitted" in message
+    assert "unknown method 'prune-everything': choose from export, optimize, fp16, int8-dynamic" in message
+
+
+def test_stage_order_and_names_are_checked():
+    with pytest.raises(ValueError, match=r"stage 'q' \(int8-dynamic\) needs a onnx model but gets a torch one"):
+        PipelineConfig.model_validate({"stages": [{"name": "q", "method": "int8-dynamic"}]})
+    with pytest.raises(ValueError, match=r"stage names must be unique; repeated: e"):
+        PipelineConfig.model_validate({"stages": [{"name": "e", "method": "export"}, {"name": "e", "method": "fp16"}]})
+
+
+def test_missing_config_and_bad_yaml_exit_2(tmp_path):
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2 and "does not exist" in result.output
+    (tmp_path / "broken.yaml").write_text("stages: [\n")
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / "broken.yaml")])
+    assert result.exit_code == 2 and "is not valid YAML" in result.output
+
+
+def test_gates_compare_each_limit():
+    gates = Gates.model_validate({
+        "accuracy": {"max_drop": 0.01, "max_stage_drop": 0.005, "min": 0.8},
+        "latency": {"provider": "cpu", "min_speedup": 1.5, "max_p50_ms": 5},
+        "size": {"max_mb": 30, "min_ratio": 3},
+        "parity": {"max_abs_diff": 1e-3, "min_agreement": 0.99},
+    })
+    baseline = {"accuracy": 0.85, "size_bytes": 90e6, "latency": {"cpu": {"p50_ms": 12.0}}}
+    previous = {"accuracy": 0.846}
+    stage = {"accuracy": 0.842, "size_bytes": 25e6, "latency": {"cpu": {"p50_ms": 6.0, "p90_ms": 7.0}}}
+    results = {(g["kind"], g["rule"]): g for g in
+               evaluate_gates(gates, stage, baseline, previous, {"max_abs_diff": 2e-3, "agreement": 1.0})}
+    drop = results["accuracy", "max_drop"]
+    assert drop["passed"] and drop["value"] == pytest.approx(0.008)
+    assert results["accuracy", "max_stage_drop"]["passed"]
+    assert results["latency", "min_speedup"]["value"] == 2.0 and results["latency", "min_speedup"]["passed"]
+    assert not results["latency", "max_p50_ms"]["passed"]
+    assert results["size", "max_mb"]["passed"] and results["size", "min_ratio"]["value"] == pytest.approx(3.6)
+    assert not results["parity", "max_abs_diff"]["passed"] and results["parity", "min_agreement"]["passed"]
+
+
+def test_gate_on_an_unmeasured_provider_fails():
+    gates = Gates.model_validate({"latency": {"provider": "cuda", "max_p50_ms": 5}})
+    [result] = evaluate_gates(gates, {"latency": {}}, {"latency": {}}, {}, None)
+    assert result["value"] is None and not result["passed"]
+
+
+def run_config(tmp_path, stages) -> Path:
+    return write_yaml(tmp_path / "p.yaml", {"runtime": FAST_RUNTIME, "stages": stages})
+
+
+def test_failed_gate_tries_fallbacks_then_exits_3_with_the_report(monkeypatch, tmp_path, tiny_model_dir):
+    monkeypatch.setattr(runner, "resolve_model", lambda spec: tiny_model_dir)
+    path = run_config(tmp_path, [
+        {"name": "export", "method": "export"},
+        {"name": "int8", "method": "int8-dynamic", "gates": {"accuracy": {"min": 0.99}},  # untrained: ~0.5
+         "on_fail": {"fallback": [{"method": "int8-dynamic", "params": {"per_channel": True}}]}},
+        {"name": "never", "method": "optimize"},
+    ])
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 3, result.output
+    assert "stage 'int8' missed its gates (accuracy.min:" in result.output
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert [s["status"] for s in report["stages"]] == ["passed", "failed"]
+    attempts = report["stages"][1]["details"]["attempts"]
+    assert [a["method"] for a in attempts] == ["int8-dynamic", "int8-dynamic"]
+    config = json.loads((tmp_path / "run" / "stages" / "02-int8" / "config.json").read_text())
+    assert config["params"]["per_channel"] is True  # the last attempt's exact config
+    assert report["final"]["artifact"].endswith("01-export/model")
+
+
+def test_parity_gate_tightens_the_methods_check(monkeypatch, tmp_path, tiny_model_dir):
+    monkeypatch.setattr(runner, "resolve_model", lambda spec: tiny_model_dir)
+    path = run_config(tmp_path, [
+        {"name": "export", "method": "export"},
+        {"name": "int8", "method": "int8-dynamic", "gates": {"parity": {"max_abs_diff": 1e-9}}},
+    ])
+    with pytest.raises(GateFailed, match=r"parity.max_abs_diff"):
+        runner.run_pipeline(load_config(path), tmp_path / "run")
+    stage = json.loads((tmp_path / "run" / "stages" / "02-int8" / "stage.json").read_text())
+    assert stage["status"] == "failed" and "does not match its reference" in stage["details"]["error"]
+    assert stage["gates"][0]["value"] > 1e-9
+    assert "| int8 | failed | – |" in (tmp_path / "run" / "report.md").read_text()
