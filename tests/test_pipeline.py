@@ -99,7 +99,7 @@ def test_failed_gate_tries_fallbacks_then_exits_3_with_the_report(monkeypatch, t
     ])
     result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "run")])
     assert result.exit_code == 3, result.output
-    assert "stage 'int8' missed its gates (accuracy.min:" in result.output
+    assert "stage 'int8' missed its gates (accuracy.min" in result.output
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert [s["status"] for s in report["stages"]] == ["passed", "failed"]
     attempts = report["stages"][1]["details"]["attempts"]
@@ -107,6 +107,7 @@ def test_failed_gate_tries_fallbacks_then_exits_3_with_the_report(monkeypatch, t
     config = json.loads((tmp_path / "run" / "stages" / "02-int8" / "config.json").read_text())
     assert config["params"]["per_channel"] is True  # the last attempt's exact config
     assert report["final"]["artifact"].endswith("01-export/model")
+    assert "`int8` attempt 2: int8-dynamic failed" in (tmp_path / "run" / "report.md").read_text()
 
 
 def test_parity_gate_tightens_the_methods_check(monkeypatch, tmp_path, tiny_model_dir):

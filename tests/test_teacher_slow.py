@@ -13,10 +13,15 @@ def test_demo_quick_reaches_the_teachers_accuracy(tmp_path):
 
     result = CliRunner().invoke(app, ["demo", "--quick", "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
-    metrics = json.loads((tmp_path / "run" / "report.json").read_text())["baseline"]["metrics"]
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    metrics = report["baseline"]["metrics"]
     assert metrics["accuracy"] >= 0.83
     assert 1000 < metrics["n_test"] < 1100
     assert metrics["accuracy_ci95"][1] - metrics["accuracy_ci95"][0] < 0.06
+    assert [s["status"] for s in report["stages"]] == ["passed", "passed", "passed"]
+    assert report["stages"][0]["details"]["parity"]["max_abs_diff"] <= 1e-4
+    assert report["final"]["metrics"]["accuracy"] >= 0.82
+    assert report["final"]["metrics"]["size_bytes"] < metrics["size_bytes"] / 3
 
 
 @pytest.mark.slow

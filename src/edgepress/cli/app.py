@@ -211,4 +211,5 @@ def main() -> None:
     handler = RichHandler(console=err, show_path=False, show_level=False)
     logging.getLogger("edgepress").addHandler(handler)
     logging.getLogger("edgepress").setLevel(logging.INFO)  # progress of long steps (teacher epochs, stages)
+    logging.getLogger("edgepress").propagate = False  # libraries that configure the root logger would repeat it
     app()

@@ -29,7 +29,7 @@ class Int8DynamicConfig(BaseModel):
     per_channel: bool = Field(False, description="one scale per output channel of each weight")
     reduce_range: bool = Field(False, description="7-bit weights, for CPUs without VNNI that saturate otherwise")
     max_length: int = Field(128, ge=8)
-    parity: ParityConfig = ParityConfig(max_abs_diff=1.0, min_agreement=0.95)
+    parity: ParityConfig = ParityConfig(max_abs_diff=1.5, min_agreement=0.9)  # a broken graph, not a close call
 
 
 def int8_dynamic(src_dir: Path, out_dir: Path, texts: tuple[str, ...],

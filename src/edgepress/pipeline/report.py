@@ -39,7 +39,9 @@ def _row(name: str, status: str, metrics: dict) -> str:
 
 
 def _gate_lines(stage: dict) -> list[str]:
-    lines = []
+    attempts = stage.get("details", {}).get("attempts", [])
+    lines = [f"- `{stage['name']}` attempt {i}: {a['method']} {a['status']}" for i, a in enumerate(attempts, 1)
+             if len(attempts) > 1]
     for g in stage["gates"]:
         value = "not measured" if g["value"] is None else f"{g['value']:.4g}"
         lines.append(f"- {'✓' if g['passed'] else '✗'} `{stage['name']}` {g['kind']}.{g['rule']}: {value} "

@@ -1,6 +1,7 @@
 """`edgepress run`: baseline, then each stage in order; after every stage measure, then gate. A stage that misses a
 gate tries its fallbacks; when none passes the run stops (GateFailed, exit 3). The report is written either way."""
 
+import json
 import logging
 from dataclasses import dataclass
 from functools import partial
@@ -56,7 +57,7 @@ def _parity_failure(error: ExportParityError, cfg) -> tuple[list[dict], dict]:
 def _attempt(stage: StageConfig, method: str, params: dict, src: Path, dst: Path, ctx: dict) -> Outcome:
     spec = METHODS[method]
     cfg = build(spec.config, _with_parity_limits(params, stage.gates.parity, spec.config), where=f"stage {stage.name}")
-    log.info("stage %s: %s %s", stage.name, method, cfg.model_dump(mode="json"))
+    log.info("stage %s: %s %s", stage.name, method, json.dumps(params) if params else "(defaults)")
     try:
         details = spec.run(src, dst, ctx["data"].validation.texts, cfg)
     except ExportParityError as e:
@@ -67,6 +68,10 @@ def _attempt(stage: StageConfig, method: str, params: dict, src: Path, dst: Path
     gates = evaluate_gates(stage.gates, metrics, ctx["baseline"], ctx["previous"], details.get("parity"))
     status = "passed" if all(g["passed"] for g in gates) else "failed"
     return Outcome(method, cfg.model_dump(mode="json"), status, metrics, preds, gates, details)
+
+
+def _missed(gates: list[dict]) -> str:
+    return "; ".join(f"{g['kind']}.{g['rule']} {g['value']} vs limit {g['limit']}" for g in gates if not g["passed"])
 
 
 def _run_stage(run: RunDir, index: int, stage: StageConfig, src: Path, ctx: dict) -> Outcome:
@@ -80,8 +85,7 @@ def _run_stage(run: RunDir, index: int, stage: StageConfig, src: Path, ctx: dict
                          **({"error": outcome.details["error"]} if "error" in outcome.details else {})})
         if outcome.status == "passed":
             break
-        log.warning("stage %s: %s missed a gate: %s", stage.name, method,
-                    [g for g in outcome.gates if not g["passed"]])
+        log.warning("stage %s: %s missed %s", stage.name, method, _missed(outcome.gates))
     config = {"stage": stage.model_dump(mode="json"), "method": outcome.method, "params": outcome.config}
     run.write_stage(index, stage.name, method=outcome.method, artifact=str(folder / "model"), config=config,
                     metrics=outcome.metrics, status=outcome.status, gates=outcome.gates,
@@ -132,9 +136,8 @@ def run_pipeline(cfg: PipelineConfig, out: Path) -> dict:
         handler.close()
     if failed:
         stage, outcome = failed
-        missed = "; ".join(f"{g['kind']}.{g['rule']}: {g['value']} vs limit {g['limit']}"
-                           for g in outcome.gates if not g["passed"])
-        raise GateFailed(f"stage '{stage.name}' missed its gates ({missed}); report: {run.root / 'report.json'}")
+        raise GateFailed(f"stage '{stage.name}' missed its gates ({_missed(outcome.gates)}); "
+                         f"report: {run.root / 'report.json'}")
     return report
 
 
