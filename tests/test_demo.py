@@ -32,7 +32,8 @@ def test_demo_writes_the_contract_report(tiny_demo):
     assert metrics["accuracy_ci95"][0] <= metrics["accuracy"] <= metrics["accuracy_ci95"][1]
     assert [s["name"] for s in report["stages"]] == ["export", "fuse", "int8"]
     assert all(s["status"] == "passed" for s in report["stages"])
-    assert report["final"]["artifact"].endswith("03-int8/model")
+    assert report["final"]["artifact"] == str(tiny_demo / "final")
+    assert report["final"]["metrics"] == report["stages"][-1]["metrics"]
     for stage in report["stages"]:
         assert {"name", "method", "status", "artifact", "metrics", "gates"} <= set(stage)
         assert {"kind", "rule", "limit", "value", "passed"} <= set(stage["gates"][0])
@@ -58,3 +59,26 @@ def test_demo_records_the_split_and_each_stage(tiny_demo):
     assert "baseline: accuracy" in log and "stage int8: int8-dynamic" in log
     markdown = (tiny_demo / "report.md").read_text()
     assert "| baseline |" in markdown and "✓ `int8` accuracy.max_drop" in markdown
+
+
+def test_final_bundle_is_the_gated_model_with_a_manifest(tiny_demo):
+    from edgepress.runtime.predictor import Predictor
+
+    demo.run_demo(tiny_demo)
+    final = tiny_demo / "final"
+    manifest = json.loads((final / "edgepress.json").read_text())
+    assert manifest["stages"] == ["export", "fuse", "int8"] and manifest["max_length"] == 128
+    assert manifest["labels"] == {"0": "negative", "1": "positive"}
+    assert {"model.onnx", "tokenizer.json", "config.json"} <= set(manifest["files"])
+    gated = tiny_demo / "stages" / "03-int8" / "model" / "model.onnx"
+    assert (final / "model.onnx").read_bytes() == gated.read_bytes()
+    assert Predictor(final).predict(["a gorgeous, moving film"])[0].label in ("negative", "positive")
+
+
+def test_a_rerun_into_the_same_dir_leaves_nothing_of_the_first(tiny_demo):
+    demo.run_demo(tiny_demo)
+    (tiny_demo / "stages" / "07-stale").mkdir()
+    (tiny_demo / "stages" / "07-stale" / "stage.json").write_text("{}")
+    demo.run_demo(tiny_demo)
+    assert sorted(p.name for p in (tiny_demo / "stages").iterdir()) == ["00-baseline", "01-export", "02-fuse",
+                                                                         "03-int8"]

@@ -107,6 +107,7 @@ def test_failed_gate_tries_fallbacks_then_exits_3_with_the_report(monkeypatch, t
     config = json.loads((tmp_path / "run" / "stages" / "02-int8" / "config.json").read_text())
     assert config["params"]["per_channel"] is True  # the last attempt's exact config
     assert report["final"]["artifact"].endswith("01-export/model")
+    assert not (tmp_path / "run" / "final").exists()  # a run that missed a gate hands over no bundle
     assert "`int8` attempt 2: int8-dynamic failed" in (tmp_path / "run" / "report.md").read_text()
 
 

@@ -15,6 +15,8 @@ def build_report(run: RunDir) -> dict:
     baseline, stages = records[0], records[1:]
     passed = [s for s in stages if s["status"] == "passed"]
     final = passed[-1] if passed else baseline
+    bundle = run.root / "final"
+    final_artifact = str(bundle) if (bundle / "edgepress.json").is_file() else final["artifact"]
     meta = read_json(run.root / "run.json")
     split = read_json(run.root / "data_split.json")
     return {
@@ -24,7 +26,7 @@ def build_report(run: RunDir) -> dict:
         "data": {key: split[key] for key in ("source", "id2label", "sizes", "sha256")},
         "baseline": {"artifact": baseline["artifact"], "metrics": baseline["metrics"]},
         "stages": stages,
-        "final": {"artifact": final["artifact"], "metrics": final["metrics"]},
+        "final": {"artifact": final_artifact, "metrics": final["metrics"]},
     }
 
 

@@ -2,6 +2,7 @@
 only from these files."""
 
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,14 @@ STAGE_FILES = ("stage.json", "config.json", "metrics.json")
 @dataclass(frozen=True)
 class RunDir:
     root: Path
+
+    def clear(self) -> None:
+        """Remove what an earlier run left here (edgepress' own files only), so a report never mixes two runs."""
+        for name in ("stages", "final"):
+            if (self.root / name).is_dir():
+                shutil.rmtree(self.root / name)
+        for name in ("report.json", "report.md", "report.html", "run.json", "data_split.json", "run.log"):
+            (self.root / name).unlink(missing_ok=True)
 
     def stage_dir(self, index: int, name: str) -> Path:
         return self.root / "stages" / f"{index:02d}-{name}"

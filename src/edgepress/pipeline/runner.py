@@ -12,13 +12,15 @@ import numpy as np
 from edgepress.configs import build
 from edgepress.data import DataSplits, load_data
 from edgepress.data.metrics import accuracy_drop_ci95
+from edgepress.deploy.bundle import write_bundle
 from edgepress.errors import ExportParityError, GateFailed
-from edgepress.files import read_json, write_json
+from edgepress.files import write_json
 from edgepress.models.loading import label2id_of
 from edgepress.models.teacher import resolve_model
 from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, StageConfig
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.gates import evaluate_gates
+from edgepress.pipeline.latency import onnx_path
 from edgepress.pipeline.measure import measure_artifact
 from edgepress.pipeline.report import write_report
 from edgepress.pipeline.rundir import RunDir, attach_log
@@ -109,10 +111,22 @@ def _baseline(run: RunDir, cfg: PipelineConfig, model_dir: Path, ctx: dict) -> N
     log.info("baseline: accuracy %.4f %s", metrics["accuracy"], metrics["accuracy_ci95"])
 
 
+def _final_bundle(run: RunDir, cfg: PipelineConfig, artifact: Path, data: DataSplits, metrics: dict) -> None:
+    """RUN_DIR/final: the model that passed every gate, shaped for a device (only when every stage passed)."""
+    summary = {k: metrics[k] for k in ("accuracy", "accuracy_ci95", "n_test", "size_bytes")}
+    summary["latency_p50_ms"] = {p: m["p50_ms"] for p, m in metrics.get("latency", {}).items()}
+    write_bundle(artifact, run.root / "final", {
+        "model": cfg.model, "data": data.source, "max_length": cfg.data.max_length,
+        "labels": {str(k): v for k, v in data.id2label.items()}, "stages": [s.name for s in cfg.stages],
+        "source_artifact": str(artifact), "metrics": summary, "target": cfg.runtime.target,
+    })
+
+
 def run_pipeline(cfg: PipelineConfig, out: Path) -> dict:
     """Run `cfg` into `out`; returns the report. Raises GateFailed (after writing the report) when a stage and all
     its fallbacks miss a gate."""
     run = RunDir(Path(out))
+    run.clear()
     handler = attach_log(run.root)
     try:
         model_dir = resolve_model(cfg.model)
@@ -130,6 +144,8 @@ def run_pipeline(cfg: PipelineConfig, out: Path) -> dict:
                 failed = (stage, outcome)
                 break
             src, ctx["previous"] = run.stage_dir(index, stage.name) / "model", outcome.metrics
+        if not failed and onnx_path(src) is not None:
+            _final_bundle(run, cfg, src, data, ctx["previous"])
         report = write_report(run)
     finally:
         logging.getLogger("edgepress").removeHandler(handler)
@@ -139,7 +155,3 @@ def run_pipeline(cfg: PipelineConfig, out: Path) -> dict:
         raise GateFailed(f"stage '{stage.name}' missed its gates ({_missed(outcome.gates)}); "
                          f"report: {run.root / 'report.json'}")
     return report
-
-
-def read_report(out: Path) -> dict:
-    return read_json(Path(out) / "report.json")
