@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -59,6 +60,11 @@ def test_demo_records_the_split_and_each_stage(tiny_demo):
     assert "baseline: accuracy" in log and "stage int8: int8-dynamic" in log
     markdown = (tiny_demo / "report.md").read_text()
     assert "| baseline |" in markdown and "✓ `int8` accuracy.max_drop" in markdown
+    html = (tiny_demo / "report.html").read_text()
+    assert html.count("<svg") == 3 and "<td>int8</td>" in html and "✓ int8: accuracy.max_drop" in html
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tiny_demo / "report.html").stat().st_mode & 0o777 == 0o666 & ~mask  # not mkstemp's 0600
 
 
 def test_final_bundle_is_the_gated_model_with_a_manifest(tiny_demo):

@@ -77,9 +77,24 @@ def render_markdown(report: dict) -> str:
     ])
 
 
+def render_html(report: dict) -> str:
+    """A self-contained page: the stage table, the gates, and the plots as inline SVG."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    from edgepress.pipeline.plots import stage_plots
+
+    env = Environment(loader=PackageLoader("edgepress.pipeline", "."), autoescape=select_autoescape(["html", "j2"]))
+    rows = [{"name": "baseline", "method": "baseline", "status": "passed", "m": report["baseline"]["metrics"]}]
+    rows += [{"name": s["name"], "method": s["method"], "status": s["status"], "m": s["metrics"]}
+             for s in report["stages"]]
+    return env.get_template("report.html.j2").render(report=report, env=report["environment"], rows=rows,
+                                                     plots=stage_plots(report))
+
+
 def write_report(run: RunDir) -> dict:
-    """Build the report from the run's files and write report.json and report.md."""
+    """Build the report from the run's files and write report.json, report.md and report.html."""
     report = build_report(run)
     write_json(run.root / "report.json", report)
     write_text(run.root / "report.md", render_markdown(report))
+    write_text(run.root / "report.html", render_html(report))
     return report

@@ -1,0 +1,56 @@
+"""The report's plots, as inline SVG: accuracy with its 95% CI, CPU latency, and size, per stage."""
+
+import io
+
+
+def _svg(figure) -> str:
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", bbox_inches="tight")
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]  # drop the XML prolog so it can sit inside HTML
+
+
+def _measured(report: dict) -> list[tuple[str, dict]]:
+    rows = [("baseline", report["baseline"]["metrics"])]
+    rows += [(s["name"], s["metrics"]) for s in report["stages"] if "accuracy" in s["metrics"]]
+    return rows
+
+
+def stage_plots(report: dict) -> dict[str, str]:
+    """{"accuracy": svg, "latency": svg, "size": svg} for the measured stages of `report`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = _measured(report)
+    names = [name for name, _ in rows]
+    x = range(len(rows))
+    plots = {}
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    acc = [m["accuracy"] for _, m in rows]
+    err = [[m["accuracy"] - m["accuracy_ci95"][0] for _, m in rows], [m["accuracy_ci95"][1] - m["accuracy"]
+                                                                      for _, m in rows]]
+    ax.errorbar(x, acc, yerr=err, fmt="o", capsize=4)
+    ax.set(xticks=list(x), xticklabels=names, ylabel="test accuracy (95% CI)")
+    plots["accuracy"] = _svg(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    cpu = [m.get("latency", {}).get("cpu") for _, m in rows]
+    fixed = [c["p50_ms"] if c else 0 for c in cpu]
+    natural = [c["natural"]["p50_ms"] if c else 0 for c in cpu]
+    ax.bar([i - 0.2 for i in x], fixed, width=0.4, label="fixed shape")
+    ax.bar([i + 0.2 for i in x], natural, width=0.4, label="natural lengths")
+    ax.set(xticks=list(x), xticklabels=names, ylabel="CPU p50 latency (ms)")
+    ax.legend()
+    plots["latency"] = _svg(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.bar(list(x), [m["size_bytes"] / 1e6 for _, m in rows], label="file")
+    ax.bar(list(x), [m["size_gzip_bytes"] / 1e6 for _, m in rows], width=0.5, label="gzip")
+    ax.set(xticks=list(x), xticklabels=names, ylabel="size (MB)")
+    ax.legend()
+    plots["size"] = _svg(fig)
+    plt.close("all")
+    return plots
