@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, optimize_onnx
 
@@ -36,4 +36,6 @@ METHODS: dict[str, Method] = {
                    "float16 weights and compute for CUDA; int64 inputs and float32 logits kept"),
     "int8-dynamic": Method(Int8DynamicConfig, int8_dynamic, "onnx", "onnx",
                            "int8 weights, activations quantized per call (onnxruntime.quantization)"),
+    "int8-static": Method(Int8StaticConfig, int8_static, "onnx", "onnx",
+                          "int8 weights and activations, ranges calibrated on real sentences (QDQ)"),
 }

@@ -1,0 +1,66 @@
+from collections import Counter
+
+import onnx
+import pytest
+
+from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
+from edgepress.errors import ConfigError
+from edgepress.export.optimize import optimize_onnx
+from edgepress.runtime.predictor import Predictor
+
+
+def op_counts(path) -> Counter:
+    return Counter(n.op_type for n in onnx.load(str(path / "model.onnx")).graph.node)
+
+
+@pytest.fixture(scope="module")
+def fused_dir(tmp_path_factory, tiny_onnx_dir, movie_data):
+    path = tmp_path_factory.mktemp("fused") / "f"
+    optimize_onnx(tiny_onnx_dir, path, movie_data.validation.texts)
+    return path
+
+
+def test_dynamic_int8_on_the_fused_graph_uses_integer_kernels(fused_dir, tmp_path, movie_data):
+    result = int8_dynamic(fused_dir, tmp_path / "q", movie_data.validation.texts)
+    ops = op_counts(tmp_path / "q")
+    # per layer: attention output, FFN in, FFN out; then pooler and classifier
+    assert ops["QAttention"] == 2 and ops["MatMulInteger"] == 2 * 3 + 2 and ops["DynamicQuantizeLinear"] > 0
+    assert "Attention" not in ops  # every attention became QAttention
+    graph = onnx.load(str(tmp_path / "q" / "model.onnx")).graph
+    types = {t.name: t.data_type for t in graph.initializer}
+    matmul_weights = [n.input[1] for n in graph.node if n.op_type in ("MatMulInteger", "QAttention")]
+    assert {types[w] for w in matmul_weights} == {onnx.TensorProto.INT8}  # u8 x s8: the fast integer kernels
+    assert result["parity"]["agreement"] >= 0.9
+    assert (tmp_path / "q" / "model.onnx").stat().st_size < 0.5 * (fused_dir / "model.onnx").stat().st_size
+
+
+def test_dynamic_int8_per_channel(tiny_onnx_dir, tmp_path, movie_data):
+    int8_dynamic(tiny_onnx_dir, tmp_path / "q", movie_data.validation.texts, Int8DynamicConfig(per_channel=True))
+    scales = [t for t in onnx.load(str(tmp_path / "q" / "model.onnx")).graph.initializer if t.name.endswith("_scale")]
+    assert any(len(t.dims) == 1 and t.dims[0] > 1 for t in scales)  # one scale per output channel
+
+
+def test_static_int8_keeps_activation_products_and_the_head_float(tiny_onnx_dir, tmp_path, movie_data):
+    result = int8_static(tiny_onnx_dir, tmp_path / "q", movie_data.validation.texts,
+                         Int8StaticConfig(calibration_size=32))
+    graph = onnx.load(str(tmp_path / "q" / "model.onnx")).graph
+    weights = {t.name for t in graph.initializer}
+    dequantized = {o for n in graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    for node in graph.node:
+        if node.op_type == "MatMul":
+            fed_by_weights = any(i in weights or i in dequantized for i in node.input)
+            if node.name in result["float_matmuls"]:
+                assert not any(i in dequantized for i in node.input), node.name
+            else:
+                assert fed_by_weights and all(i in dequantized for i in node.input), node.name
+    assert len([n for n in result["float_matmuls"] if "attention" in n]) == 4  # 2 layers x (scores, context)
+    assert result["float_matmuls"][-1] == "/classifier/Gemm"
+    assert result["quantized_ops"]["QuantizeLinear"] > 0
+    assert Predictor(tmp_path / "q").predict(["a gorgeous, moving film"])[0].label in ("negative", "positive")
+
+
+def test_static_int8_refuses_a_fused_graph(fused_dir, tmp_path, movie_data):
+    with pytest.raises(ConfigError, match=r"int8-static needs the unfused graph of an export stage; .* has fused ops "
+                                          r"\(Attention, .*\)\. Fix: put int8-static right after export"):
+        int8_static(fused_dir, tmp_path / "q", movie_data.validation.texts)
+    assert not (tmp_path / "q").exists()
