@@ -21,12 +21,12 @@ def save(model, tokenizer, path):
     return path
 
 
-def tiny_distilbert(tokenizer):
+def tiny_distilbert(tokenizer, n_layers: int = 2):
     import torch
     from transformers import DistilBertConfig, DistilBertForSequenceClassification
 
     torch.manual_seed(0)
-    config = DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
+    config = DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layers=n_layers, n_heads=2, hidden_dim=64,
                               max_position_embeddings=128, num_labels=2)
     return DistilBertForSequenceClassification(config).eval()
 

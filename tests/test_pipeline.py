@@ -40,7 +40,7 @@ def test_validate_lists_every_problem(tmp_path):
     assert "(3 problem(s))" in message
     assert "✗ data.max_len: unknown key" in message
     assert "params of int8-dynamic: per_chanel: Extra inputs are not permitted" in message
-    assert "unknown method 'prune-everything': choose from export, optimize, fp16, int8-dynamic, int8-static" in message
+    assert "unknown method 'prune-everything': choose from distill, export, optimize, fp16, int8-dynamic, int8-static" in message
 
 
 def test_stage_order_and_names_are_checked():
@@ -123,3 +123,21 @@ def test_parity_gate_tightens_the_methods_check(monkeypatch, tmp_path, tiny_mode
     assert stage["status"] == "failed" and "does not match its reference" in stage["details"]["error"]
     assert stage["gates"][0]["value"] > 1e-9
     assert "| int8 | failed | – |" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_quick_shortens_only_training_stages():
+    from edgepress.pipeline.demo import QUICK_EPOCHS, shortened
+
+    cfg = PipelineConfig.model_validate({"stages": [
+        {"name": "d", "method": "distill", "params": {"epochs": 6, "student_layers": 2}},
+        {"name": "e", "method": "export", "params": {"opset": 17}},
+    ]})
+    quick = shortened(cfg)
+    assert quick.stages[0].params == {"epochs": QUICK_EPOCHS, "student_layers": 2}
+    assert quick.stages[1].params == {"opset": 17}
+    assert quick.data == cfg.data and quick.model == cfg.model  # same teacher, same test split
+
+
+def test_a_gate_without_a_limit_is_an_error():
+    with pytest.raises(ValueError, match=r"this gate sets no limit: give at least one of provider, max_p50_ms"):
+        Gates.model_validate({"latency": {"provider": "cpu"}})

@@ -1,8 +1,9 @@
 """The one method registry: the name a pipeline stage writes -> its frozen config and its function.
 
-Every function is `fn(src: Path, out: Path, texts: tuple[str, ...], cfg) -> dict` (details to record): `src` is the
-previous stage's artifact, `out` the directory this stage writes, `texts` real sentences for parity checks. The
-CLI and the YAML validator read their choices from `METHODS`.
+Every function is `fn(src: Path, out: Path, inputs, cfg) -> dict` (details to record): `src` is the previous
+stage's artifact, `out` the directory this stage writes, and `inputs` either the validation sentences (`texts`:
+parity checks, calibration) or the whole `DataSplits` (`splits`: methods that train). The CLI and the YAML validator
+read their choices from `METHODS`.
 """
 
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from edgepress.compress.distill import DistillConfig, distill
 from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, optimize_onnx
@@ -25,9 +27,13 @@ class Method:
     takes: Kind
     gives: Kind
     summary: str
+    inputs: Literal["texts", "splits"] = "texts"
 
 
 METHODS: dict[str, Method] = {
+    "distill": Method(DistillConfig, distill, "torch", "torch",
+                      "a shallower student trained on the teacher's outputs (hinton, distilbert, tinybert)",
+                      inputs="splits"),
     "export": Method(ExportConfig, export_onnx, "torch", "onnx",
                      "torch -> ONNX (optimum exporter), parity-checked against torch on real sentences"),
     "optimize": Method(OptimizeConfig, optimize_onnx, "onnx", "onnx",

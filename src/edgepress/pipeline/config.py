@@ -24,6 +24,10 @@ class AccuracyGate(BaseModel):
     max_stage_drop: float | None = Field(None, ge=0, le=1)
     min: float | None = Field(None, ge=0, le=1)
 
+    @model_validator(mode="after")
+    def _limit(self):
+        return _sets_a_limit(self)
+
 
 class LatencyGate(BaseModel):
     """Latency limits on one provider at the runtime's fixed shape; `min_speedup` is baseline p50 / stage p50."""
@@ -34,6 +38,10 @@ class LatencyGate(BaseModel):
     max_p90_ms: float | None = Field(None, gt=0)
     min_speedup: float | None = Field(None, gt=0)
 
+    @model_validator(mode="after")
+    def _limit(self):
+        return _sets_a_limit(self)
+
 
 class SizeGate(BaseModel):
     """Size limits: `max_mb` of the weight files, `min_ratio` = baseline size / stage size."""
@@ -42,6 +50,10 @@ class SizeGate(BaseModel):
     max_mb: float | None = Field(None, gt=0)
     min_ratio: float | None = Field(None, gt=0)
 
+    @model_validator(mode="after")
+    def _limit(self):
+        return _sets_a_limit(self)
+
 
 class ParityGate(BaseModel):
     """Parity of an ONNX artifact with the model it came from (checked by the method itself)."""
@@ -49,6 +61,17 @@ class ParityGate(BaseModel):
     model_config = Strict
     max_abs_diff: float | None = Field(None, gt=0)
     min_agreement: float | None = Field(None, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _limit(self):
+        return _sets_a_limit(self)
+
+
+def _sets_a_limit(gate: BaseModel) -> BaseModel:
+    limits = [name for name, value in gate if value is not None and name != "provider"]
+    if not limits:
+        raise ValueError(f"this gate sets no limit: give at least one of {', '.join(type(gate).model_fields)}")
+    return gate
 
 
 class Gates(BaseModel):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from edgepress.pipeline.config import PipelineConfig, load_config
 from edgepress.pipeline.runner import run_pipeline
+from edgepress.registry import METHODS
 
 
 def demo_config() -> PipelineConfig:
@@ -14,10 +15,23 @@ def demo_config() -> PipelineConfig:
         return load_config(path)
 
 
+QUICK_EPOCHS = 1
+
+
+def shortened(cfg: PipelineConfig) -> PipelineConfig:
+    """`cfg` with every training stage cut to QUICK_EPOCHS epochs; nothing else changes."""
+    stages = []
+    for stage in cfg.stages:
+        if "epochs" in METHODS[stage.method].config.model_fields:
+            stage = stage.model_copy(update={"params": {**stage.params, "epochs": QUICK_EPOCHS}})
+        stages.append(stage)
+    return cfg.model_copy(update={"stages": stages})
+
+
 def run_demo(out: Path, quick: bool = False) -> dict:
     """Run the demo pipeline into `out`; returns the report.
 
-    `quick` never changes the teacher or the test split: it only shortens the training of later stages (the demo
-    has no training stage yet, so today it changes nothing).
+    `quick` never changes the teacher or the test split: it only shortens the training of later stages.
     """
-    return run_pipeline(demo_config(), Path(out))
+    cfg = demo_config()
+    return run_pipeline(shortened(cfg) if quick else cfg, Path(out))

@@ -61,7 +61,8 @@ def _attempt(stage: StageConfig, method: str, params: dict, src: Path, dst: Path
     cfg = build(spec.config, _with_parity_limits(params, stage.gates.parity, spec.config), where=f"stage {stage.name}")
     log.info("stage %s: %s %s", stage.name, method, json.dumps(params) if params else "(defaults)")
     try:
-        details = spec.run(src, dst, ctx["data"].validation.texts, cfg)
+        inputs = ctx["data"] if spec.inputs == "splits" else ctx["data"].validation.texts
+        details = spec.run(src, dst, inputs, cfg)
     except ExportParityError as e:
         gates, details = _parity_failure(e, cfg)
         return Outcome(method, cfg.model_dump(mode="json"), "failed", {}, None, gates, details)

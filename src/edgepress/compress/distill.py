@@ -1,0 +1,159 @@
+"""Knowledge distillation of a BERT-family classifier into a shallower student of the same width.
+
+The student copies the teacher's config with fewer layers and is initialised from it: embeddings, pooler and
+classifier as they are, encoder layer i from teacher layer `layer_map[i]` (by default evenly spaced: 6 -> 3 takes
+layers 0, 2, 4; DistilBERT, Sanh et al. 2019, section 3). It is then trained with the project's one training loop on
+the train split, with one of three losses:
+
+- `hinton`: (1 - alpha) * CE(student, labels) + alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T))
+  (Hinton et al. 2015). Teacher logits are computed once for the whole train split.
+- `distilbert`: the hinton loss + a cosine loss between student and teacher last hidden states (Sanh et al. 2019,
+  section 2: L_ce + L_cos; no MLM term for a classifier).
+- `tinybert`: the hinton loss + MSE between student layer i's hidden states and teacher layer g(i) = i * L_t / L_s
+  for every layer including the embeddings (Jiao et al. 2020, section 3.1, uniform mapping; attention-map loss left
+  out: it needs eager attention). The teacher runs alongside the student every step.
+"""
+
+import logging
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from edgepress.data import DataSplits
+from edgepress.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+class DistillConfig(BaseModel):
+    """The `distill` method."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    student_layers: int = Field(3, ge=1)
+    style: Literal["hinton", "distilbert", "tinybert"] = "hinton"
+    layer_map: tuple[int, ...] | None = Field(None, description="teacher layer each student layer starts from")
+    temperature: float = Field(2.0, gt=0)
+    alpha: float = Field(0.5, ge=0, le=1, description="weight of the soft (teacher) loss against the labels")
+    hidden_weight: float = Field(1.0, ge=0, description="weight of the hidden-state loss (distilbert, tinybert)")
+    epochs: int = Field(4, ge=1)
+    batch_size: int = Field(32, ge=1)
+    learning_rate: float = Field(5e-5, gt=0, lt=1)
+    max_length: int = Field(64, ge=8)
+    seed: int = 13
+
+    @model_validator(mode="after")
+    def _map_fits(self) -> "DistillConfig":
+        if self.layer_map is not None and len(self.layer_map) != self.student_layers:
+            raise ValueError(f"layer_map has {len(self.layer_map)} entries; student_layers is {self.student_layers}")
+        return self
+
+
+def default_layer_map(teacher_layers: int, student_layers: int) -> tuple[int, ...]:
+    """Evenly spaced teacher layers, starting at the first: 6 -> 3 gives (0, 2, 4)."""
+    return tuple(int(i * teacher_layers / student_layers) for i in range(student_layers))
+
+
+def _encoder_layers(model):
+    """The list of transformer blocks of a BERT-like (BERT, RoBERTa) or DistilBERT classifier."""
+    base = getattr(model, model.base_model_prefix)
+    if hasattr(base, "encoder"):
+        return base.encoder.layer
+    return base.transformer.layer  # DistilBERT
+
+
+def _layer_count_key(config) -> str:
+    return "n_layers" if config.model_type == "distilbert" else "num_hidden_layers"
+
+
+def make_student(teacher, cfg: DistillConfig):
+    """A shallower copy of `teacher`, initialised from its layers `cfg.layer_map`."""
+    import copy
+
+    key = _layer_count_key(teacher.config)
+    teacher_layers = getattr(teacher.config, key)
+    mapping = cfg.layer_map or default_layer_map(teacher_layers, cfg.student_layers)
+    if cfg.student_layers >= teacher_layers or max(mapping) >= teacher_layers or min(mapping) < 0:
+        raise ConfigError(f"a {cfg.student_layers}-layer student from layers {list(mapping)} does not fit a "
+                          f"{teacher_layers}-layer teacher. Fix: fewer student_layers, layer_map within "
+                          f"0..{teacher_layers - 1}")
+    student = copy.deepcopy(teacher)
+    layers = _encoder_layers(student)
+    kept = [layers[i] for i in mapping]
+    for i in reversed(range(len(layers))):
+        del layers[i]
+    layers.extend(kept)
+    setattr(student.config, key, cfg.student_layers)
+    return student, mapping
+
+
+def _hinton(student_logits, teacher_logits, labels, cfg: DistillConfig):
+    import torch.nn.functional as F
+
+    t = cfg.temperature
+    soft = F.kl_div(F.log_softmax(student_logits / t, -1), F.softmax(teacher_logits / t, -1),
+                    reduction="batchmean") * t * t
+    return (1 - cfg.alpha) * F.cross_entropy(student_logits, labels) + cfg.alpha * soft
+
+
+def _hidden_loss(student_states, teacher_states, mask, cfg: DistillConfig):
+    """distilbert: cosine of the last hidden states; tinybert: MSE of every mapped layer. Padding is masked out."""
+    import torch
+    import torch.nn.functional as F
+
+    keep = mask.bool()  # (batch, seq)
+    if cfg.style == "distilbert":
+        s, t = student_states[-1][keep], teacher_states[-1][keep]  # (tokens, hidden)
+        return F.cosine_embedding_loss(s, t, torch.ones(s.shape[0], device=s.device))
+    step = (len(teacher_states) - 1) // (len(student_states) - 1)
+    pairs = [(student_states[i], teacher_states[i * step]) for i in range(len(student_states))]
+    return sum(F.mse_loss(s[keep], t[keep]) for s, t in pairs) / len(pairs)
+
+
+def _loss_fn(teacher, train_logits, cfg: DistillConfig):
+    import torch
+
+    def loss(outputs, batch):
+        labels = batch["labels"]
+        if cfg.style == "hinton":
+            cached = train_logits[batch["index"].cpu()].to(outputs.logits.device)
+            return _hinton(outputs.logits, cached, labels, cfg)
+        inputs = {k: v for k, v in batch.items() if k not in ("labels", "index")}
+        teacher.to(labels.device)  # a no-op after the first step; the loop moved the student, not the teacher
+        with torch.no_grad():
+            taught = teacher(**inputs, output_hidden_states=True)
+        hidden = _hidden_loss(outputs.hidden_states, taught.hidden_states, inputs["attention_mask"], cfg)
+        return _hinton(outputs.logits, taught.logits, labels, cfg) + cfg.hidden_weight * hidden
+
+    return loss
+
+
+def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = DistillConfig()) -> dict:
+    """Train a `cfg.student_layers`-layer student of the classifier in `src` into `out` (save_pretrained)."""
+    import torch
+
+    from edgepress.files import atomic_dir, read_json, write_json
+    from edgepress.models.evaluate import predict_logits
+    from edgepress.models.loading import load_classifier
+    from edgepress.models.train import TrainConfig, train_classifier
+
+    teacher, tokenizer = load_classifier(src)
+    student, mapping = make_student(teacher, cfg)
+    train_logits = torch.from_numpy(predict_logits(teacher, tokenizer, data.train.texts, cfg.max_length))
+    loop = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
+                       max_length=cfg.max_length, seed=cfg.seed)
+    with atomic_dir(Path(out)) as tmp:
+        student.config.output_hidden_states = cfg.style != "hinton"
+        result = train_classifier(student, tokenizer, data.train, data.validation, loop, tmp,
+                                  loss_fn=_loss_fn(teacher.eval(), train_logits, cfg))
+        config = read_json(tmp / "config.json")
+        config["output_hidden_states"] = False  # training needed them; inference and export do not
+        write_json(tmp / "config.json", config)
+    log.info("distill: %d -> %d layers (from %s), best epoch %d, validation accuracy %.4f",
+             len(_encoder_layers(teacher)), cfg.student_layers, list(mapping), result.best_epoch,
+             result.best_val_accuracy)
+    return {"layer_map": list(mapping), "best_epoch": result.best_epoch, "val_accuracy": result.best_val_accuracy,
+            "history": result.history, "train_seconds": round(result.seconds, 1),
+            "teacher_train_accuracy": float(np.mean(train_logits.numpy().argmax(1) == data.train.labels))}
