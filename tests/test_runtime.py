@@ -191,3 +191,18 @@ def test_cuda_fp32_and_fp16_with_iobinding(tiny_onnx_dir, tmp_path, movie_data):
     for artifact in (tiny_onnx_dir, tmp_path / "fp16"):
         result = measure_latency(artifact, movie_data.test.texts, "cuda", None, LatencyConfig(runs=20, warmup=5))
         assert result["providers_used"][0] == "CUDAExecutionProvider" and result["fixed"]["p50_ms"] > 0
+
+
+def test_device_side_packages_import_without_torch_or_transformers():
+    script = (
+        "import sys, pkgutil, importlib\n"
+        "sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
+        "import edgepress.runtime, edgepress.deploy\n"
+        "for package in (edgepress.runtime, edgepress.deploy):\n"
+        "    for module in pkgutil.iter_modules(package.__path__):\n"
+        "        importlib.import_module(f'{package.__name__}.{module.name}')\n"
+        "        print(module.name)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert {"predictor", "session", "latency", "tokenize", "bundle"} <= set(done.stdout.split())
