@@ -45,9 +45,3 @@ class GateFailed(EdgepressError):
     """A stage missed one of its gates."""
 
     exit_code = 3
-
-
-def collect(failures: list[str], error: type[EdgepressError], title: str) -> None:
-    """Raise `error` once with a line per failure, when there are any."""
-    if failures:
-        raise error(title + "\n" + "\n".join(f"  ✗ {line}" for line in failures))

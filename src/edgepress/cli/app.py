@@ -158,8 +158,8 @@ def bench(
     warmup: Annotated[int, typer.Option(help="Untimed runs first.")] = 20,
     runs: Annotated[int, typer.Option(help="Timed runs.")] = 200,
 ) -> None:
-    """Latency of one model: a fixed batch x sequence shape of real tokens, and real test sentences at their natural
-    lengths (batch 1)."""
+    """Latency of one model: a fixed batch x sequence shape of real tokens, and real sentences at their natural
+    lengths (batch 1); the sentences are the demo set's test split, tokenized with the model's own tokenizer."""
     from rich.table import Table
 
     from edgepress.configs import build
