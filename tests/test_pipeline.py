@@ -40,7 +40,8 @@ def test_validate_lists_every_problem(tmp_path):
     assert "(3 problem(s))" in message
     assert "✗ data.max_len: unknown key" in message
     assert "params of int8-dynamic: per_chanel: Extra inputs are not permitted" in message
-    assert "unknown method 'prune-everything': choose from distill, export, optimize, fp16, int8-dynamic, int8-static" in message
+    assert ("unknown method 'prune-everything': choose from distill, export, optimize, fp16, int8-dynamic, "
+            "int8-static") in message
 
 
 def test_stage_order_and_names_are_checked():
@@ -141,3 +142,22 @@ def test_quick_shortens_only_training_stages():
 def test_a_gate_without_a_limit_is_an_error():
     with pytest.raises(ValueError, match=r"this gate sets no limit: give at least one of provider, max_p50_ms"):
         Gates.model_validate({"latency": {"provider": "cpu"}})
+
+
+def test_resume_reuses_passed_stages_and_reruns_from_the_first_change(monkeypatch, tmp_path, tiny_model_dir):
+    monkeypatch.setattr(runner, "resolve_model", lambda spec: tiny_model_dir)
+    stages = [{"name": "export", "method": "export"}, {"name": "int8", "method": "int8-dynamic"}]
+    out = tmp_path / "run"
+    runner.run_pipeline(load_config(run_config(tmp_path, stages)), out)
+    export_model = out / "stages" / "01-export" / "model" / "model.onnx"
+    first = export_model.stat().st_mtime_ns
+    stages[1]["params"] = {"per_channel": True}
+    report = runner.run_pipeline(load_config(run_config(tmp_path, stages)), out, resume=True)
+    assert export_model.stat().st_mtime_ns == first  # export reused
+    config = json.loads((out / "stages" / "02-int8" / "config.json").read_text())
+    assert config["params"]["per_channel"] is True  # int8 ran again with its new params
+    log = (out / "run.log").read_text()
+    assert "baseline: reused" in log and "export: reused" in log and "int8: reused" not in log
+    assert [s["status"] for s in report["stages"]] == ["passed", "passed"]
+    runner.run_pipeline(load_config(run_config(tmp_path, stages)), out)  # without --resume: everything again
+    assert export_model.stat().st_mtime_ns != first

@@ -82,6 +82,8 @@ def run(
     out_dir: Annotated[Path, typer.Option("--out", help="Run directory for the report and stage artifacts.")],
     device: Annotated[Provider | None, typer.Option(help="Measure on this provider instead of "
                                                          "runtime.providers.")] = None,
+    resume: Annotated[bool, typer.Option(help="Reuse the baseline and leading stages an earlier run in RUN_DIR "
+                                              "passed with the same config and data.")] = False,
 ) -> None:
     """Run a pipeline: baseline, then every stage with its gates. Exit 0 all gates passed, 3 a gate failed,
     2 bad input, 1 internal error."""
@@ -91,7 +93,7 @@ def run(
     cfg = _call(load_config, config)
     if device is not None:
         cfg = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(update={"providers": (device.value,)})})
-    _summary(_call(run_pipeline, cfg, out_dir), out_dir)
+    _summary(_call(run_pipeline, cfg, out_dir, resume=resume), out_dir)
 
 
 @app.command()

@@ -16,13 +16,35 @@ STAGE_FILES = ("stage.json", "config.json", "metrics.json")
 class RunDir:
     root: Path
 
-    def clear(self) -> None:
-        """Remove what an earlier run left here (edgepress' own files only), so a report never mixes two runs."""
-        for name in ("stages", "final"):
+    def clear(self, keep_stages: bool = False) -> None:
+        """Remove what an earlier run left here (edgepress' own files only), so a report never mixes two runs;
+        `keep_stages` keeps the stage folders for --resume (stale ones go with `drop_stages_from`)."""
+        for name in ("final",) if keep_stages else ("stages", "final"):
             if (self.root / name).is_dir():
                 shutil.rmtree(self.root / name)
-        for name in ("report.json", "report.md", "report.html", "run.json", "data_split.json", "run.log"):
+        files = ["report.json", "report.md", "report.html", "run.json", "run.log"]
+        for name in files if keep_stages else [*files, "data_split.json"]:
             (self.root / name).unlink(missing_ok=True)
+
+    def drop_stages_from(self, index: int) -> None:
+        """Remove the stage folders numbered `index` and above."""
+        stages = self.root / "stages"
+        for folder in sorted(stages.iterdir()) if stages.is_dir() else []:
+            if int(folder.name.split("-", 1)[0]) >= index:
+                shutil.rmtree(folder)
+
+    def reusable(self, index: int, name: str, same_config, test_ids: list[str]) -> tuple[dict, list[int]] | None:
+        """(metrics, test predictions) of a stage an earlier run finished and passed with a config for which
+        `same_config(config)` holds, on the same test examples; None otherwise."""
+        folder = self.stage_dir(index, name)
+        if not all((folder / f).is_file() for f in (*STAGE_FILES, "predictions.json")):
+            return None
+        record, predictions = read_json(folder / "stage.json"), read_json(folder / "predictions.json")
+        if record["status"] != "passed" or predictions["ids"] != test_ids:
+            return None
+        if not same_config(read_json(folder / "config.json")):
+            return None
+        return read_json(folder / "metrics.json"), predictions["predictions"]
 
     def stage_dir(self, index: int, name: str) -> Path:
         return self.root / "stages" / f"{index:02d}-{name}"

@@ -14,7 +14,7 @@ from edgepress.data import DataSplits, load_data
 from edgepress.data.metrics import accuracy_drop_ci95
 from edgepress.deploy.bundle import write_bundle
 from edgepress.errors import ExportParityError, GateFailed
-from edgepress.files import write_json
+from edgepress.files import read_json, write_json
 from edgepress.models.loading import label2id_of
 from edgepress.models.teacher import resolve_model
 from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, StageConfig
@@ -103,11 +103,27 @@ def _predictions(data: DataSplits, preds: np.ndarray | None) -> dict | None:
     return {"ids": list(data.test.ids), "labels": data.test.labels.tolist(), "predictions": preds.tolist()}
 
 
+def _reused(run: RunDir, index: int, name: str, same_config, ctx: dict) -> tuple[dict, np.ndarray] | None:
+    """An earlier run's result for this stage, when --resume is on and everything before it was reused too."""
+    if not ctx["resume"]:
+        return None
+    hit = run.reusable(index, name, same_config, list(ctx["data"].test.ids))
+    if hit is None:
+        ctx["resume"] = False  # this stage and every later one run again
+        run.drop_stages_from(index)
+        return None
+    log.info("%s: reused from the earlier run (--resume)", name)
+    return hit[0], np.asarray(hit[1])
+
+
 def _baseline(run: RunDir, cfg: PipelineConfig, model_dir: Path, ctx: dict) -> None:
-    metrics, preds = ctx["measure"](model_dir)
-    config = {"model": cfg.model, "model_dir": str(model_dir), "runtime": cfg.runtime.model_dump(mode="json")}
-    run.write_stage(0, "baseline", method="baseline", artifact=str(model_dir), config=config, metrics=metrics,
-                    predictions=_predictions(ctx["data"], preds))
+    config = {"model": cfg.model, "model_dir": str(model_dir), "data": cfg.data.model_dump(mode="json"),
+              "runtime": cfg.runtime.model_dump(mode="json")}
+    hit = _reused(run, 0, "baseline", lambda recorded: recorded == config, ctx)
+    metrics, preds = hit or ctx["measure"](model_dir)
+    if hit is None:
+        run.write_stage(0, "baseline", method="baseline", artifact=str(model_dir), config=config, metrics=metrics,
+                        predictions=_predictions(ctx["data"], preds))
     ctx.update(baseline=metrics, previous=metrics, baseline_preds=preds)
     log.info("baseline: accuracy %.4f %s", metrics["accuracy"], metrics["accuracy_ci95"])
 
@@ -123,28 +139,37 @@ def _final_bundle(run: RunDir, cfg: PipelineConfig, artifact: Path, data: DataSp
     })
 
 
-def run_pipeline(cfg: PipelineConfig, out: Path) -> dict:
+def _same_split(run: RunDir, data: DataSplits) -> bool:
+    """The earlier run in this dir split the data exactly as now (every stage's training and test depend on it)."""
+    path = run.root / "data_split.json"
+    return path.is_file() and read_json(path)["sha256"] == data.manifest()["sha256"]
+
+
+def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False) -> dict:
     """Run `cfg` into `out`; returns the report. Raises GateFailed (after writing the report) when a stage and all
-    its fallbacks miss a gate."""
+    its fallbacks miss a gate. With `resume`, the baseline and the leading stages that an earlier run in `out`
+    passed with the same config, data split and test examples are reused instead of run again."""
     run = RunDir(Path(out))
-    run.clear()
+    run.clear(keep_stages=resume)
     handler = attach_log(run.root)
     try:
         model_dir = resolve_model(cfg.model)
         data = load_data(cfg.data, label2id_of(model_dir))
-        run.write_split(data)
         write_json(run.root / "run.json", {"config": cfg.model_dump(mode="json"), "environment": environment()})
         measure = partial(measure_artifact, data=data, max_length=cfg.data.max_length,
                           providers=cfg.runtime.providers, threads=cfg.runtime.threads, latency=cfg.runtime.latency)
-        ctx = {"data": data, "measure": measure}
+        ctx = {"data": data, "measure": measure, "resume": resume and _same_split(run, data)}
+        run.write_split(data)
         _baseline(run, cfg, model_dir, ctx)
         src, failed = model_dir, None
         for index, stage in enumerate(cfg.stages, start=1):
-            outcome = _run_stage(run, index, stage, src, ctx)
-            if outcome.status != "passed":
+            declared = stage.model_dump(mode="json")
+            hit = _reused(run, index, stage.name, lambda recorded, d=declared: recorded.get("stage") == d, ctx)
+            outcome = None if hit else _run_stage(run, index, stage, src, ctx)
+            if outcome is not None and outcome.status != "passed":
                 failed = (stage, outcome)
                 break
-            src, ctx["previous"] = run.stage_dir(index, stage.name) / "model", outcome.metrics
+            src, ctx["previous"] = run.stage_dir(index, stage.name) / "model", hit[0] if hit else outcome.metrics
         if not failed and onnx_path(src) is not None:
             _final_bundle(run, cfg, src, data, ctx["previous"])
         report = write_report(run)
