@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from edgepress.compress.distill import DistillConfig, distill
 from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
+from edgepress.compress.structured import FfnConfig, HeadsConfig, ffn, heads
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, optimize_onnx
 
@@ -34,6 +35,12 @@ METHODS: dict[str, Method] = {
     "distill": Method(DistillConfig, distill, "torch", "torch",
                       "a shallower student trained on the teacher's outputs (hinton, distilbert, tinybert)",
                       inputs="splits"),
+    "heads": Method(HeadsConfig, heads, "torch", "torch",
+                    "remove the least important attention heads of every layer, then recover by distillation",
+                    inputs="splits"),
+    "ffn": Method(FfnConfig, ffn, "torch", "torch",
+                  "remove the least important FFN neurons of every layer, then recover by distillation",
+                  inputs="splits"),
     "export": Method(ExportConfig, export_onnx, "torch", "onnx",
                      "torch -> ONNX (optimum exporter), parity-checked against torch on real sentences"),
     "optimize": Method(OptimizeConfig, optimize_onnx, "onnx", "onnx",

@@ -112,7 +112,9 @@ def _hidden_loss(student_states, teacher_states, mask, cfg: DistillConfig):
     return sum(F.mse_loss(s[keep], t[keep]) for s, t in pairs) / len(pairs)
 
 
-def _loss_fn(teacher, train_logits, cfg: DistillConfig):
+def distillation_loss(teacher, train_logits, cfg: DistillConfig):
+    """A `loss_fn` for the training loop: hinton on `train_logits` (indexed by the batch's `index`), or with the
+    teacher run alongside for the hidden-state styles."""
     import torch
 
     def loss(outputs, batch):
@@ -147,7 +149,7 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
     with atomic_dir(Path(out)) as tmp:
         student.config.output_hidden_states = cfg.style != "hinton"
         result = train_classifier(student, tokenizer, data.train, data.validation, loop, tmp,
-                                  loss_fn=_loss_fn(teacher.eval(), train_logits, cfg))
+                                  loss_fn=distillation_loss(teacher.eval(), train_logits, cfg))
         config = read_json(tmp / "config.json")
         config["output_hidden_states"] = False  # training needed them; inference and export do not
         write_json(tmp / "config.json", config)

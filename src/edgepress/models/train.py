@@ -59,7 +59,7 @@ def _features(tokenizer, examples: TextSet, max_length: int) -> list[dict]:
     return rows
 
 
-def _loader(tokenizer, examples: TextSet, cfg: TrainConfig):
+def train_loader(tokenizer, examples: TextSet, cfg: TrainConfig):
     import torch
     from torch.utils.data import DataLoader
 
@@ -96,7 +96,7 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
 
     set_seed(cfg.seed)
     accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
-    loader = _loader(tokenizer, train, cfg)
+    loader = train_loader(tokenizer, train, cfg)
     optimizer, scheduler = _optimizer(model, cfg, cfg.epochs * len(loader))
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
     best, start, history = None, time.perf_counter(), []
