@@ -18,8 +18,11 @@ def test_demo_quick_reaches_the_teachers_accuracy(tmp_path):
     assert metrics["accuracy"] >= 0.83
     assert 1000 < metrics["n_test"] < 1100
     assert metrics["accuracy_ci95"][1] - metrics["accuracy_ci95"][0] < 0.06
-    assert [s["status"] for s in report["stages"]] == ["passed", "passed", "passed"]
-    assert report["stages"][0]["details"]["parity"]["max_abs_diff"] <= 1e-4
+    assert [(s["name"], s["status"]) for s in report["stages"]] == [
+        ("distill", "passed"), ("export", "passed"), ("fuse", "passed"), ("int8", "passed")]
+    assert len(report["stages"][0]["details"]["history"]) == 1  # --quick: one epoch
+    assert report["stages"][1]["details"]["parity"]["max_abs_diff"] <= 1e-4
+    assert (tmp_path / "run" / "final" / "edgepress.json").is_file()
     assert report["final"]["metrics"]["accuracy"] >= 0.82
     assert report["final"]["metrics"]["size_bytes"] < metrics["size_bytes"] / 3
 
