@@ -58,7 +58,7 @@ def demo(
                                                         "test split stay the same.")] = False,
 ) -> None:
     """Run the embedded default end to end: movie-review snippets, the MiniLM teacher (built and cached on first
-    use), the report."""
+    use), distill -> export -> fuse -> int8 with gates, the report and the final bundle."""
     from edgepress.pipeline.demo import run_demo
 
     _summary(_call(run_demo, out_dir, quick=quick), out_dir)
