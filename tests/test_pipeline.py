@@ -140,7 +140,8 @@ def test_quick_shortens_only_training_stages():
 
 
 def test_a_gate_without_a_limit_is_an_error():
-    with pytest.raises(ValueError, match=r"this gate sets no limit: give at least one of provider, max_p50_ms"):
+    with pytest.raises(ValueError, match=r"the latency gate sets no limit: give at least one of max_p50_ms, "
+                                         r"max_p90_ms, min_speedup"):
         Gates.model_validate({"latency": {"provider": "cpu"}})
 
 

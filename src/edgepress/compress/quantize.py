@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from edgepress.errors import ConfigError
 from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files
 from edgepress.files import atomic_dir
-from edgepress.runtime.session import SessionConfig, open_session
+from edgepress.runtime.session import SessionConfig
 from edgepress.runtime.tokenize import encode, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -82,12 +82,9 @@ class _Sentences:
         return next(self._feeds, None)
 
 
-def _float_matmuls(path: Path) -> list[str]:
+def _float_matmuls(graph) -> list[str]:
     """MatMul nodes to keep in float: activation x activation products, and a MatMul classifier (Gemm nodes are
     never quantized: `op_types_to_quantize` names MatMul only)."""
-    import onnx
-
-    graph = onnx.load(str(path)).graph
     weights = {t.name for t in graph.initializer}
     matmuls = [n for n in graph.node if n.op_type in ("MatMul", "Gemm")]
     keep = [n.name for n in matmuls if not any(i in weights for i in n.input)]
@@ -113,17 +110,19 @@ def int8_static(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     src = Path(src_dir) / ONNX_FILE
-    fused = sorted({n.op_type for n in onnx.load(str(src)).graph.node if n.domain == "com.microsoft"})
+    graph = onnx.load(str(src)).graph
+    fused = sorted({n.op_type for n in graph.node if n.domain == "com.microsoft"})
     if fused:
         raise ConfigError(f"int8-static needs the unfused graph of an export stage; {src} has fused ops "
                           f"({', '.join(fused)}). Fix: put int8-static right after export (ONNX Runtime fuses the "
                           f"QDQ graph itself when the session starts)")
-    names = tuple(i.name for i in open_session(src).get_inputs())
+    initializers = {t.name for t in graph.initializer}
+    names = tuple(i.name for i in graph.input if i.name not in initializers)
     tokenizer = load_tokenizer(src_dir, cfg.max_length)
     feeds = [encode(tokenizer, [t], names) for t in texts[: cfg.calibration_size]]
     method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
               "entropy": CalibrationMethod.Entropy}[cfg.calibration]
-    excluded = _float_matmuls(src)
+    excluded = _float_matmuls(graph)
     with atomic_dir(Path(out_dir)) as tmp:
         quantize_static(src, tmp / ONNX_FILE, _Sentences(feeds), quant_format=QuantFormat.QDQ,
                         op_types_to_quantize=["MatMul"], per_channel=cfg.per_channel,

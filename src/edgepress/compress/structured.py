@@ -123,11 +123,13 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
     from edgepress.models.train import TrainConfig, train_classifier
 
     model, tokenizer = load_classifier(src)
+    _bert_layers(model)  # refuse other architectures before any work
     before = param_counts(model)["params"]
+    # the unpruned model's logits are the distillation targets of the recovery fine-tune
+    targets = torch.from_numpy(predict_logits(model, tokenizer, data.train.texts, cfg.max_length))
     scores = _gated_importance(model, tokenizer, data, cfg, what)
     keep = _keep_top(scores, cfg.keep)
     pruned = prune_heads(model, keep) if what == "heads" else {"intermediate_size": prune_ffn(model, keep)}
-    targets = torch.from_numpy(predict_logits(load_classifier(src)[0], tokenizer, data.train.texts, cfg.max_length))
     kd = DistillConfig(temperature=cfg.temperature, alpha=cfg.alpha, max_length=cfg.max_length)
     loop = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
                        max_length=cfg.max_length, seed=cfg.seed)

@@ -1,9 +1,18 @@
 """Torch-side inference: logits for a list of texts, length-sorted batches with dynamic padding."""
 
+import inspect
+
 import numpy as np
 
 from edgepress.data.dataset import TextSet
 from edgepress.data.metrics import classification_metrics
+
+
+def forward_inputs(model, batch) -> dict:
+    """The tokenizer's outputs the model's forward takes (a BERT tokenizer gives token_type_ids, which DistilBERT
+    does not accept)."""
+    accepted = inspect.signature(model.forward).parameters
+    return {k: v for k, v in batch.items() if k in accepted}
 
 
 def predict_logits(model, tokenizer, texts: tuple[str, ...] | list[str], max_length: int, batch_size: int = 64):
@@ -20,7 +29,7 @@ def predict_logits(model, tokenizer, texts: tuple[str, ...] | list[str], max_len
             chunk = order[start : start + batch_size]
             batch = tokenizer([texts[i] for i in chunk], truncation=True, max_length=max_length,
                               padding=True, return_tensors="pt").to(device)
-            logits[chunk] = model(**batch).logits.float().cpu().numpy()
+            logits[chunk] = model(**forward_inputs(model, batch)).logits.float().cpu().numpy()
     model.train(was_training)
     return logits
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.data.dataset import TextSet
-from edgepress.models.evaluate import evaluate_classifier
+from edgepress.models.evaluate import evaluate_classifier, forward_inputs
 
 
 class TrainConfig(BaseModel):
@@ -126,7 +126,7 @@ def _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn: LossFn, pr
     total, steps = 0.0, 0
     for batch in loader:
         index = batch.pop("index")
-        outputs = model(**batch)
+        outputs = model(**forward_inputs(accelerator.unwrap_model(model), batch))  # DDP hides the signature
         loss = loss_fn(outputs, {**batch, "index": index})
         accelerator.backward(loss)
         optimizer.step()

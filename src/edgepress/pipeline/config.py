@@ -24,10 +24,6 @@ class AccuracyGate(BaseModel):
     max_stage_drop: float | None = Field(None, ge=0, le=1)
     min: float | None = Field(None, ge=0, le=1)
 
-    @model_validator(mode="after")
-    def _limit(self):
-        return _sets_a_limit(self)
-
 
 class LatencyGate(BaseModel):
     """Latency limits on one provider at the runtime's fixed shape; `min_speedup` is baseline p50 / stage p50."""
@@ -38,10 +34,6 @@ class LatencyGate(BaseModel):
     max_p90_ms: float | None = Field(None, gt=0)
     min_speedup: float | None = Field(None, gt=0)
 
-    @model_validator(mode="after")
-    def _limit(self):
-        return _sets_a_limit(self)
-
 
 class SizeGate(BaseModel):
     """Size limits: `max_mb` of the weight files, `min_ratio` = baseline size / stage size."""
@@ -49,10 +41,6 @@ class SizeGate(BaseModel):
     model_config = Strict
     max_mb: float | None = Field(None, gt=0)
     min_ratio: float | None = Field(None, gt=0)
-
-    @model_validator(mode="after")
-    def _limit(self):
-        return _sets_a_limit(self)
 
 
 class ParityGate(BaseModel):
@@ -62,17 +50,6 @@ class ParityGate(BaseModel):
     max_abs_diff: float | None = Field(None, gt=0)
     min_agreement: float | None = Field(None, ge=0, le=1)
 
-    @model_validator(mode="after")
-    def _limit(self):
-        return _sets_a_limit(self)
-
-
-def _sets_a_limit(gate: BaseModel) -> BaseModel:
-    limits = [name for name, value in gate if value is not None and name != "provider"]
-    if not limits:
-        raise ValueError(f"this gate sets no limit: give at least one of {', '.join(type(gate).model_fields)}")
-    return gate
-
 
 class Gates(BaseModel):
     model_config = Strict
@@ -80,6 +57,14 @@ class Gates(BaseModel):
     latency: LatencyGate | None = None
     size: SizeGate | None = None
     parity: ParityGate | None = None
+
+    @model_validator(mode="after")
+    def _each_sets_a_limit(self) -> "Gates":
+        for kind, gate in self:
+            limits = [name for name in type(gate).model_fields if name != "provider"] if gate else []
+            if gate is not None and all(getattr(gate, name) is None for name in limits):
+                raise ValueError(f"the {kind} gate sets no limit: give at least one of {', '.join(limits)}")
+        return self
 
 
 class Alternative(BaseModel):
