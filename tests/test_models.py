@@ -96,3 +96,11 @@ def test_training_is_deterministic(tmp_path, tokenizer, movie_data):
         runs.append((tmp_path / name / "model.safetensors").read_bytes())
     assert runs[0] == runs[1]
     shutil.rmtree(tmp_path)
+
+
+def test_inputs_a_model_does_not_take_are_not_forwarded(tokenizer, movie_data):
+    from tests.test_export import tiny_distilbert
+
+    model = tiny_distilbert(tokenizer)  # DistilBERT takes no token_type_ids; the BERT tokenizer makes them
+    logits = predict_logits(model, tokenizer, movie_data.test.texts[:5], max_length=32)
+    assert logits.shape == (5, 2) and np.isfinite(logits).all()
