@@ -47,6 +47,33 @@ def tiny_bert(tokenizer, seed: int = 0, **overrides):
     return BertForSequenceClassification(config).eval()
 
 
+def save(model, tokenizer, path):
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def tiny_distilbert(tokenizer, n_layers: int = 2):
+    import torch
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layers=n_layers, n_heads=2, hidden_dim=64,
+                              max_position_embeddings=128, num_labels=2)
+    return DistilBertForSequenceClassification(config).eval()
+
+
+def tiny_roberta(tokenizer):
+    import torch
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+
+    torch.manual_seed(0)
+    config = RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=130,
+                           pad_token_id=tokenizer.pad_token_id, type_vocab_size=1, num_labels=2)
+    return RobertaForSequenceClassification(config).eval()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
     """An untrained tiny classifier saved as an HF model dir (safetensors + tokenizer)."""

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from edgepress.pipeline import demo, runner
+from edgepress.pipeline import demo
 from edgepress.pipeline.config import AccuracyGate, RuntimeConfig
 from edgepress.runtime.latency import LatencyConfig
 
@@ -22,10 +22,10 @@ def tiny_stage(stage):
 def tiny_demo(monkeypatch, tiny_model_dir, tmp_path):
     """The demo pipeline with the tiny model standing in for the teacher and few timed runs (the real teacher is
     in the slow tests)."""
-    monkeypatch.setattr(runner, "resolve_model", lambda spec: tiny_model_dir)
     cfg = demo.demo_config()
     fast = RuntimeConfig(threads=1, latency=LatencyConfig(warmup=2, runs=10))
-    tiny = cfg.model_copy(update={"runtime": fast, "stages": [tiny_stage(s) for s in cfg.stages]})
+    tiny = cfg.model_copy(update={"model": str(tiny_model_dir), "runtime": fast,
+                                  "stages": [tiny_stage(s) for s in cfg.stages]})
     monkeypatch.setattr(demo, "demo_config", lambda: tiny)
     return tmp_path / "run"
 
@@ -82,7 +82,7 @@ def test_demo_records_the_split_and_each_stage(tiny_demo):
     assert (tiny_demo / "report.html").stat().st_mode & 0o777 == 0o666 & ~mask  # not mkstemp's 0600
 
 
-def test_final_bundle_is_the_gated_model_with_a_manifest(tiny_demo):
+def test_final_bundle_is_the_gated_model_with_a_manifest(tiny_demo, movie_data):
     from edgepress.runtime.predictor import Predictor
 
     demo.run_demo(tiny_demo, quick=True)
@@ -93,7 +93,10 @@ def test_final_bundle_is_the_gated_model_with_a_manifest(tiny_demo):
     assert {"model.onnx", "tokenizer.json", "config.json"} <= set(manifest["files"])
     gated = tiny_demo / "stages" / "04-int8" / "model" / "model.onnx"
     assert (final / "model.onnx").read_bytes() == gated.read_bytes()
-    assert Predictor(final).predict(["a gorgeous, moving film"])[0].label in ("negative", "positive")
+    recorded = json.loads((tiny_demo / "stages" / "04-int8" / "predictions.json").read_text())
+    texts = dict(zip(movie_data.test.ids, movie_data.test.texts, strict=True))
+    labels = Predictor(final).predict([texts[i] for i in recorded["ids"][:100]])
+    assert [p.label for p in labels] == [("negative", "positive")[k] for k in recorded["predictions"][:100]]
 
 
 def test_a_rerun_into_the_same_dir_leaves_nothing_of_the_first(tiny_demo):

@@ -7,8 +7,7 @@ from edgepress.errors import ConfigError
 from edgepress.models.evaluate import evaluate_classifier
 from edgepress.models.loading import load_classifier
 from edgepress.models.train import TrainConfig, train_classifier
-from tests.conftest import tiny_bert
-from tests.test_export import tiny_distilbert
+from tests.conftest import tiny_bert, tiny_distilbert
 
 
 def small(data, n_train=300) -> DataSplits:

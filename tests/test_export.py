@@ -9,37 +9,9 @@ from edgepress.export import onnx as onnx_export
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, optimize_onnx
 from edgepress.export.parity import ParityConfig, check_parity
-from edgepress.models.loading import load_classifier
 from edgepress.registry import METHODS
 from edgepress.runtime.session import open_session
-from tests.conftest import tiny_bert
-
-
-def save(model, tokenizer, path):
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
-def tiny_distilbert(tokenizer, n_layers: int = 2):
-    import torch
-    from transformers import DistilBertConfig, DistilBertForSequenceClassification
-
-    torch.manual_seed(0)
-    config = DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layers=n_layers, n_heads=2, hidden_dim=64,
-                              max_position_embeddings=128, num_labels=2)
-    return DistilBertForSequenceClassification(config).eval()
-
-
-def tiny_roberta(tokenizer):
-    import torch
-    from transformers import RobertaConfig, RobertaForSequenceClassification
-
-    torch.manual_seed(0)
-    config = RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=130,
-                           pad_token_id=tokenizer.pad_token_id, type_vocab_size=1, num_labels=2)
-    return RobertaForSequenceClassification(config).eval()
+from tests.conftest import save, tiny_bert, tiny_distilbert, tiny_roberta
 
 
 def tiny_pruned_heads(tokenizer):
@@ -153,16 +125,27 @@ def test_export_config_is_strict():
 
 
 def test_registry_entries_resolve():
+    from typing import get_args
+
+    from edgepress.registry import KIND_WORDS, Kind
+
     assert {"export", "optimize", "fp16"} <= set(METHODS)
+    assert set(KIND_WORDS) == set(get_args(Kind))
     for name, method in METHODS.items():
         assert callable(method.run), name
         method.config()  # every method runs with its defaults
-        assert method.takes in ("torch", "onnx") and method.gives in ("torch", "onnx")
+        assert method.takes and set(method.takes) <= set(KIND_WORDS) and method.gives in KIND_WORDS, name
 
 
-def test_exported_dir_reloads_in_torch(tiny_onnx_dir, tiny_model_dir):
-    config = json.loads((tiny_onnx_dir / "config.json").read_text())
-    assert config["id2label"] == {"0": "negative", "1": "positive"}
-    assert (tiny_onnx_dir / "tokenizer.json").is_file()
-    model, _ = load_classifier(tiny_model_dir)
-    assert model.config.num_labels == 2
+def test_exported_dir_carries_the_config_and_tokenizer_of_its_source(tiny_onnx_dir, tiny_model_dir, movie_data):
+    """What transformers (and optimum) read beside model.onnx: the exported dir's own config and tokenizer, which
+    must describe the source model and tokenize exactly as its tokenizer does."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    exported, source = AutoConfig.from_pretrained(tiny_onnx_dir), AutoConfig.from_pretrained(tiny_model_dir)
+    assert exported.id2label == {0: "negative", 1: "positive"} == source.id2label
+    assert (exported.model_type, exported.hidden_size, exported.num_hidden_layers) == \
+        (source.model_type, source.hidden_size, source.num_hidden_layers)
+    texts = list(movie_data.test.texts[:20])
+    assert AutoTokenizer.from_pretrained(tiny_onnx_dir)(texts)["input_ids"] == \
+        AutoTokenizer.from_pretrained(tiny_model_dir)(texts)["input_ids"]

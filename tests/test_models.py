@@ -99,8 +99,58 @@ def test_training_is_deterministic(tmp_path, tokenizer, movie_data):
 
 
 def test_inputs_a_model_does_not_take_are_not_forwarded(tokenizer, movie_data):
-    from tests.test_export import tiny_distilbert
+    from tests.conftest import tiny_distilbert
 
     model = tiny_distilbert(tokenizer)  # DistilBERT takes no token_type_ids; the BERT tokenizer makes them
     logits = predict_logits(model, tokenizer, movie_data.test.texts[:5], max_length=32)
     assert logits.shape == (5, 2) and np.isfinite(logits).all()
+
+
+def test_on_step_runs_after_every_optimizer_step_and_its_masks_hold(tmp_path, tokenizer, movie_data):
+    """The seam gradual pruning needs: a mask re-applied after each step keeps its zeros through training."""
+    import torch
+
+    model = tiny_bert(tokenizer, seed=2)
+    weight = model.bert.encoder.layer[0].intermediate.dense.weight  # (64, 32)
+    mask = (torch.rand_like(weight) > 0.5).float()
+    seen = []
+
+    def prune(trained, step):
+        seen.append(step)
+        with torch.no_grad():
+            trained.bert.encoder.layer[0].intermediate.dense.weight.mul_(mask)
+
+    cfg = TrainConfig(epochs=2, batch_size=32, learning_rate=1e-3, max_length=32, seed=3)
+    train_classifier(model, tokenizer, movie_data.train.take(96), movie_data.validation.take(32), cfg, tmp_path,
+                     on_step=prune)
+    assert seen == list(range(1, 7))  # 3 batches x 2 epochs, counted from 1
+    saved, _ = load_classifier(tmp_path)
+    kept = saved.bert.encoder.layer[0].intermediate.dense.weight.detach()
+    assert torch.all(kept[mask == 0] == 0) and torch.count_nonzero(kept[mask == 1]) == int(mask.sum())
+
+
+def test_concurrent_first_uses_build_the_teacher_once(monkeypatch, tmp_path):
+    """Two runs starting at once on a fresh machine: one builds, the other waits and uses what it built."""
+    import json
+    import threading
+    import time
+
+    from edgepress.models import teacher
+
+    monkeypatch.setenv("EDGEPRESS_CACHE", str(tmp_path))
+    builds = []
+
+    def build(path):
+        builds.append(path)
+        time.sleep(0.5)  # long enough for the second caller to arrive while the first builds
+        path.mkdir(parents=True, exist_ok=True)
+        (path / teacher.MANIFEST).write_text(json.dumps({"recipe_version": teacher.RECIPE_VERSION}))
+
+    monkeypatch.setattr(teacher, "build_teacher", build)
+    found = []
+    threads = [threading.Thread(target=lambda: found.append(teacher.teacher_dir())) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(builds) == 1 and len(found) == 2 and found[0] == found[1]

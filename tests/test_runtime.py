@@ -105,7 +105,9 @@ def test_predictor_matches_the_session(tiny_onnx_dir, movie_data):
 def test_predictor_truncates_long_texts(tiny_onnx_dir):
     predictor = Predictor(tiny_onnx_dir, max_length=32)
     long_text = " ".join(["wonderful"] * 500)
-    assert predictor.predict([long_text])[0].label in ("negative", "positive")
+    kept = " ".join(["wonderful"] * 30)  # [CLS] + 30 words + [SEP] = 32 tokens
+    np.testing.assert_allclose(predictor.logits([long_text]), predictor.logits([kept]), atol=1e-6)
+    assert not np.allclose(predictor.logits([kept]), predictor.logits(["wonderful"]), atol=1e-6)
 
 
 def test_bundle_without_tokenizer(tiny_onnx_dir, tmp_path):
@@ -132,7 +134,9 @@ def test_predictor_never_imports_torch_or_transformers(tiny_onnx_dir):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     line = json.loads(done.stdout.strip())
-    assert line["label"] in ("negative", "positive") and line["text"] == "a gorgeous, moving film"
+    expected = Predictor(tiny_onnx_dir).predict(["a gorgeous, moving film"])[0]
+    assert line["text"] == "a gorgeous, moving film"
+    assert line["label"] == expected.label and abs(line["score"] - expected.score) < 1e-6
 
 
 def test_bundle_loads_in_optimum(tiny_onnx_dir, movie_data):

@@ -6,8 +6,7 @@ from edgepress.data.dataset import DataSplits
 from edgepress.errors import ConfigError
 from edgepress.models.introspect import param_counts
 from edgepress.models.loading import load_classifier
-from tests.conftest import tiny_bert
-from tests.test_export import save, tiny_distilbert
+from tests.conftest import save, tiny_bert, tiny_distilbert
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,9 @@
-"""Where edgepress keeps what it fetches and builds once: `$EDGEPRESS_CACHE`, else the user cache dir."""
+"""Where edgepress keeps what it fetches and builds once: `$EDGEPRESS_CACHE`, else the user cache dir. Builds into
+it hold a lock, so two runs starting at once on a fresh machine build each thing once and never see half of it."""
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -16,3 +19,12 @@ def cache_dir(*parts: str) -> Path:
     path = base.joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def cache_lock(name: str) -> Iterator[None]:
+    """Hold the cache's lock `name` (a file lock: other processes wait for it) while building one cache entry."""
+    from filelock import FileLock
+
+    with FileLock(str(cache_dir("locks") / f"{name}.lock")):
+        yield

@@ -1,6 +1,7 @@
 """Atomic writes: every artifact appears whole or not at all (temp file or dir, then rename)."""
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -58,3 +59,23 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def tree_sha256(path: Path) -> str:
+    """One digest of an artifact: a file's sha256, or of a dir's top-level files (names and contents), so a changed,
+    added or removed weight, config or tokenizer file changes it. Sub-directories (checkpoints) do not count."""
+    path = Path(path)
+    if path.is_file():
+        return file_sha256(path)
+    digest = hashlib.sha256()
+    for f in sorted(p for p in path.iterdir() if p.is_file()):
+        digest.update(f"{f.name}\0{file_sha256(f)}\n".encode())
+    return digest.hexdigest()

@@ -18,37 +18,52 @@ from edgepress.compress.structured import FfnConfig, HeadsConfig, ffn, heads
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, optimize_onnx
 
-Kind = Literal["torch", "onnx"]
+# What an artifact is: each method declares the kinds it takes and the kind it gives; the pipeline validator
+# chains them, so an impossible order is refused before anything runs.
+Kind = Literal["torch", "onnx", "onnx-fused", "onnx-fp16", "onnx-int8"]
+KIND_WORDS: dict[str, str] = {
+    "torch": "a torch model dir",
+    "onnx": "an unfused ONNX graph (what export gives)",
+    "onnx-fused": "a fused ONNX graph (what optimize gives)",
+    "onnx-fp16": "a float16 ONNX graph",
+    "onnx-int8": "an int8 ONNX graph",
+}
+FLOAT_ONNX: tuple[Kind, ...] = ("onnx", "onnx-fused")
 
 
 @dataclass(frozen=True)
 class Method:
     config: type[BaseModel]
     run: Callable[..., dict]
-    takes: Kind
+    takes: tuple[Kind, ...]
     gives: Kind
     summary: str
     inputs: Literal["texts", "splits"] = "texts"
 
+    @property
+    def trains(self) -> bool:
+        """It fine-tunes (its config has the shared training fields)."""
+        return "epochs" in self.config.model_fields
+
 
 METHODS: dict[str, Method] = {
-    "distill": Method(DistillConfig, distill, "torch", "torch",
+    "distill": Method(DistillConfig, distill, ("torch",), "torch",
                       "a shallower student trained on the teacher's outputs (hinton, distilbert, tinybert)",
                       inputs="splits"),
-    "heads": Method(HeadsConfig, heads, "torch", "torch",
+    "heads": Method(HeadsConfig, heads, ("torch",), "torch",
                     "remove the least important attention heads of every layer, then recover by distillation",
                     inputs="splits"),
-    "ffn": Method(FfnConfig, ffn, "torch", "torch",
+    "ffn": Method(FfnConfig, ffn, ("torch",), "torch",
                   "remove the least important FFN neurons of every layer, then recover by distillation",
                   inputs="splits"),
-    "export": Method(ExportConfig, export_onnx, "torch", "onnx",
+    "export": Method(ExportConfig, export_onnx, ("torch",), "onnx",
                      "torch -> ONNX (optimum exporter), parity-checked against torch on real sentences"),
-    "optimize": Method(OptimizeConfig, optimize_onnx, "onnx", "onnx",
+    "optimize": Method(OptimizeConfig, optimize_onnx, ("onnx",), "onnx-fused",
                        "ONNX Runtime transformer fusions (Attention, SkipLayerNorm, BiasGelu, EmbedLayerNorm)"),
-    "fp16": Method(Fp16Config, fp16_onnx, "onnx", "onnx",
+    "fp16": Method(Fp16Config, fp16_onnx, FLOAT_ONNX, "onnx-fp16",
                    "float16 weights and compute for CUDA; int64 inputs and float32 logits kept"),
-    "int8-dynamic": Method(Int8DynamicConfig, int8_dynamic, "onnx", "onnx",
+    "int8-dynamic": Method(Int8DynamicConfig, int8_dynamic, FLOAT_ONNX, "onnx-int8",
                            "int8 weights, activations quantized per call (onnxruntime.quantization)"),
-    "int8-static": Method(Int8StaticConfig, int8_static, "onnx", "onnx",
+    "int8-static": Method(Int8StaticConfig, int8_static, ("onnx",), "onnx-int8",
                           "int8 weights and activations, ranges calibrated on real sentences (QDQ)"),
 }

@@ -44,8 +44,10 @@ def teacher(
     out_dir: Annotated[Path, typer.Option("--out", help="Directory to write the fine-tuned teacher to.")],
 ) -> None:
     """Build the demo teacher (MiniLM-L6 fine-tuned on the movie snippets) into --out."""
-    from edgepress.models.teacher import build_teacher
+    from edgepress.models.teacher import MANIFEST, build_teacher
+    from edgepress.pipeline.inputs import check_artifact_out
 
+    _call(check_artifact_out, out_dir, MANIFEST)
     result = _call(build_teacher, out_dir)
     out.print(f"teacher written to {out_dir}: validation accuracy {result.best_val_accuracy:.4f} "
               f"(epoch {result.best_epoch}, {result.seconds:.0f} s)")
@@ -87,22 +89,28 @@ def run(
 ) -> None:
     """Run a pipeline: baseline, then every stage with its gates. Exit 0 all gates passed, 3 a gate failed,
     2 bad input, 1 internal error."""
-    from edgepress.pipeline.config import load_config
+    from edgepress.pipeline.config import load_config, with_providers
     from edgepress.pipeline.runner import run_pipeline
 
     cfg = _call(load_config, config)
     if device is not None:
-        cfg = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(update={"providers": (device.value,)})})
+        cfg = _call(with_providers, cfg, (device.value,))
     _summary(_call(run_pipeline, cfg, out_dir, resume=resume), out_dir)
 
 
 @app.command()
 def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML to check.")]) -> None:
-    """Check a pipeline config without running it: every problem is listed, exit 2 if there is any."""
+    """Check a pipeline without running it: the config (every problem listed), then that the model loads, the data
+    loads and fits the model's labels, and each provider asked for runs here. Exit 2 at the first problem."""
     from edgepress.pipeline.config import load_config
+    from edgepress.pipeline.inputs import check_inputs
 
     cfg = _call(load_config, config)
-    out.print(f"{config}: valid ({len(cfg.stages)} stages: {', '.join(s.name for s in cfg.stages) or 'none'})")
+    _, data = _call(check_inputs, cfg, build_teacher=False)
+    sizes = ", ".join(f"{name} {n}" for name, n in data.manifest()["sizes"].items())
+    out.print(f"{config}: valid ({len(cfg.stages)} stages: {', '.join(s.name for s in cfg.stages) or 'none'}; "
+              f"model {cfg.model}; data {sizes}; providers {', '.join(cfg.runtime.providers)})", highlight=False,
+              soft_wrap=True)
 
 
 @app.command()
@@ -112,7 +120,7 @@ def evaluate(
     = "demo:movie-snippets",
     text_column: Annotated[str, typer.Option(help="Column holding the text.")] = "text",
     label_column: Annotated[str, typer.Option(help="Column holding the label (name or id).")] = "label",
-    max_length: Annotated[int, typer.Option(help="Tokens per example after truncation.")] = 128,
+    max_length: Annotated[int, typer.Option(help="Tokens per example after truncation (8 to 8192).")] = 128,
 ) -> None:
     """Accuracy (with its 95% CI) and macro-F1 of a model on the test split of some data."""
     from edgepress.configs import build
@@ -139,7 +147,9 @@ def export_command(
     from edgepress.configs import build
     from edgepress.export.optimize import OptimizeConfig
     from edgepress.pipeline.export import export_model
+    from edgepress.pipeline.inputs import check_artifact_out
 
+    _call(check_artifact_out, out_dir, "model.onnx")
     fusion = _call(build, OptimizeConfig, where="fusion options", disable=disable_fusion or []) if optimize else None
     steps = _call(export_model, model, out_dir, fusion)
     parity = steps["export"]["parity"]
@@ -154,11 +164,12 @@ def export_command(
 def bench(
     model: Annotated[Path, typer.Argument(help="A .onnx file, a dir with model.onnx, or an HF (torch) model dir.")],
     provider: Annotated[Provider, typer.Option(help="Execution provider.")] = Provider.cpu,
-    batch_size: Annotated[int, typer.Option(help="Batch size of the fixed shape.")] = 1,
-    seq_len: Annotated[int, typer.Option(help="Sequence length of the fixed shape.")] = 128,
-    threads: Annotated[int | None, typer.Option(help="Intra-op threads (default: the runtime's choice).")] = None,
-    warmup: Annotated[int, typer.Option(help="Untimed runs first.")] = 20,
-    runs: Annotated[int, typer.Option(help="Timed runs.")] = 200,
+    batch_size: Annotated[int, typer.Option(min=1, help="Batch size of the fixed shape.")] = 1,
+    seq_len: Annotated[int, typer.Option(min=2, help="Sequence length of the fixed shape.")] = 128,
+    threads: Annotated[int | None, typer.Option(min=1, help="Intra-op threads (default: the runtime's "
+                                                            "choice).")] = None,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed runs first.")] = 20,
+    runs: Annotated[int, typer.Option(min=1, help="Timed runs.")] = 200,
 ) -> None:
     """Latency of one model: a fixed batch x sequence shape of real tokens, and real sentences at their natural
     lengths (batch 1); the sentences are the demo set's test split, tokenized with the model's own tokenizer."""

@@ -23,26 +23,28 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
+from edgepress.models.train import TrainConfig
 
 log = logging.getLogger(__name__)
 
 
-class DistillConfig(BaseModel):
-    """The `distill` method."""
+class KdLoss(BaseModel):
+    """The soft-target loss every distilling method shares (Hinton et al. 2015)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(2.0, gt=0)
+    alpha: float = Field(0.5, ge=0, le=1, description="weight of the soft (teacher) loss against the labels")
+
+
+class DistillConfig(TrainConfig, KdLoss):
+    """The `distill` method: the student's shape and loss, and the training fields of `TrainConfig`."""
 
     student_layers: int = Field(3, ge=1)
     style: Literal["hinton", "distilbert", "tinybert"] = "hinton"
     layer_map: tuple[int, ...] | None = Field(None, description="teacher layer each student layer starts from")
-    temperature: float = Field(2.0, gt=0)
-    alpha: float = Field(0.5, ge=0, le=1, description="weight of the soft (teacher) loss against the labels")
     hidden_weight: float = Field(1.0, ge=0, description="weight of the hidden-state loss (distilbert, tinybert)")
     epochs: int = Field(4, ge=1)
-    batch_size: int = Field(32, ge=1)
-    learning_rate: float = Field(5e-5, gt=0, lt=1)
-    max_length: int = Field(64, ge=8)
-    seed: int = 13
 
     @model_validator(mode="after")
     def _map_fits(self) -> "DistillConfig":
@@ -139,16 +141,14 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
     from edgepress.files import atomic_dir, read_json, write_json
     from edgepress.models.evaluate import predict_logits
     from edgepress.models.loading import load_classifier
-    from edgepress.models.train import TrainConfig, train_classifier
+    from edgepress.models.train import train_classifier
 
     teacher, tokenizer = load_classifier(src)
     student, mapping = make_student(teacher, cfg)
     train_logits = torch.from_numpy(predict_logits(teacher, tokenizer, data.train.texts, cfg.max_length))
-    loop = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-                       max_length=cfg.max_length, seed=cfg.seed)
     with atomic_dir(Path(out)) as tmp:
         student.config.output_hidden_states = cfg.style != "hinton"
-        result = train_classifier(student, tokenizer, data.train, data.validation, loop, tmp,
+        result = train_classifier(student, tokenizer, data.train, data.validation, cfg, tmp,
                                   loss_fn=distillation_loss(teacher.eval(), train_logits, cfg))
         config = read_json(tmp / "config.json")
         config["output_hidden_states"] = False  # training needed them; inference and export do not

@@ -12,28 +12,22 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from edgepress.compress.distill import KdLoss
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
+from edgepress.models.train import TrainConfig
 
 log = logging.getLogger(__name__)
 
 
-class _Recovery(BaseModel):
-    """Fields shared by the structured methods: the importance pass and the recovery fine-tune."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Recovery(TrainConfig, KdLoss):
+    """Fields shared by the structured methods: the importance pass, and the recovery fine-tune (the training
+    fields of `TrainConfig`, distilled from the unpruned model with `KdLoss`)."""
 
     keep: float = Field(0.5, gt=0, le=1, description="fraction kept in every layer")
     importance_batches: int = Field(32, ge=1, description="train batches the importance is averaged over")
-    epochs: int = Field(2, ge=1, description="recovery fine-tune, distilled from the unpruned model")
-    batch_size: int = Field(32, ge=1)
-    learning_rate: float = Field(5e-5, gt=0, lt=1)
-    temperature: float = Field(2.0, gt=0)
-    alpha: float = Field(0.5, ge=0, le=1)
-    max_length: int = Field(64, ge=8)
-    seed: int = 13
 
 
 class HeadsConfig(_Recovery):
@@ -53,10 +47,12 @@ def _bert_layers(model):
 
 
 def _gated_importance(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str) -> np.ndarray:
-    """(layers, units) accumulated |d loss / d gate| with gates of 1 on every head or FFN neuron."""
+    """(layers, units): sum over batches of |d loss / d gate|, gates of 1 on every head or FFN neuron. The absolute
+    value is taken per batch, as Michel et al. 2019 (eq. 2) do: signed gradients of opposite batches would cancel
+    and make a head that matters a lot, in both directions, look unimportant."""
     import torch
 
-    from edgepress.models.train import TrainConfig, train_loader
+    from edgepress.models.train import train_loader
 
     layers = _bert_layers(model)
     units = model.config.num_attention_heads if what == "heads" else layers[0].intermediate.dense.out_features
@@ -65,8 +61,8 @@ def _gated_importance(model, tokenizer, data: DataSplits, cfg: _Recovery, what: 
         layer.intermediate.register_forward_hook(lambda m, i, out, k=k: out * gates[k]) for k, layer in
         enumerate(layers)
     ]
-    loader = train_loader(tokenizer, data.train, TrainConfig(batch_size=cfg.batch_size, max_length=cfg.max_length,
-                                                        seed=cfg.seed))
+    loader = train_loader(tokenizer, data.train, cfg)
+    importance = torch.zeros_like(gates)
     model.eval()
     try:
         for step, batch in enumerate(loader):
@@ -74,12 +70,12 @@ def _gated_importance(model, tokenizer, data: DataSplits, cfg: _Recovery, what: 
                 break
             batch.pop("index")
             extra = {"head_mask": gates} if what == "heads" else {}
-            model(**batch, **extra).loss.backward()
+            (grad,) = torch.autograd.grad(model(**batch, **extra).loss, gates)
+            importance += grad.abs()
     finally:
         for hook in hooks:
             hook.remove()
-    model.zero_grad()
-    return gates.grad.abs().numpy()
+    return importance.numpy()
 
 
 def _keep_top(scores: np.ndarray, keep: float) -> list[list[int]]:
@@ -120,7 +116,7 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
     from edgepress.models.evaluate import predict_logits
     from edgepress.models.introspect import param_counts
     from edgepress.models.loading import load_classifier
-    from edgepress.models.train import TrainConfig, train_classifier
+    from edgepress.models.train import train_classifier
 
     model, tokenizer = load_classifier(src)
     _bert_layers(model)  # refuse other architectures before any work
@@ -131,10 +127,8 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
     keep = _keep_top(scores, cfg.keep)
     pruned = prune_heads(model, keep) if what == "heads" else {"intermediate_size": prune_ffn(model, keep)}
     kd = DistillConfig(temperature=cfg.temperature, alpha=cfg.alpha, max_length=cfg.max_length)
-    loop = TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-                       max_length=cfg.max_length, seed=cfg.seed)
     with atomic_dir(Path(out)) as tmp:
-        result = train_classifier(model, tokenizer, data.train, data.validation, loop, tmp,
+        result = train_classifier(model, tokenizer, data.train, data.validation, cfg, tmp,
                                   loss_fn=distillation_loss(None, targets, kd))
     log.info("%s: kept %s of every layer, %d -> %d params, validation accuracy %.4f", what, cfg.keep, before,
              param_counts(model)["params"], result.best_val_accuracy)

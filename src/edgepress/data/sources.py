@@ -52,6 +52,10 @@ def read_file(path: Path) -> list[dict]:
         return _read_jsonl(path)
     except UnicodeDecodeError as e:
         raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). Fix: save it as UTF-8") from e
+    except csv.Error as e:  # a NUL byte, an unterminated quote at the end of the file
+        raise DataError(f"{path} is not a readable CSV file ({e}). Fix: save it as plain UTF-8 CSV text") from e
+    except OSError as e:
+        raise DataError(f"{path} cannot be read: {e.strerror}. Fix: check the path and its permissions") from e
 
 
 def _split_files(directory: Path) -> dict[str, Path]:
@@ -67,7 +71,11 @@ def _split_files(directory: Path) -> dict[str, Path]:
 def _read_hf_dataset(directory: Path, label_column: str) -> RawSource:
     from datasets import ClassLabel, DatasetDict, load_from_disk
 
-    loaded = load_from_disk(str(directory))
+    try:
+        loaded = load_from_disk(str(directory))
+    except (OSError, ValueError, KeyError) as e:  # what datasets raises on missing or damaged files
+        raise DataError(f"{directory} looks like a saved dataset but cannot be loaded ({e}). Fix: save it again "
+                        f"with dataset.save_to_disk(DIR)") from e
     parts = dict(loaded) if isinstance(loaded, DatasetDict) else {"all": loaded}
     splits, label_names = {}, None
     for name, part in parts.items():

@@ -1,22 +1,13 @@
 """The bundle: the last model of a run that passed every gate, with its tokenizer, config.json and an
 `edgepress.json` manifest (what it is, where it came from, what it measured, a sha256 per file)."""
 
-import hashlib
 import shutil
 from pathlib import Path
 
 from edgepress import __version__
 from edgepress.errors import ModelError
-from edgepress.files import atomic_dir, write_json
+from edgepress.files import atomic_dir, file_sha256, write_json
 from edgepress.runtime.predictor import BUNDLE_FILES, MANIFEST
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
@@ -29,6 +20,6 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
         for f in sorted(model_dir.iterdir()):
             if f.is_file():
                 shutil.copy2(f, tmp / f.name)
-        files = {f.name: _sha256(f) for f in sorted(tmp.iterdir())}
+        files = {f.name: file_sha256(f) for f in sorted(tmp.iterdir())}
         write_json(tmp / MANIFEST, {"edgepress": __version__, **manifest, "files": files})
     return Path(out)

@@ -34,10 +34,24 @@ def check_model_dir(path: Path) -> None:
         raise ModelError(f"{path} is not a Hugging Face model directory:\n{lines}\n{FIX_DIR}")
 
 
+def read_model_config(path: Path) -> dict:
+    """The model dir's config.json as a dict; unreadable or not a JSON object is a ModelError."""
+    file = Path(path) / "config.json"
+    try:
+        config = json.loads(file.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelError(f"{file} is not valid JSON ({e}). {FIX_DIR}") from None
+    except OSError as e:
+        raise ModelError(f"{file} cannot be read: {e.strerror}. {FIX_DIR}") from None
+    if not isinstance(config, dict):
+        raise ModelError(f"{file} holds a JSON {type(config).__name__}, not an object. {FIX_DIR}")
+    return config
+
+
 def label2id_of(path: Path) -> dict[str, int]:
     """The model's label names -> ids, from its config.json."""
     check_model_dir(path)
-    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    config = read_model_config(path)
     if "label2id" not in config:
         return {f"LABEL_{i}": i for i in range(config.get("num_labels", 2))}  # transformers' default naming
     return {name: int(i) for name, i in config["label2id"].items()}
@@ -45,18 +59,23 @@ def label2id_of(path: Path) -> dict[str, int]:
 
 def load_classifier(path: str | Path):
     """(model in eval mode, tokenizer) from an HF sequence-classification dir whose head was trained."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     path = Path(path)
     check_model_dir(path)
+    read_model_config(path)
     use_safetensors = any((path / name).is_file() for name in WEIGHT_FILES[:2])
     try:
         model, info = AutoModelForSequenceClassification.from_pretrained(
             path, use_safetensors=use_safetensors, trust_remote_code=False, output_loading_info=True
         )
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-    except (OSError, ValueError, KeyError) as e:
-        raise ModelError(f"{path} could not be loaded as a sequence classifier: {e}\n{FIX_DIR}") from e
+    except SafetensorError as e:
+        raise ModelError(f"{path}: the weights file is corrupt or truncated ({e}). Fix: copy or save the model "
+                         f"again (model.save_pretrained(DIR))") from None
+    except (OSError, ValueError, KeyError, RuntimeError) as e:  # RuntimeError: weights whose shapes do not fit
+        raise ModelError(f"{path} could not be loaded as a sequence classifier: {e}\n{FIX_DIR}") from None
     if info["missing_keys"]:
         raise ModelError(
             f"{path} has no trained classification head (missing: {', '.join(info['missing_keys'][:4])}). "

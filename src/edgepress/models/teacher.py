@@ -4,7 +4,7 @@
 import importlib.util
 from pathlib import Path
 
-from edgepress.cache import cache_dir
+from edgepress.cache import cache_dir, cache_lock
 from edgepress.data import DataConfig, DataSplits, load_data
 from edgepress.errors import ModelError
 from edgepress.files import atomic_dir, read_json, write_json
@@ -51,12 +51,19 @@ def build_teacher(out: Path, data: DataSplits | None = None, recipe: TrainConfig
     return result
 
 
-def teacher_dir() -> Path:
-    """The cached demo teacher, built on first use (several minutes on 2 CPU cores)."""
-    path = cache_dir("models") / "minilm-movie"
+def _built(path: Path) -> bool:
     manifest = path / MANIFEST
-    if not manifest.is_file() or read_json(manifest).get("recipe_version") != RECIPE_VERSION:
-        build_teacher(path)
+    return manifest.is_file() and read_json(manifest).get("recipe_version") == RECIPE_VERSION
+
+
+def teacher_dir() -> Path:
+    """The cached demo teacher, built on first use (several minutes on 2 CPU cores); a second process that wants it
+    meanwhile waits for the first to finish instead of building it too."""
+    path = cache_dir("models") / "minilm-movie"
+    if not _built(path):
+        with cache_lock("teacher"):
+            if not _built(path):  # another process may have built it while this one waited
+                build_teacher(path)
     return path
 
 

@@ -3,6 +3,11 @@
 
 Later stages (distillation, pruning fine-tunes, QAT) pass their own `loss_fn(outputs, batch) -> loss`; every batch
 carries `index` (positions in the train set) so that a loss can look up per-example targets such as teacher logits.
+`on_step(model, step)` runs after every optimizer step (step counts from 1): where pruning re-applies its masks,
+lottery tickets take their rewind snapshot, or a schedule moves on.
+
+`TrainConfig` is also the base of every training method's config (distill, heads, ffn, ...): the training fields are
+declared once, and a method's config is passed to the loop as it is.
 """
 
 import copy
@@ -19,7 +24,8 @@ from edgepress.models.evaluate import evaluate_classifier, forward_inputs
 
 
 class TrainConfig(BaseModel):
-    """Fine-tuning hyper-parameters (AdamW, linear warm-up then decay)."""
+    """Fine-tuning hyper-parameters (AdamW, linear warm-up then decay). In a pipeline, `max_length` defaults to the
+    run's `data.max_length`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -43,6 +49,7 @@ class TrainResult:
 
 
 LossFn = Callable[[object, dict], object]
+StepHook = Callable[[object, int], None]
 log = logging.getLogger(__name__)
 
 
@@ -87,9 +94,9 @@ def _optimizer(model, cfg: TrainConfig, steps: int):
 
 
 def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg: TrainConfig, out_dir: Path,
-                     loss_fn: LossFn = _default_loss) -> TrainResult:
+                     loss_fn: LossFn = _default_loss, on_step: StepHook | None = None) -> TrainResult:
     """Fine-tune `model` on `train`; the epoch with the best validation accuracy is saved to `out_dir` (with the
-    tokenizer) and loaded back into `model`."""
+    tokenizer) and loaded back into `model`. `on_step(unwrapped model, step)` runs after every optimizer step."""
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration, set_seed
     from rich.progress import Progress
@@ -100,9 +107,10 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
     optimizer, scheduler = _optimizer(model, cfg, cfg.epochs * len(loader))
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
     best, start, history = None, time.perf_counter(), []
+    counter = _Steps(on_step, accelerator.unwrap_model(model))
     with Progress(disable=not accelerator.is_local_main_process, transient=True) as progress:
         for epoch in range(1, cfg.epochs + 1):
-            loss = _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn, progress, epoch)
+            loss = _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn, progress, epoch, counter)
             metrics, _ = evaluate_classifier(accelerator.unwrap_model(model), tokenizer, validation, cfg.max_length)
             history.append({"epoch": epoch, "train_loss": loss, "val_accuracy": metrics["accuracy"]})
             log.info("epoch %d/%d: train loss %.4f, validation accuracy %.4f", epoch, cfg.epochs, loss,
@@ -119,7 +127,22 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
     return TrainResult(best[0], best[1], time.perf_counter() - start, history)
 
 
-def _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn: LossFn, progress, epoch: int) -> float:
+@dataclass
+class _Steps:
+    """The optimizer-step counter of one training run, and the hook called after each step."""
+
+    hook: StepHook | None
+    model: object
+    done: int = 0
+
+    def after_step(self) -> None:
+        self.done += 1
+        if self.hook is not None:
+            self.hook(self.model, self.done)
+
+
+def _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn: LossFn, progress, epoch: int,
+           counter: _Steps) -> float:
     """One pass over `loader`; returns the mean training loss."""
     model.train()
     task = progress.add_task(f"epoch {epoch}", total=len(loader))
@@ -132,6 +155,7 @@ def _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn: LossFn, pr
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
+        counter.after_step()
         total, steps = total + float(loss.detach()), steps + 1
         progress.update(task, advance=1, description=f"epoch {epoch} loss {total / steps:.3f}")
     progress.remove_task(task)

@@ -1,12 +1,14 @@
 """The pipeline YAML: model, data, runtime, and stages with their gates. Strict: unknown keys are errors, every
 problem is listed at once, and each stage's `params` are checked against its method's config."""
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from edgepress.configs import build
+from edgepress.configs import build, describe_all
 from edgepress.data.config import DataConfig
 from edgepress.errors import ConfigError
 from edgepress.registry import METHODS
@@ -122,19 +124,63 @@ class PipelineConfig(BaseModel):
 
     @field_validator("stages")
     @classmethod
-    def _stages_chain(cls, stages: list[StageConfig]) -> list[StageConfig]:
+    def _unique_names(cls, stages: list[StageConfig]) -> list[StageConfig]:
         names = [s.name for s in stages]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ValueError(f"stage names must be unique; repeated: {', '.join(repeated)}")
-        kind = "torch"
-        for stage in stages:
-            method = METHODS[stage.method]
-            if method.takes != kind:
-                raise ValueError(f"stage '{stage.name}' ({stage.method}) needs a {method.takes} model but gets a "
-                                 f"{kind} one; put torch stages first, then export, then ONNX stages")
-            kind = method.gives
         return stages
+
+    @model_validator(mode="after")
+    def _runnable(self) -> "PipelineConfig":
+        problems = [*stage_order_problems(self.stages), *latency_gate_problems(self.stages, self.runtime.providers)]
+        if problems:
+            raise ValueError("\n  ✗ ".join(problems))
+        return self
+
+
+def _methods(stage: StageConfig) -> list[str]:
+    return [stage.method, *(a.method for a in stage.on_fail.fallback)]
+
+
+def stage_order_problems(stages: list[StageConfig]) -> list[str]:
+    """Each stage's method (and every fallback) must take what the stage before gives (registry kinds)."""
+    from edgepress.registry import KIND_WORDS
+
+    problems, kinds, source = [], {"torch"}, "the model"
+    for stage in stages:
+        for method in _methods(stage):
+            wrong = sorted(kinds - set(METHODS[method].takes))
+            if wrong:
+                takes = " or ".join(KIND_WORDS[k] for k in METHODS[method].takes)
+                problems.append(f"stage '{stage.name}' ({method}) needs {takes} but gets {KIND_WORDS[wrong[0]]} "
+                                f"from {source}. Fix: order the stages torch → export → ONNX stages; see README for "
+                                f"what each method takes")
+        kinds, source = {METHODS[m].gives for m in _methods(stage)}, f"stage '{stage.name}'"
+    return problems
+
+
+def latency_gate_problems(stages: list[StageConfig], providers: tuple[str, ...]) -> list[str]:
+    """A latency gate must be on a provider the run measures; torch artifacts (and so the baseline, which
+    `min_speedup` divides by) are timed on cpu only."""
+    problems, kinds = [], {"torch"}
+    for stage in stages:
+        gate = stage.gates.latency
+        kinds = {METHODS[m].gives for m in _methods(stage)}
+        if gate is None:
+            continue
+        if gate.provider not in providers:
+            problems.append(f"stage '{stage.name}': its latency gate is on {gate.provider}, which runtime.providers "
+                            f"({', '.join(providers)}) does not measure. Fix: add {gate.provider} to "
+                            f"runtime.providers or set the gate's provider to one of them")
+        elif gate.provider != "cpu" and gate.min_speedup is not None:
+            problems.append(f"stage '{stage.name}': min_speedup on {gate.provider} divides by the baseline's "
+                            f"{gate.provider} latency, but the baseline (torch) is timed on cpu only. Fix: use "
+                            f"max_p50_ms / max_p90_ms on {gate.provider}, or min_speedup on cpu")
+        elif gate.provider != "cpu" and "torch" in kinds:
+            problems.append(f"stage '{stage.name}' gives a torch model, timed on cpu only; its latency gate is on "
+                            f"{gate.provider}. Fix: gate latency on {gate.provider} after the export stage")
+    return problems
 
 
 def check_method(method: str, params: dict[str, Any]) -> None:
@@ -144,21 +190,57 @@ def check_method(method: str, params: dict[str, Any]) -> None:
     try:
         METHODS[method].config.model_validate(params)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
-        raise ValueError(f"params of {method}: {problems}") from None
+        raise ValueError(f"params of {method}: {'; '.join(describe_all(e))}") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key written twice in one mapping is an error (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key '{key}' appears twice in one mapping (first on line "
+                    f"{seen[key].start_mark.line + 1}); edgepress does not guess which one you meant",
+                    key_node.start_mark)
+            if isinstance(key, Hashable):
+                seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: Path) -> Any:
+    """The parsed YAML file at `path`; every way it can be unreadable is a ConfigError naming the fix."""
+    if path.is_dir():
+        raise ConfigError(f"config {path} is a directory. Fix: give the path of a pipeline YAML file inside it")
+    if not path.is_file():
+        raise ConfigError(f"config {path} does not exist. Fix: give the path of a pipeline YAML (see README)")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config {path} is not UTF-8 text ({e.reason} at byte {e.start}). "
+                          f"Fix: save it as UTF-8") from None
+    except OSError as e:
+        raise ConfigError(f"config {path} cannot be read: {e.strerror}. Fix: check its permissions") from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}") from None
 
 
 def load_config(path: str | Path) -> PipelineConfig:
     """Read and check a pipeline YAML; every problem is listed in one ConfigError."""
-    import yaml
-
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config {path} does not exist. Fix: give the path of a pipeline YAML (see README)")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    data = read_yaml(path)
     if not isinstance(data, dict):
-        raise ConfigError(f"{path} must be a mapping with model, data, runtime and stages")
+        raise ConfigError(f"{path} must be a mapping with model, data, runtime and stages (it holds a "
+                          f"{type(data).__name__})")
     return build(PipelineConfig, data, where=str(path))
+
+
+def with_providers(cfg: PipelineConfig, providers: tuple[str, ...]) -> PipelineConfig:
+    """`cfg` measured on other providers (`--device`), validated again: its gates must still make sense."""
+    runtime = {**cfg.runtime.model_dump(mode="json"), "providers": list(providers)}
+    return build(PipelineConfig, {**cfg.model_dump(mode="json"), "runtime": runtime},
+                 where=f"the config with --device {','.join(providers)}")

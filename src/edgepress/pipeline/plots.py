@@ -12,8 +12,8 @@ def _svg(figure) -> str:
 
 def _measured(report: dict) -> list[tuple[str, dict]]:
     rows = [("baseline", report["baseline"]["metrics"])]
-    rows += [(s["name"], s["metrics"]) for s in report["stages"] if "accuracy" in s["metrics"]]
-    return rows
+    rows += [(s["name"], s["metrics"]) for s in report["stages"]]
+    return [(name, m) for name, m in rows if "accuracy" in m]
 
 
 def stage_plots(report: dict) -> dict[str, str]:

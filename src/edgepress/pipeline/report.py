@@ -7,26 +7,40 @@ from edgepress.pipeline.rundir import RunDir
 REPORT_VERSION = 1
 
 
+def _skipped(stage: dict) -> dict:
+    """A stage of the config that this run did not reach."""
+    return {"name": stage["name"], "method": stage["method"], "status": "skipped", "artifact": None, "metrics": {},
+            "gates": [], "details": {}}
+
+
+def _final(run: RunDir, meta: dict, baseline: dict | None, stages: list[dict]) -> dict | None:
+    """The bundle when this run wrote one (every gate passed), else the last model of this run that passed."""
+    manifest = run.root / "final" / "edgepress.json"
+    if meta["status"] == "passed" and manifest.is_file() and read_json(manifest).get("run_id") == meta["run_id"]:
+        return {"artifact": str(run.root / "final"), "metrics": stages[-1]["metrics"]}
+    passed = [s for s in [baseline, *stages] if s and s["status"] == "passed"]
+    return {"artifact": passed[-1]["artifact"], "metrics": passed[-1]["metrics"]} if passed else None
+
+
 def build_report(run: RunDir) -> dict:
-    """The contract's report: environment, baseline, stages, final (the last stage that passed)."""
-    records = [run.read_stage(folder) for folder in run.stage_dirs()]
-    if not records:
-        raise ValueError(f"{run.root} has no finished stage to report")
-    baseline, stages = records[0], records[1:]
-    passed = [s for s in stages if s["status"] == "passed"]
-    final = passed[-1] if passed else baseline
-    bundle = run.root / "final"
-    final_artifact = str(bundle) if (bundle / "edgepress.json").is_file() else final["artifact"]
+    """The contract's report, from the run's files: exactly the stages of the run's config, each as this run left
+    it (`skipped` when it was not reached), the run's status (running, passed, failed, error) and the final model."""
     meta = read_json(run.root / "run.json")
-    split = read_json(run.root / "data_split.json")
+    run_id = meta["run_id"]
+    baseline = run.stage_of_run(0, "baseline", run_id)
+    stages = [run.stage_of_run(i, s["name"], run_id) or _skipped(s)
+              for i, s in enumerate(meta["config"]["stages"], start=1)]
+    split_file = run.root / "data_split.json"
+    split = read_json(split_file) if split_file.is_file() else {}
     return {
         "version": REPORT_VERSION,
         "edgepress": __version__,
         **meta,
-        "data": {key: split[key] for key in ("source", "id2label", "sizes", "sha256")},
-        "baseline": {"artifact": baseline["artifact"], "metrics": baseline["metrics"]},
+        "data": {key: split.get(key) for key in ("source", "id2label", "sizes", "sha256")},
+        "baseline": {"artifact": baseline["artifact"], "metrics": baseline["metrics"]} if baseline
+        else {"artifact": None, "metrics": {}},
         "stages": stages,
-        "final": {"artifact": final_artifact, "metrics": final["metrics"]},
+        "final": _final(run, meta, baseline, stages),
     }
 
 
@@ -51,17 +65,34 @@ def _gate_lines(stage: dict) -> list[str]:
     return lines
 
 
+STATUS_WORDS = {
+    "running": "Running (this report is rewritten after every stage).",
+    "passed": "Passed: every stage met its gates.",
+    "failed": "Failed: a stage missed its gates.",
+    "error": "Stopped by an error",
+}
+
+
+def _status_line(report: dict) -> str:
+    line = STATUS_WORDS[report["status"]]
+    return f"{line}: {report['error']}" if report.get("error") else line
+
+
 def render_markdown(report: dict) -> str:
     env, base = report["environment"], report["baseline"]["metrics"]
+    final = report["final"]["artifact"] if report["final"] else "none"
     rows = [_row("baseline", "–", base)] + [_row(s["name"], s["status"], s["metrics"]) for s in report["stages"]]
     gates = [line for stage in report["stages"] for line in _gate_lines(stage)]
     return "\n".join([
         "# edgepress report",
         "",
+        _status_line(report),
+        "",
         f"Data: `{report['data']['source']}` ({report['data']['sizes']}). "
         f"Machine: {env['cpu']}, {env['cores']} cores; torch {env['torch']}, onnxruntime {env['onnxruntime']}.",
         "",
-        f"Accuracy on {base['n_test']} test examples with its 95% CI; CPU latency p50 in ms at the fixed shape / "
+        f"Accuracy on {(report['data']['sizes'] or {}).get('test', '?')} test examples with its 95% CI; CPU latency "
+        "p50 in ms at the fixed shape / "
         "test sentences at natural length.",
         "",
         "| stage | status | accuracy [95% CI] | size (MB) | CPU p50 ms | params |",
@@ -72,7 +103,7 @@ def render_markdown(report: dict) -> str:
         "",
         *(gates or ["(no gates)"]),
         "",
-        f"Final: `{report['final']['artifact']}`",
+        f"Final: `{final}`",
         "",
     ])
 
@@ -84,11 +115,13 @@ def render_html(report: dict) -> str:
     from edgepress.pipeline.plots import stage_plots
 
     env = Environment(loader=PackageLoader("edgepress.pipeline", "."), autoescape=select_autoescape(["html", "j2"]))
-    rows = [{"name": "baseline", "method": "baseline", "status": "passed", "m": report["baseline"]["metrics"]}]
+    base = report["baseline"]
+    rows = [{"name": "baseline", "method": "baseline", "status": "passed" if base["metrics"] else "skipped",
+             "m": base["metrics"]}]
     rows += [{"name": s["name"], "method": s["method"], "status": s["status"], "m": s["metrics"]}
              for s in report["stages"]]
     return env.get_template("report.html.j2").render(report=report, env=report["environment"], rows=rows,
-                                                     plots=stage_plots(report))
+                                                     plots=stage_plots(report), status=_status_line(report))
 
 
 def write_report(run: RunDir) -> dict:

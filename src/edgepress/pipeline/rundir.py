@@ -1,79 +1,114 @@
 """The run directory: one folder per stage holding its artifact, exact config and metrics; the report is built
-only from these files."""
+only from these files.
+
+Every record names the run that wrote (or reused) it (`run_id`), so a report lists this run's stages and nothing of
+an earlier one, whatever an interrupted run left behind."""
 
 import logging
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgepress.data import DataSplits
-from edgepress.files import read_json, write_json
+from edgepress.files import read_json, tree_sha256, write_json
 
-STAGE_FILES = ("stage.json", "config.json", "metrics.json")
+STAGE_FILES = ("stage.json", "config.json", "metrics.json", "predictions.json")
+# the report first: while a new attempt replaces an old one, no report may describe a mix of the two
+RUN_FILES = ("report.json", "report.md", "report.html", "run.json", "run.log")
+STAGE_FOLDER = re.compile(r"^\d{2}-[A-Za-z0-9][A-Za-z0-9_.-]*$")  # what stage_dir names; anything else is not ours
 
 
 @dataclass(frozen=True)
 class RunDir:
     root: Path
 
-    def clear(self, keep_stages: bool = False) -> None:
-        """Remove what an earlier run left here (edgepress' own files only), so a report never mixes two runs;
-        `keep_stages` keeps the stage folders for --resume (stale ones go with `drop_stages_from`)."""
-        for name in ("final",) if keep_stages else ("stages", "final"):
-            if (self.root / name).is_dir():
-                shutil.rmtree(self.root / name)
-        files = ["report.json", "report.md", "report.html", "run.json", "run.log"]
-        for name in files if keep_stages else [*files, "data_split.json"]:
+    def prepare(self, stage_names: list[str], resume: bool) -> None:
+        """Make room for a new attempt; called only once its inputs are known to be good. The earlier run's report,
+        log and bundle go; its stage folders stay only with `resume`, and only those named as this config names its
+        stages (each is checked before it is reused). Folders that edgepress did not name are left alone."""
+        for name in RUN_FILES:
             (self.root / name).unlink(missing_ok=True)
-
-    def drop_stages_from(self, index: int) -> None:
-        """Remove the stage folders numbered `index` and above."""
-        stages = self.root / "stages"
-        for folder in sorted(stages.iterdir()) if stages.is_dir() else []:
-            if int(folder.name.split("-", 1)[0]) >= index:
+        if (self.root / "final").is_dir():
+            shutil.rmtree(self.root / "final")
+        keep = {self.stage_dir(i, n).name for i, n in enumerate(["baseline", *stage_names])} if resume else set()
+        for folder in self._stage_folders():
+            if folder.name not in keep:
                 shutil.rmtree(folder)
+        if not resume:
+            (self.root / "data_split.json").unlink(missing_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True)
 
-    def reusable(self, index: int, name: str, same_config, test_ids: list[str]) -> tuple[dict, list[int]] | None:
-        """(metrics, test predictions) of a stage an earlier run finished and passed with a config for which
-        `same_config(config)` holds, on the same test examples; None otherwise."""
+    def _stage_folders(self) -> list[Path]:
+        stages = self.root / "stages"
+        return sorted(p for p in stages.iterdir() if p.is_dir() and STAGE_FOLDER.match(p.name)) \
+            if stages.is_dir() else []
+
+    def recorded_split(self) -> str | None:
+        """The sha256 of the split the earlier run in this dir used, if it recorded one."""
+        try:
+            return read_json(self.root / "data_split.json")["sha256"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def reusable(self, index: int, name: str, key: dict, artifact: Path) -> dict | None:
+        """An earlier run's passed record of this stage, when it ran with exactly `key` (its config, the config
+        of the runtime and data, the split, and the sha256 of its input artifact) and its artifact, where this run
+        expects it (a run dir may have been moved or copied), is unchanged; None otherwise (a damaged or partial
+        record is simply run again)."""
         folder = self.stage_dir(index, name)
-        if not all((folder / f).is_file() for f in (*STAGE_FILES, "predictions.json")):
+        try:
+            record = self.read_stage(folder)
+            config = read_json(folder / "config.json")
+            predictions = read_json(folder / "predictions.json")["predictions"]
+        except (OSError, ValueError, KeyError, TypeError):
             return None
-        record, predictions = read_json(folder / "stage.json"), read_json(folder / "predictions.json")
-        if record["status"] != "passed" or predictions["ids"] != test_ids:
+        if record.get("status") != "passed" or config.get("reuse") != key:
             return None
-        if not same_config(read_json(folder / "config.json")):
+        if not artifact.exists() or tree_sha256(artifact) != record.get("artifact_sha256"):
             return None
-        return read_json(folder / "metrics.json"), predictions["predictions"]
+        return {**record, "artifact": str(artifact), "config": config, "predictions": predictions}
+
+    def clear_stage(self, index: int, name: str) -> Path:
+        """An empty folder for a stage about to run (whatever an earlier or interrupted attempt left goes)."""
+        folder = self.stage_dir(index, name)
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        return folder
 
     def stage_dir(self, index: int, name: str) -> Path:
         return self.root / "stages" / f"{index:02d}-{name}"
-
-    def stage_dirs(self) -> list[Path]:
-        stages = self.root / "stages"
-        return sorted(p for p in stages.iterdir() if (p / "stage.json").is_file()) if stages.is_dir() else []
 
     def write_split(self, data: DataSplits) -> None:
         """Record the example ids of every split (data_split.json)."""
         write_json(self.root / "data_split.json", data.manifest())
 
-    def write_stage(self, index: int, name: str, *, method: str, artifact: str, config: dict, metrics: dict,
-                    status: str = "passed", gates: list[dict] | None = None, details: dict | None = None,
-                    predictions: dict | None = None) -> Path:
-        """Write one stage's record; config, metrics and test predictions first, stage.json (which marks it done)
-        last. `details` is what the method recorded (parity numbers, fused ops, attempts)."""
+    def write_stage(self, index: int, name: str, record: dict, config: dict | None = None,
+                    metrics: dict | None = None, predictions: dict | None = None) -> Path:
+        """Write one stage's files; config, metrics and test predictions first, stage.json (which marks it done)
+        last. `record` holds name, method, status, artifact (+ its sha256), gates, details and the run id."""
         folder = self.stage_dir(index, name)
-        write_json(folder / "config.json", config)
-        write_json(folder / "metrics.json", metrics)
+        if config is not None:
+            write_json(folder / "config.json", config)
+        if metrics is not None:
+            write_json(folder / "metrics.json", metrics)
         if predictions is not None:
             write_json(folder / "predictions.json", predictions)
-        record = {"name": name, "method": method, "status": status, "artifact": artifact, "gates": gates or [],
-                  "details": details or {}}
         write_json(folder / "stage.json", record)
         return folder
 
     def read_stage(self, folder: Path) -> dict:
         return {**read_json(folder / "stage.json"), "metrics": read_json(folder / "metrics.json")}
+
+    def stage_of_run(self, index: int, name: str, run_id: str) -> dict | None:
+        """The record of stage `index` if the run `run_id` wrote or reused it, else None."""
+        folder = self.stage_dir(index, name)
+        try:
+            record = self.read_stage(folder)
+        except (OSError, ValueError):
+            return None
+        return record if record.get("run_id") == run_id else None
 
 
 def attach_log(root: Path) -> logging.Handler:

@@ -1,25 +1,32 @@
 """`edgepress run`: baseline, then each stage in order; after every stage measure, then gate. A stage that misses a
-gate tries its fallbacks; when none passes the run stops (GateFailed, exit 3). The report is written either way."""
+gate, or whose method fails with an EdgepressError, tries its fallbacks; when none passes the run stops (GateFailed,
+exit 3; or the method's error). The report is written either way.
+
+What is on disk at every instant: nothing of an earlier run in RUN_DIR is touched until the new run's inputs have
+been checked (`inputs.check_inputs`). Then the earlier report, log and bundle go, and every record written names
+this run's id, so report.json, rewritten after the baseline and after each stage (status `running`) and once more at
+the end (`passed`, `failed` or `error`), describes this attempt alone. A killed run leaves stage records that
+`--resume` checks (config, input hash, split) before it reuses them."""
 
 import json
 import logging
-from dataclasses import dataclass
-from functools import partial
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
 from edgepress.configs import build
-from edgepress.data import DataSplits, load_data
+from edgepress.data import DataSplits
 from edgepress.data.metrics import accuracy_drop_ci95
 from edgepress.deploy.bundle import write_bundle
-from edgepress.errors import ExportParityError, GateFailed
-from edgepress.files import read_json, write_json
-from edgepress.models.loading import label2id_of
-from edgepress.models.teacher import resolve_model
+from edgepress.errors import ConfigError, EdgepressError, ExportParityError, GateFailed
+from edgepress.files import read_json, tree_sha256, write_json
 from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, StageConfig
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.gates import evaluate_gates
+from edgepress.pipeline.inputs import check_inputs
 from edgepress.pipeline.latency import onnx_path
 from edgepress.pipeline.measure import measure_artifact
 from edgepress.pipeline.report import write_report
@@ -31,7 +38,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Outcome:
-    """What one attempt at a stage produced."""
+    """What one attempt at a stage produced; `error` is the method's own failure, when it raised one."""
 
     method: str
     config: dict
@@ -40,6 +47,58 @@ class Outcome:
     preds: np.ndarray | None
     gates: list[dict]
     details: dict
+    error: EdgepressError | None = None
+
+
+@dataclass
+class RunState:
+    """What the stages of one run share; `source` is the artifact the next stage takes."""
+
+    cfg: PipelineConfig
+    run: RunDir
+    run_id: str
+    data: DataSplits
+    split_sha256: str
+    resume: bool
+    baseline: dict = field(default_factory=dict)
+    baseline_preds: np.ndarray | None = None
+    previous: dict = field(default_factory=dict)
+    source: Path | None = None
+    source_sha256: str = ""
+
+    def measure(self, artifact: Path) -> tuple[dict, np.ndarray]:
+        runtime = self.cfg.runtime
+        return measure_artifact(artifact, self.data, self.cfg.data.max_length, runtime.providers, runtime.threads,
+                                runtime.latency)
+
+    def reuse_key(self, stage: dict) -> dict:
+        """Everything a stage's result depends on: a stage is reused only when all of it matches."""
+        return {"stage": stage, "data": self.cfg.data.model_dump(mode="json"),
+                "runtime": self.cfg.runtime.model_dump(mode="json"), "split_sha256": self.split_sha256,
+                "input_sha256": self.source_sha256}
+
+    def reusable(self, index: int, name: str, key: dict, artifact: Path) -> dict | None:
+        """With --resume, the earlier run's passed record of this stage if `key` matches, its `artifact` is intact,
+        and its gates still pass against this run's baseline and previous stage."""
+        hit = self.run.reusable(index, name, key, artifact) if self.resume else None
+        if hit is None or index == 0:
+            return hit
+        stage = self.cfg.stages[index - 1]
+        metrics = {**hit["metrics"], "accuracy_drop_ci95": self.drop_ci(np.asarray(hit["predictions"]))}
+        gates = evaluate_gates(stage.gates, metrics, self.baseline, self.previous, hit["details"].get("parity"))
+        return {**hit, "metrics": metrics, "gates": gates} if all(g["passed"] for g in gates) else None
+
+    def drop_ci(self, preds: np.ndarray) -> list[float]:
+        return accuracy_drop_ci95(self.data.test.labels, self.baseline_preds, preds)
+
+    def predictions(self, preds: np.ndarray | None) -> dict | None:
+        if preds is None:
+            return None
+        return {"ids": list(self.data.test.ids), "labels": self.data.test.labels.tolist(),
+                "predictions": preds.tolist()}
+
+    def advance(self, artifact: Path, sha256: str, metrics: dict) -> None:
+        self.source, self.source_sha256, self.previous = artifact, sha256, metrics
 
 
 def _with_parity_limits(params: dict, gate: ParityGate | None, config_type) -> dict:
@@ -50,134 +109,195 @@ def _with_parity_limits(params: dict, gate: ParityGate | None, config_type) -> d
     return {**params, "parity": {**params.get("parity", {}), **limits}}
 
 
-def _parity_failure(error: ExportParityError, cfg) -> tuple[list[dict], dict]:
+def _method_params(state: RunState, stage: StageConfig, params: dict, config_type) -> dict:
+    """The params a method runs with: the stage's, `data.max_length` unless the stage sets its own, and the
+    parity gate's limits."""
+    if "max_length" in config_type.model_fields and "max_length" not in params:
+        params = {**params, "max_length": state.cfg.data.max_length}
+    return _with_parity_limits(params, stage.gates.parity, config_type)
+
+
+def _parity_gates(error: ExportParityError, cfg) -> list[dict]:
     gate = ParityGate(max_abs_diff=cfg.parity.max_abs_diff, min_agreement=cfg.parity.min_agreement)
-    gates = evaluate_gates(Gates(parity=gate), {}, {}, {}, error.result)
-    return gates, {"error": str(error), "parity": error.result}
+    return evaluate_gates(Gates(parity=gate), {}, {}, {}, error.result)
 
 
-def _attempt(stage: StageConfig, method: str, params: dict, src: Path, dst: Path, ctx: dict) -> Outcome:
+def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst: Path) -> Outcome:
+    """Run one method on the stage's input, measure and gate what it gives; its EdgepressError is a failed
+    attempt (a parity miss is recorded as the parity gate it is), never the end of the run."""
     spec = METHODS[method]
-    cfg = build(spec.config, _with_parity_limits(params, stage.gates.parity, spec.config), where=f"stage {stage.name}")
     log.info("stage %s: %s %s", stage.name, method, json.dumps(params) if params else "(defaults)")
+    cfg = None
     try:
-        inputs = ctx["data"] if spec.inputs == "splits" else ctx["data"].validation.texts
-        details = spec.run(src, dst, inputs, cfg)
-    except ExportParityError as e:
-        gates, details = _parity_failure(e, cfg)
-        return Outcome(method, cfg.model_dump(mode="json"), "failed", {}, None, gates, details)
-    metrics, preds = ctx["measure"](dst)
-    metrics["accuracy_drop_ci95"] = accuracy_drop_ci95(ctx["data"].test.labels, ctx["baseline_preds"], preds)
-    gates = evaluate_gates(stage.gates, metrics, ctx["baseline"], ctx["previous"], details.get("parity"))
+        cfg = build(spec.config, _method_params(state, stage, params, spec.config), where=f"stage {stage.name}")
+        inputs = state.data if spec.inputs == "splits" else state.data.validation.texts
+        details = spec.run(state.source, dst, inputs, cfg)
+        metrics, preds = state.measure(dst)
+    except EdgepressError as e:
+        log.error("stage %s: %s failed: %s", stage.name, method, e)
+        parity = isinstance(e, ExportParityError) and cfg is not None
+        details = {"error": str(e), **({"parity": e.result} if parity else {})}
+        return Outcome(method, cfg.model_dump(mode="json") if cfg else params, "failed", {}, None,
+                       _parity_gates(e, cfg) if parity else [], details, None if parity else e)
+    metrics["accuracy_drop_ci95"] = state.drop_ci(preds)
+    gates = evaluate_gates(stage.gates, metrics, state.baseline, state.previous, details.get("parity"))
     status = "passed" if all(g["passed"] for g in gates) else "failed"
     return Outcome(method, cfg.model_dump(mode="json"), status, metrics, preds, gates, details)
 
 
-def _missed(gates: list[dict]) -> str:
-    return "; ".join(f"{g['kind']}.{g['rule']} {g['value']} vs limit {g['limit']}" for g in gates if not g["passed"])
+def _value(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.4g}"
 
 
-def _run_stage(run: RunDir, index: int, stage: StageConfig, src: Path, ctx: dict) -> Outcome:
+def _missed(outcome: Outcome) -> str:
+    if outcome.error is not None:
+        return f"{type(outcome.error).__name__}: {outcome.error}"
+    return "; ".join(f"{g['kind']}.{g['rule']} {_value(g['value'])} vs limit {g['limit']:g}"
+                     for g in outcome.gates if not g["passed"])
+
+
+def _run_stage(state: RunState, index: int, stage: StageConfig, key: dict) -> Outcome:
     """Every attempt (the stage's method, then its fallbacks) until one passes; the stage record is written."""
-    folder = run.stage_dir(index, stage.name)
+    folder = state.run.clear_stage(index, stage.name)
     tries = [(stage.method, stage.params), *((a.method, a.params) for a in stage.on_fail.fallback)]
     attempts = []
     for method, params in tries:
-        outcome = _attempt(stage, method, params, src, folder / "model", ctx)
+        outcome = _attempt(state, stage, method, params, folder / "model")
         attempts.append({"method": method, "status": outcome.status, "gates": outcome.gates,
                          **({"error": outcome.details["error"]} if "error" in outcome.details else {})})
         if outcome.status == "passed":
             break
-        log.warning("stage %s: %s missed %s", stage.name, method, _missed(outcome.gates))
-    config = {"stage": stage.model_dump(mode="json"), "method": outcome.method, "params": outcome.config}
-    run.write_stage(index, stage.name, method=outcome.method, artifact=str(folder / "model"), config=config,
-                    metrics=outcome.metrics, status=outcome.status, gates=outcome.gates,
-                    details={**outcome.details, "attempts": attempts},
-                    predictions=_predictions(ctx["data"], outcome.preds))
+        log.warning("stage %s: %s missed: %s", stage.name, method, _missed(outcome))
+    passed = outcome.status == "passed"
+    record = {"name": stage.name, "method": outcome.method, "status": outcome.status,
+              "artifact": str(folder / "model"), "artifact_sha256": tree_sha256(folder / "model") if passed else None,
+              "kind": METHODS[outcome.method].gives, "gates": outcome.gates,
+              "details": {**outcome.details, "attempts": attempts}, "run_id": state.run_id}
+    config = {"stage": stage.model_dump(mode="json"), "method": outcome.method, "params": outcome.config,
+              "reuse": key}
+    state.run.write_stage(index, stage.name, record, config, outcome.metrics, state.predictions(outcome.preds))
     return outcome
 
 
-def _predictions(data: DataSplits, preds: np.ndarray | None) -> dict | None:
-    if preds is None:
-        return None
-    return {"ids": list(data.test.ids), "labels": data.test.labels.tolist(), "predictions": preds.tolist()}
+def _reuse(state: RunState, index: int, hit: dict) -> None:
+    """Adopt an earlier run's record: it now belongs to this run (and says where it came from)."""
+    record = {k: v for k, v in hit.items() if k not in ("config", "predictions", "metrics")}
+    record.update(run_id=state.run_id, reused_from=hit["run_id"])
+    state.run.write_stage(index, hit["name"], record, metrics=hit["metrics"])
+    log.info("%s: reused from run %s (--resume)", hit["name"], hit["run_id"])
 
 
-def _reused(run: RunDir, index: int, name: str, same_config, ctx: dict) -> tuple[dict, np.ndarray] | None:
-    """An earlier run's result for this stage, when --resume is on and everything before it was reused too."""
-    if not ctx["resume"]:
-        return None
-    hit = run.reusable(index, name, same_config, list(ctx["data"].test.ids))
-    if hit is None:
-        ctx["resume"] = False  # this stage and every later one run again
-        run.drop_stages_from(index)
-        return None
-    log.info("%s: reused from the earlier run (--resume)", name)
-    return hit[0], np.asarray(hit[1])
+def _baseline(state: RunState, model_dir: Path) -> None:
+    state.source, state.source_sha256 = model_dir, tree_sha256(model_dir)
+    key = state.reuse_key({"model": state.cfg.model, "model_dir": str(model_dir)})
+    hit = state.reusable(0, "baseline", key, model_dir)
+    if hit:
+        _reuse(state, 0, hit)
+        metrics, preds = hit["metrics"], np.asarray(hit["predictions"])
+    else:
+        state.run.clear_stage(0, "baseline")
+        metrics, preds = state.measure(model_dir)
+        record = {"name": "baseline", "method": "baseline", "status": "passed", "artifact": str(model_dir),
+                  "artifact_sha256": state.source_sha256, "kind": "torch", "gates": [], "details": {},
+                  "run_id": state.run_id}
+        state.run.write_stage(0, "baseline", record, {"reuse": key}, metrics, state.predictions(preds))
+    state.baseline, state.baseline_preds, state.previous = metrics, preds, metrics
+    log.info("baseline: accuracy %.4f [%.4f, %.4f]", metrics["accuracy"], *metrics["accuracy_ci95"])
 
 
-def _baseline(run: RunDir, cfg: PipelineConfig, model_dir: Path, ctx: dict) -> None:
-    config = {"model": cfg.model, "model_dir": str(model_dir), "data": cfg.data.model_dump(mode="json"),
-              "runtime": cfg.runtime.model_dump(mode="json")}
-    hit = _reused(run, 0, "baseline", lambda recorded: recorded == config, ctx)
-    metrics, preds = hit or ctx["measure"](model_dir)
-    if hit is None:
-        run.write_stage(0, "baseline", method="baseline", artifact=str(model_dir), config=config, metrics=metrics,
-                        predictions=_predictions(ctx["data"], preds))
-    ctx.update(baseline=metrics, previous=metrics, baseline_preds=preds)
-    log.info("baseline: accuracy %.4f %s", metrics["accuracy"], metrics["accuracy_ci95"])
+def _stages(state: RunState) -> tuple[str, Outcome] | None:
+    """Run (or reuse) every stage in order; (name, outcome) of the first one that failed, or None."""
+    for index, stage in enumerate(state.cfg.stages, start=1):
+        key = state.reuse_key(stage.model_dump(mode="json"))
+        hit = state.reusable(index, stage.name, key, state.run.stage_dir(index, stage.name) / "model")
+        if hit:
+            _reuse(state, index, hit)
+            state.advance(Path(hit["artifact"]), hit["artifact_sha256"], hit["metrics"])
+        else:
+            outcome = _run_stage(state, index, stage, key)
+            if outcome.status != "passed":
+                return stage.name, outcome
+            model = state.run.stage_dir(index, stage.name) / "model"
+            state.advance(model, tree_sha256(model), outcome.metrics)
+        write_report(state.run)
+    return None
 
 
-def _final_bundle(run: RunDir, cfg: PipelineConfig, artifact: Path, data: DataSplits, metrics: dict) -> None:
+def _final_bundle(state: RunState) -> None:
     """RUN_DIR/final: the model that passed every gate, shaped for a device (only when every stage passed)."""
+    metrics, cfg, data = state.previous, state.cfg, state.data
     summary = {k: metrics[k] for k in ("accuracy", "accuracy_ci95", "n_test", "size_bytes")}
     summary["latency_p50_ms"] = {p: m["p50_ms"] for p, m in metrics.get("latency", {}).items()}
-    write_bundle(artifact, run.root / "final", {
+    write_bundle(state.source, state.run.root / "final", {
         "model": cfg.model, "data": data.source, "max_length": cfg.data.max_length,
         "labels": {str(k): v for k, v in data.id2label.items()}, "stages": [s.name for s in cfg.stages],
-        "source_artifact": str(artifact), "metrics": summary, "target": cfg.runtime.target,
+        "source_artifact": str(state.source), "metrics": summary, "target": cfg.runtime.target,
+        "run_id": state.run_id,
     })
 
 
-def _same_split(run: RunDir, data: DataSplits) -> bool:
-    """The earlier run in this dir split the data exactly as now (every stage's training and test depend on it)."""
-    path = run.root / "data_split.json"
-    return path.is_file() and read_json(path)["sha256"] == data.manifest()["sha256"]
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _record_run(state: RunState, status: str, error: str | None = None) -> dict:
+    """run.json (this run's id, status, config, environment), then the report built from the files."""
+    path = state.run.root / "run.json"
+    meta = read_json(path) if path.is_file() else {"run_id": state.run_id, "started": _now(),
+                                                    "config": state.cfg.model_dump(mode="json"),
+                                                    "environment": environment()}
+    write_json(path, {**meta, "status": status, "error": error, **({} if status == "running" else
+                                                                    {"finished": _now()})})
+    return write_report(state.run)
+
+
+def _stopped(state: RunState, error: BaseException) -> None:
+    """An error ended the run: say so in run.log and in the report, without hiding the error itself."""
+    message = str(error) if isinstance(error, EdgepressError) else f"internal error: {type(error).__name__}: {error}"
+    log.error("run stopped: %s", message)
+    try:
+        _record_run(state, "error", message)
+    except Exception as report_error:  # the original error is what the user must see; this one is logged
+        log.error("the report could not be written: %s", report_error)
+
+
+def _failure_error(state: RunState, name: str, outcome: Outcome) -> EdgepressError:
+    where = f"report: {state.run.root / 'report.json'}"
+    if outcome.error is not None:
+        return type(outcome.error)(f"stage '{name}' failed: {outcome.error}\n{where}")
+    return GateFailed(f"stage '{name}' missed its gates ({_missed(outcome)}); {where}")
 
 
 def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False) -> dict:
     """Run `cfg` into `out`; returns the report. Raises GateFailed (after writing the report) when a stage and all
-    its fallbacks miss a gate. With `resume`, the baseline and the leading stages that an earlier run in `out`
-    passed with the same config, data split and test examples are reused instead of run again."""
+    its fallbacks miss a gate. With `resume`, each stage an earlier run in `out` passed with the same config,
+    input artifact and data split is reused instead of run again."""
     run = RunDir(Path(out))
-    run.clear(keep_stages=resume)
+    model_dir, data = check_inputs(cfg, run.root)
+    split_sha256 = data.manifest()["sha256"]
+    state = RunState(cfg, run, uuid.uuid4().hex[:12], data, split_sha256,
+                     resume=resume and run.recorded_split() == split_sha256)
+    try:
+        run.prepare([s.name for s in cfg.stages], state.resume)
+    except OSError as e:
+        raise ConfigError(f"--out {out} cannot be written: {e}. Fix: choose a directory you can write") from None
     handler = attach_log(run.root)
     try:
-        model_dir = resolve_model(cfg.model)
-        data = load_data(cfg.data, label2id_of(model_dir))
-        write_json(run.root / "run.json", {"config": cfg.model_dump(mode="json"), "environment": environment()})
-        measure = partial(measure_artifact, data=data, max_length=cfg.data.max_length,
-                          providers=cfg.runtime.providers, threads=cfg.runtime.threads, latency=cfg.runtime.latency)
-        ctx = {"data": data, "measure": measure, "resume": resume and _same_split(run, data)}
+        _record_run(state, "running")
         run.write_split(data)
-        _baseline(run, cfg, model_dir, ctx)
-        src, failed = model_dir, None
-        for index, stage in enumerate(cfg.stages, start=1):
-            declared = stage.model_dump(mode="json")
-            hit = _reused(run, index, stage.name, lambda recorded, d=declared: recorded.get("stage") == d, ctx)
-            outcome = None if hit else _run_stage(run, index, stage, src, ctx)
-            if outcome is not None and outcome.status != "passed":
-                failed = (stage, outcome)
-                break
-            src, ctx["previous"] = run.stage_dir(index, stage.name) / "model", hit[0] if hit else outcome.metrics
-        if not failed and onnx_path(src) is not None:
-            _final_bundle(run, cfg, src, data, ctx["previous"])
-        report = write_report(run)
+        _baseline(state, model_dir)
+        write_report(run)
+        failed = _stages(state)
+        if failed is None and onnx_path(state.source) is not None:
+            _final_bundle(state)
+        report = _record_run(state, "passed" if failed is None else "failed",
+                             None if failed is None else f"stage '{failed[0]}': {_missed(failed[1])}")
+    except BaseException as e:
+        _stopped(state, e)
+        raise
     finally:
         logging.getLogger("edgepress").removeHandler(handler)
         handler.close()
-    if failed:
-        stage, outcome = failed
-        raise GateFailed(f"stage '{stage.name}' missed its gates ({_missed(outcome.gates)}); "
-                         f"report: {run.root / 'report.json'}")
+    if failed is not None:
+        raise _failure_error(state, *failed)
     return report

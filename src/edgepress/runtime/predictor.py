@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgepress.errors import ConfigError, ModelError
+from edgepress.errors import ConfigError, DataError, ModelError
 from edgepress.runtime.session import SessionConfig, open_session
 from edgepress.runtime.tokenize import load_tokenizer
 
@@ -61,11 +61,16 @@ class Predictor:
         self.input_names = tuple(i.name for i in self.session.get_inputs())
 
     def logits(self, texts: list[str] | tuple[str, ...]) -> np.ndarray:
-        """(len(texts), num_labels) float32 logits, padded to the longest text of the call."""
+        """(len(texts), num_labels) float32 logits, padded to the longest text of the call. Empty text is refused,
+        as the data loader refuses it: a label for nothing would be a guess dressed as a prediction."""
         from edgepress.runtime.tokenize import encode
 
         if not texts:
             return np.zeros((0, len(self.id2label)), dtype=np.float32)
+        empty = [i + 1 for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
+        if empty:
+            raise DataError(f"text {', '.join(map(str, empty[:5]))} of {len(texts)} is empty. Fix: give non-empty "
+                            f"text to classify")
         return self.session.run(["logits"], encode(self.tokenizer, texts, self.input_names))[0]
 
     def predict(self, texts: list[str] | tuple[str, ...]) -> list[Prediction]:

@@ -110,15 +110,37 @@ def open_session(path: str | Path, cfg: SessionConfig = SessionConfig()):
     """An `onnxruntime.InferenceSession` running on exactly the providers asked for (CPU may be added after CUDA by
     ONNX Runtime for the ops CUDA lacks); raises ProviderUnavailable with ONNX Runtime's reason otherwise."""
     session, logged = _load(Path(path), cfg)
-    in_use = session.get_providers()
-    if "cuda" in cfg.providers and PROVIDERS["cuda"] not in in_use:
+    _require(cfg.providers, session.get_providers(), logged)
+    check_io(session, Path(path))
+    return session
+
+
+def _require(asked: tuple[str, ...], in_use: list[str], logged: list[str]) -> None:
+    if "cuda" in asked and PROVIDERS["cuda"] not in in_use:
         raise ProviderUnavailable(
             f"the CUDA execution provider is not usable: {_cuda_reason(logged)}. ONNX Runtime is running on "
             f"{', '.join(in_use)} instead. Fix: run on a machine with an NVIDIA GPU and onnxruntime-gpu, or ask for "
             f"providers: [cpu]"
         )
-    check_io(session, Path(path))
-    return session
+
+
+def check_providers(providers: tuple[str, ...]) -> None:
+    """Every provider in `providers` really runs here: a one-node graph is opened on each before a run starts, so a
+    missing GPU is reported before minutes of baseline and export, not after."""
+    accelerators = [p for p in providers if p != "cpu"]
+    if not accelerators:
+        return
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
+    probe = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8).SerializeToString()
+    for provider in accelerators:
+        with _captured_stderr() as logged:
+            session = ort.InferenceSession(probe, providers=list(provider_names((provider, "cpu"))))
+        _require((provider,), session.get_providers(), logged)
 
 
 def check_io(session, path: Path) -> None:

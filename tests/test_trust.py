@@ -1,0 +1,346 @@
+"""A run's verdict can be trusted: a failed run never destroys an earlier one, --resume never mixes two runs, every
+bad input exits 2 with the fix named and no traceback, and what can be known before running is caught then."""
+
+import hashlib
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from edgepress.cli.app import app
+from edgepress.errors import ModelError
+from edgepress.pipeline import runner
+from edgepress.pipeline.config import load_config
+from edgepress.registry import METHODS
+from tests.conftest import has_cuda, save, tiny_bert
+
+FAST_RUNTIME = {"threads": 1, "latency": {"warmup": 1, "runs": 5}}
+STAGES = [{"name": "export", "method": "export"}, {"name": "fuse", "method": "optimize"},
+          {"name": "int8", "method": "int8-dynamic"}]
+
+
+def write_config(path: Path, model: Path | str, stages=STAGES, **sections) -> Path:
+    path.write_text(yaml.safe_dump({"model": str(model), "runtime": FAST_RUNTIME, "stages": stages, **sections}))
+    return path
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file under `root` -> its sha256."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def invoke(*args: str):
+    result = CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "400"})  # no wrapped lines
+    assert isinstance(result.exception, SystemExit | None), result.exception  # no traceback, whatever happened
+    return result
+
+
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory, tiny_model_dir) -> Path:
+    """A finished, passed run (export, fuse, int8 on the tiny model); tests work on copies."""
+    root = tmp_path_factory.mktemp("good")
+    config = write_config(root / "p.yaml", tiny_model_dir)
+    runner.run_pipeline(load_config(config), root / "run")
+    return root / "run"
+
+
+@pytest.fixture
+def earlier(good_run, tmp_path) -> Path:
+    shutil.copytree(good_run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def corrupt_weights(model_dir: Path, tmp_path: Path) -> Path:
+    bad = tmp_path / "corrupt"
+    shutil.copytree(model_dir, bad)
+    weights = bad / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated mid-copy
+    return bad
+
+
+def bad_json_config(model_dir: Path, tmp_path: Path) -> Path:
+    bad = tmp_path / "badjson"
+    shutil.copytree(model_dir, bad)
+    (bad / "config.json").write_text('{"model_type": "bert",')
+    return bad
+
+
+# --- 1. a failed run never destroys an earlier one -----------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["model-typo", "data-typo", "corrupt-weights", "config-not-json", "cuda"])
+def test_a_rerun_with_bad_inputs_leaves_the_earlier_run_as_it_was(case, earlier, tmp_path, tiny_model_dir):
+    before = snapshot(earlier)
+    model, sections, extra = tiny_model_dir, {}, []
+    if case == "model-typo":
+        model = tmp_path / "tiny-bertt"
+    elif case == "data-typo":
+        sections = {"data": {"source": str(tmp_path / "reviews.csvv")}}
+    elif case == "corrupt-weights":
+        model = corrupt_weights(tiny_model_dir, tmp_path)
+    elif case == "config-not-json":
+        model = bad_json_config(tiny_model_dir, tmp_path)
+    elif has_cuda():
+        pytest.skip("this machine has a GPU")
+    else:
+        extra = ["--device", "cuda"]
+    config = write_config(tmp_path / "p.yaml", model, **sections)
+    result = invoke("run", config, "--out", earlier, *extra)
+    assert result.exit_code == 2, result.output
+    assert "Fix:" in result.output
+    assert snapshot(earlier) == before
+
+
+def raising(error: Exception):
+    def run(src, out, inputs, cfg):
+        raise error
+    return run
+
+
+def test_a_method_error_is_a_failed_attempt_then_the_fallback_runs(monkeypatch, tmp_path, tiny_model_dir):
+    broken = replace(METHODS["optimize"], run=raising(ModelError("the graph is broken. Fix: export it again")))
+    monkeypatch.setitem(METHODS, "broken-optimize", broken)
+    stages = [STAGES[0], {"name": "fuse", "method": "broken-optimize",
+                          "on_fail": {"fallback": [{"method": "optimize"}]}}]
+    report = runner.run_pipeline(load_config(write_config(tmp_path / "p.yaml", tiny_model_dir, stages)),
+                                 tmp_path / "run")
+    attempts = report["stages"][1]["details"]["attempts"]
+    assert [(a["method"], a["status"]) for a in attempts] == [("broken-optimize", "failed"), ("optimize", "passed")]
+    assert attempts[0]["error"] == "the graph is broken. Fix: export it again"
+    assert report["status"] == "passed" and (tmp_path / "run" / "final" / "model.onnx").is_file()
+
+
+def test_a_failing_method_leaves_a_complete_record_of_the_new_attempt(monkeypatch, earlier, tmp_path,
+                                                                     tiny_model_dir):
+    monkeypatch.setitem(METHODS, "int8-dynamic", replace(METHODS["int8-dynamic"],
+                                                         run=raising(ModelError("no int8 today. Fix: wait"))))
+    result = invoke("run", write_config(tmp_path / "p.yaml", tiny_model_dir), "--out", earlier)
+    assert result.exit_code == 2 and "stage 'int8' failed: no int8 today" in result.output
+    report = json.loads((earlier / "report.json").read_text())
+    assert report["status"] == "failed" and "ModelError: no int8 today" in report["error"]
+    assert [(s["name"], s["status"]) for s in report["stages"]] == [("export", "passed"), ("fuse", "passed"),
+                                                                   ("int8", "failed")]
+    assert {s["run_id"] for s in report["stages"]} == {report["run_id"]}
+    assert not (earlier / "final").exists()  # the earlier run's bundle is not handed over as this run's
+    assert "stage int8: int8-dynamic failed: no int8 today" in (earlier / "run.log").read_text()
+    assert "Stopped" not in (earlier / "report.md").read_text() and "Failed" in (earlier / "report.md").read_text()
+
+
+def test_an_internal_error_is_reported_and_logged(monkeypatch, tmp_path, tiny_model_dir):
+    monkeypatch.setitem(METHODS, "optimize", replace(METHODS["optimize"], run=raising(RuntimeError("a bug"))))
+    with pytest.raises(RuntimeError, match="a bug"):
+        runner.run_pipeline(load_config(write_config(tmp_path / "p.yaml", tiny_model_dir)), tmp_path / "run")
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["status"] == "error" and report["error"] == "internal error: RuntimeError: a bug"
+    assert [s["status"] for s in report["stages"]] == ["passed", "skipped", "skipped"]
+    assert "run stopped: internal error: RuntimeError: a bug" in (tmp_path / "run" / "run.log").read_text()
+
+
+# --- 2. --resume never mixes two runs ---------------------------------------------------------------------------
+
+def test_resume_with_fewer_stages_reports_exactly_them(earlier, tmp_path, tiny_model_dir):
+    config = write_config(tmp_path / "p.yaml", tiny_model_dir, STAGES[:2])
+    report = runner.run_pipeline(load_config(config), earlier, resume=True)
+    assert [s["name"] for s in report["stages"]] == ["export", "fuse"]
+    assert all(s.get("reused_from") for s in report["stages"])  # both reused, nothing ran again
+    assert report["final"]["artifact"] == str(earlier / "final")
+    fused = earlier / "stages" / "02-fuse" / "model" / "model.onnx"
+    assert (earlier / "final" / "model.onnx").read_bytes() == fused.read_bytes()
+    assert report["final"]["metrics"] == report["stages"][-1]["metrics"]
+    assert not (earlier / "stages" / "03-int8").exists()
+
+
+def test_resume_with_another_split_reuses_nothing(earlier, tmp_path, tiny_model_dir):
+    old_ids = json.loads((earlier / "stages" / "00-baseline" / "predictions.json").read_text())["ids"]
+    config = write_config(tmp_path / "p.yaml", tiny_model_dir, STAGES[:1], data={"split": {"seed": 7}})
+    report = runner.run_pipeline(load_config(config), earlier, resume=True)
+    assert "reused" not in (earlier / "run.log").read_text()
+    assert [s["name"] for s in report["stages"]] == ["export"]
+    assert not any("reused_from" in s for s in report["stages"])
+    new_ids = json.loads((earlier / "stages" / "00-baseline" / "predictions.json").read_text())["ids"]
+    assert new_ids != old_ids and sorted(p.name for p in (earlier / "stages").iterdir()) == ["00-baseline",
+                                                                                             "01-export"]
+
+
+def test_resume_reruns_from_a_changed_input_and_survives_stray_folders(earlier, tmp_path, tokenizer):
+    (earlier / "stages" / "notes").mkdir()  # a user's folder: not ours, left alone
+    (earlier / "stages" / "07-stale").mkdir()  # ours by name, in no stage of this config: removed
+    other = save(tiny_bert(tokenizer, seed=1), tokenizer, tmp_path / "other")  # another model at the same path
+    config = write_config(tmp_path / "p.yaml", other)
+    report = runner.run_pipeline(load_config(config), earlier, resume=True)
+    assert not any("reused_from" in s for s in report["stages"])  # input hash changed: everything ran again
+    assert (earlier / "stages" / "notes").is_dir() and not (earlier / "stages" / "07-stale").exists()
+    report = runner.run_pipeline(load_config(config), earlier, resume=True)
+    assert all("reused_from" in s for s in report["stages"])
+
+
+def test_resume_does_not_reuse_a_tampered_artifact(earlier, tmp_path, tiny_model_dir):
+    onnx_file = earlier / "stages" / "02-fuse" / "model" / "model.onnx"
+    good = onnx_file.read_bytes()
+    onnx_file.write_bytes(good + b"\0")
+    report = runner.run_pipeline(load_config(write_config(tmp_path / "p.yaml", tiny_model_dir)), earlier,
+                                 resume=True)
+    # fuse runs again and gives the same graph (deterministic): int8's input hash matches again, so int8 is reused
+    assert [bool(s.get("reused_from")) for s in report["stages"]] == [True, False, True]
+    assert onnx_file.read_bytes() == good
+
+
+# --- 3. bad input: exit 2, the fix named, no traceback ------------------------------------------------------------
+
+def test_corrupt_or_unparsable_model_dirs_exit_2(tmp_path, tiny_model_dir):
+    result = invoke("evaluate", corrupt_weights(tiny_model_dir, tmp_path))
+    assert result.exit_code == 2 and "the weights file is corrupt or truncated" in result.output
+    result = invoke("evaluate", bad_json_config(tiny_model_dir, tmp_path))
+    assert result.exit_code == 2 and "config.json is not valid JSON" in result.output
+
+
+def test_out_of_range_options_exit_2(tiny_onnx_dir):
+    for option, value in (("--threads", 0), ("--runs", 0), ("--batch-size", 0), ("--warmup", -1)):
+        result = invoke("bench", tiny_onnx_dir, option, value)
+        assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output, (option, result.output)
+
+
+def test_out_that_cannot_be_a_run_dir_exits_2(tmp_path, tiny_model_dir):
+    config = write_config(tmp_path / "p.yaml", tiny_model_dir)
+    (tmp_path / "a-file").write_text("mine")
+    result = invoke("run", config, "--out", tmp_path / "a-file")
+    assert result.exit_code == 2 and "is a file. Fix: give the path of a directory" in result.output
+    result = invoke("run", config, "--out", tmp_path / "a-file" / "run")
+    assert result.exit_code == 2 and "cannot be created" in result.output
+    assert (tmp_path / "a-file").read_text() == "mine"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("years of work")
+    result = invoke("export", tiny_model_dir, "--out", tmp_path / "mine")
+    assert result.exit_code == 2 and "would be replaced whole" in result.output
+    assert (tmp_path / "mine" / "thesis.tex").read_text() == "years of work"
+
+
+def test_unreadable_config_files_exit_2(tmp_path):
+    (tmp_path / "latin1.yaml").write_bytes("model: caf\xe9\n".encode("latin-1"))
+    result = invoke("validate", tmp_path / "latin1.yaml")
+    assert result.exit_code == 2 and "is not UTF-8 text" in result.output and "Fix: save it as UTF-8" in result.output
+    result = invoke("validate", tmp_path)
+    assert result.exit_code == 2 and "is a directory. Fix: give the path of a pipeline YAML file" in result.output
+
+
+# --- 4. what can be known before running is caught before running ---------------------------------------------
+
+def test_validate_checks_gates_against_providers_and_stage_kinds(tmp_path, tiny_model_dir):
+    gate = [*STAGES[:2], {"name": "int8", "method": "int8-dynamic",
+                          "gates": {"latency": {"provider": "cuda", "max_p50_ms": 5}}}]
+    result = invoke("validate", write_config(tmp_path / "p.yaml", tiny_model_dir, gate))
+    assert result.exit_code == 2
+    assert "stage 'int8': its latency gate is on cuda, which runtime.providers (cpu) does not measure" in \
+        result.output
+    static = [*STAGES[:2], {"name": "int8", "method": "int8-static"}]
+    result = invoke("validate", write_config(tmp_path / "p.yaml", tiny_model_dir, static))
+    assert result.exit_code == 2
+    assert ("stage 'int8' (int8-static) needs an unfused ONNX graph (what export gives) but gets a fused ONNX graph "
+            "(what optimize gives) from stage 'fuse'") in result.output
+
+
+def test_validate_checks_that_model_and_data_load(tmp_path, tiny_model_dir):
+    result = invoke("validate", write_config(tmp_path / "p.yaml", tmp_path / "nope"))
+    assert result.exit_code == 2 and "is not a Hugging Face model directory" in result.output
+    config = write_config(tmp_path / "p.yaml", tiny_model_dir, data={"source": str(tmp_path / "nope.csv")})
+    result = invoke("validate", config)
+    assert result.exit_code == 2 and "nope.csv does not exist" in result.output
+    result = invoke("validate", write_config(tmp_path / "p.yaml", tiny_model_dir))
+    assert result.exit_code == 0 and "valid (3 stages" in result.output and "test 1057" in result.output
+
+
+def test_duplicate_yaml_keys_are_an_error(tmp_path):
+    (tmp_path / "p.yaml").write_text("model: demo:minilm-movie\nruntime:\n  threads: 2\n  threads: 4\n")
+    result = invoke("validate", tmp_path / "p.yaml")
+    assert result.exit_code == 2 and "key 'threads' appears twice in one mapping (first on line 3)" in result.output
+
+
+def test_device_cuda_without_a_gpu_fails_before_anything_runs(tmp_path, tiny_model_dir):
+    if has_cuda():
+        pytest.skip("this machine has a GPU")
+    config = write_config(tmp_path / "p.yaml", tiny_model_dir, STAGES[:1])
+    result = invoke("run", config, "--out", tmp_path / "run", "--device", "cuda")
+    assert result.exit_code == 2 and "the CUDA execution provider is not usable" in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_device_override_is_validated_like_the_config(tmp_path, tiny_model_dir):
+    stages = [*STAGES[:2], {"name": "int8", "method": "int8-dynamic", "gates": {"latency": {"min_speedup": 2}}}]
+    result = invoke("run", write_config(tmp_path / "p.yaml", tiny_model_dir, stages), "--out", tmp_path / "run",
+                    "--device", "cuda")
+    assert result.exit_code == 2 and "its latency gate is on cpu, which runtime.providers (cuda)" in result.output
+
+
+def test_empty_text_is_refused_everywhere(tiny_onnx_dir):
+    result = invoke("predict", tiny_onnx_dir, "a fine film", "  ")
+    assert result.exit_code == 2 and "text 2 of 2 is empty. Fix: give non-empty text" in result.output
+
+
+# --- 6. messages in the user's words -------------------------------------------------------------------------
+
+def test_messages_say_it_in_the_users_words(tmp_path):
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({
+        "data": {"split": "80/10/10"}, "runtime": {"providers": "cpu"},
+        "stages": [{"name": "q", "method": "int8-dynamic"}, {"name": "e", "method": "export"}]}))
+    result = invoke("validate", tmp_path / "p.yaml")
+    assert result.exit_code == 2
+    assert "data.split: should be a mapping of keys to values, e.g. {key: value}: got '80/10/10'" in result.output
+    assert "runtime.providers: should be a list, e.g. [a, b]: got 'cpu'" in result.output
+    for jargon in ("valid tuple", "instance of", "Value error", "[{", "StageConfig"):
+        assert jargon not in result.output
+
+
+def test_gate_misses_are_rounded(tmp_path, tiny_model_dir):
+    stages = [STAGES[0], {"name": "fuse", "method": "optimize", "gates": {"accuracy": {"min": 0.99}}}]
+    result = invoke("run", write_config(tmp_path / "p.yaml", tiny_model_dir, stages), "--out", tmp_path / "run")
+    assert result.exit_code == 3
+    value = result.output.split("accuracy.min ", 1)[1].split(" vs limit 0.99")[0]
+    assert len(value.replace("0.", "", 1)) <= 4, value  # 4 significant digits, not 0.49858088930936613
+
+
+# --- a run killed mid-stage resumes to the same result -----------------------------------------------------------
+
+def _wait_for(predicate, seconds: float, process) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert process.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "the run never reached the stage"
+        time.sleep(0.01)
+
+
+def _without_latency(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if k != "latency"}
+
+
+def test_a_run_killed_mid_stage_resumes_to_the_uninterrupted_result(good_run, tmp_path, tiny_model_dir):
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    config = write_config(tmp_path / "p.yaml", tiny_model_dir)  # the config good_run ran, uninterrupted
+    process = subprocess.Popen([str(Path(sys.executable).parent / "edgepress"), "run", str(config), "--out", str(out)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        log = out / "run.log"
+        _wait_for(lambda: log.is_file() and "stage fuse: optimize" in log.read_text(), 120, process)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.wait()
+    assert not (out / "stages" / "02-fuse" / "stage.json").exists()  # killed inside the stage
+    assert json.loads((out / "report.json").read_text())["status"] == "running"
+    report = runner.run_pipeline(load_config(config), out, resume=True)
+    assert [bool(s.get("reused_from")) for s in report["stages"]] == [True, False, False]
+    uninterrupted = json.loads((good_run / "report.json").read_text())
+    assert _without_latency(report["baseline"]["metrics"]) == _without_latency(uninterrupted["baseline"]["metrics"])
+    for mine, theirs in zip(report["stages"], uninterrupted["stages"], strict=True):
+        assert _without_latency(mine["metrics"]) == _without_latency(theirs["metrics"]), mine["name"]
+        folder = f"stages/{report['stages'].index(mine) + 1:02d}-{mine['name']}"
+        assert (out / folder / "predictions.json").read_text() == (good_run / folder / "predictions.json").read_text()
+    assert (out / "final" / "model.onnx").read_bytes() == (good_run / "final" / "model.onnx").read_bytes()
