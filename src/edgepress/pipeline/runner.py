@@ -156,8 +156,9 @@ def _missed(outcome: Outcome) -> str:
                      for g in outcome.gates if not g["passed"])
 
 
-def _run_stage(state: RunState, index: int, stage: StageConfig, key: dict) -> Outcome:
-    """Every attempt (the stage's method, then its fallbacks) until one passes; the stage record is written."""
+def _run_stage(state: RunState, index: int, stage: StageConfig, key: dict) -> tuple[Outcome, str | None]:
+    """Every attempt (the stage's method, then its fallbacks) until one passes; the stage record is written.
+    Returns the last outcome and the sha256 of the artifact it passed with."""
     folder = state.run.clear_stage(index, stage.name)
     tries = [(stage.method, stage.params), *((a.method, a.params) for a in stage.on_fail.fallback)]
     attempts = []
@@ -168,15 +169,15 @@ def _run_stage(state: RunState, index: int, stage: StageConfig, key: dict) -> Ou
         if outcome.status == "passed":
             break
         log.warning("stage %s: %s missed: %s", stage.name, method, _missed(outcome))
-    passed = outcome.status == "passed"
+    sha256 = tree_sha256(folder / "model") if outcome.status == "passed" else None
     record = {"name": stage.name, "method": outcome.method, "status": outcome.status,
-              "artifact": str(folder / "model"), "artifact_sha256": tree_sha256(folder / "model") if passed else None,
+              "artifact": str(folder / "model"), "artifact_sha256": sha256,
               "kind": METHODS[outcome.method].gives, "gates": outcome.gates,
               "details": {**outcome.details, "attempts": attempts}, "run_id": state.run_id}
     config = {"stage": stage.model_dump(mode="json"), "method": outcome.method, "params": outcome.config,
               "reuse": key}
     state.run.write_stage(index, stage.name, record, config, outcome.metrics, state.predictions(outcome.preds))
-    return outcome
+    return outcome, sha256
 
 
 def _reuse(state: RunState, index: int, hit: dict) -> None:
@@ -214,11 +215,10 @@ def _stages(state: RunState) -> tuple[str, Outcome] | None:
             _reuse(state, index, hit)
             state.advance(Path(hit["artifact"]), hit["artifact_sha256"], hit["metrics"])
         else:
-            outcome = _run_stage(state, index, stage, key)
+            outcome, sha256 = _run_stage(state, index, stage, key)
             if outcome.status != "passed":
                 return stage.name, outcome
-            model = state.run.stage_dir(index, stage.name) / "model"
-            state.advance(model, tree_sha256(model), outcome.metrics)
+            state.advance(state.run.stage_dir(index, stage.name) / "model", sha256, outcome.metrics)
         write_report(state.run)
     return None
 
