@@ -127,7 +127,9 @@ def test_a_failing_method_leaves_a_complete_record_of_the_new_attempt(monkeypatc
     assert {s["run_id"] for s in report["stages"]} == {report["run_id"]}
     assert not (earlier / "final").exists()  # the earlier run's bundle is not handed over as this run's
     assert "stage int8: int8-dynamic failed: no int8 today" in (earlier / "run.log").read_text()
-    assert "Stopped" not in (earlier / "report.md").read_text() and "Failed" in (earlier / "report.md").read_text()
+    markdown = (earlier / "report.md").read_text()
+    assert "Failed: stage 'int8': ModelError: no int8 today. Fix: wait" in markdown
+    assert "- ✗ `int8` error: no int8 today. Fix: wait" in markdown
 
 
 def test_an_internal_error_is_reported_and_logged(monkeypatch, tmp_path, tiny_model_dir):

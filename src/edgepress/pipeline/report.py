@@ -58,6 +58,8 @@ def _gate_lines(stage: dict) -> list[str]:
     attempts = stage.get("details", {}).get("attempts", [])
     lines = [f"- `{stage['name']}` attempt {i}: {a['method']} {a['status']}" for i, a in enumerate(attempts, 1)
              if len(attempts) > 1]
+    if "error" in stage.get("details", {}):
+        lines.append(f"- ✗ `{stage['name']}` error: {stage['details']['error']}")
     for g in stage["gates"]:
         value = "not measured" if g["value"] is None else f"{g['value']:.4g}"
         lines.append(f"- {'✓' if g['passed'] else '✗'} `{stage['name']}` {g['kind']}.{g['rule']}: {value} "
@@ -66,16 +68,21 @@ def _gate_lines(stage: dict) -> list[str]:
 
 
 STATUS_WORDS = {
-    "running": "Running (this report is rewritten after every stage).",
-    "passed": "Passed: every stage met its gates.",
-    "failed": "Failed: a stage missed its gates.",
+    "running": "Running (this report is rewritten after every stage)",
+    "passed": "Passed: every stage met its gates",
+    "failed": "Failed",
     "error": "Stopped by an error",
 }
 
 
 def _status_line(report: dict) -> str:
     line = STATUS_WORDS[report["status"]]
-    return f"{line}: {report['error']}" if report.get("error") else line
+    return f"{line}: {report['error']}" if report.get("error") else f"{line}."
+
+
+def _sizes(report: dict) -> str:
+    sizes = report["data"]["sizes"] or {}
+    return ", ".join(f"{name} {n:,}" for name, n in sizes.items()) or "not recorded"
 
 
 def render_markdown(report: dict) -> str:
@@ -88,7 +95,7 @@ def render_markdown(report: dict) -> str:
         "",
         _status_line(report),
         "",
-        f"Data: `{report['data']['source']}` ({report['data']['sizes']}). "
+        f"Data: `{report['data']['source']}` ({_sizes(report)}). "
         f"Machine: {env['cpu']}, {env['cores']} cores; torch {env['torch']}, onnxruntime {env['onnxruntime']}.",
         "",
         f"Accuracy on {(report['data']['sizes'] or {}).get('test', '?')} test examples with its 95% CI; CPU latency "
@@ -121,7 +128,8 @@ def render_html(report: dict) -> str:
     rows += [{"name": s["name"], "method": s["method"], "status": s["status"], "m": s["metrics"]}
              for s in report["stages"]]
     return env.get_template("report.html.j2").render(report=report, env=report["environment"], rows=rows,
-                                                     plots=stage_plots(report), status=_status_line(report))
+                                                     plots=stage_plots(report), status=_status_line(report),
+                                                     sizes=_sizes(report))
 
 
 def write_report(run: RunDir) -> dict:

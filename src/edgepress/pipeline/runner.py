@@ -168,7 +168,8 @@ def _run_stage(state: RunState, index: int, stage: StageConfig, key: dict) -> tu
                          **({"error": outcome.details["error"]} if "error" in outcome.details else {})})
         if outcome.status == "passed":
             break
-        log.warning("stage %s: %s missed: %s", stage.name, method, _missed(outcome))
+        if outcome.error is None:  # an error was logged where it happened
+            log.warning("stage %s: %s missed: %s", stage.name, method, _missed(outcome))
     sha256 = tree_sha256(folder / "model") if outcome.status == "passed" else None
     record = {"name": stage.name, "method": outcome.method, "status": outcome.status,
               "artifact": str(folder / "model"), "artifact_sha256": sha256,
