@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from edgepress.cli.app import app
-from edgepress.errors import ModelError
+from edgepress.errors import ConfigError, ModelError
 from edgepress.pipeline import runner
 from edgepress.pipeline.config import load_config
 from edgepress.registry import METHODS
@@ -346,3 +346,89 @@ def test_a_run_killed_mid_stage_resumes_to_the_uninterrupted_result(good_run, tm
         folder = f"stages/{report['stages'].index(mine) + 1:02d}-{mine['name']}"
         assert (out / folder / "predictions.json").read_text() == (good_run / folder / "predictions.json").read_text()
     assert (out / "final" / "model.onnx").read_bytes() == (good_run / "final" / "model.onnx").read_bytes()
+
+
+# --- found by trying the CLI as a new user would ---------------------------------------------------------------
+
+def test_broken_tokenizer_and_bundle_files_exit_2(tmp_path, tiny_model_dir, tiny_onnx_dir):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    (model / "tokenizer.json").write_text("not a tokenizer")
+    result = invoke("evaluate", model)
+    assert result.exit_code == 2 and "the tokenizer files cannot be loaded" in result.output
+    bundle = tmp_path / "bundle"
+    shutil.copytree(tiny_onnx_dir, bundle)
+    (bundle / "tokenizer.json").write_text("not a tokenizer")
+    result = invoke("predict", bundle, "a fine film")
+    assert result.exit_code == 2 and "tokenizer.json is not a readable tokenizer" in result.output
+    (bundle / "config.json").write_text("{oops")
+    result = invoke("predict", bundle, "a fine film")
+    assert result.exit_code == 2 and "config.json is not valid JSON" in result.output
+
+
+def test_text_that_is_not_utf8_is_refused(tiny_onnx_dir):
+    from edgepress.errors import DataError
+    from edgepress.runtime.predictor import Predictor
+
+    with pytest.raises(DataError, match=r"text 1 of 1 is not valid UTF-8"):
+        Predictor(tiny_onnx_dir).predict([b"caf\xe9".decode("utf-8", errors="surrogateescape")])
+
+
+def test_data_too_small_for_its_splits_exits_2(tmp_path, tiny_model_dir):
+    from tests.test_data import write_csv
+
+    rows = [{"text": t, "label": lab} for t, lab in (("good", "positive"), ("bad", "negative"), ("fine", "positive"))]
+    result = invoke("evaluate", tiny_model_dir, "--data", write_csv(tmp_path / "three.csv", rows))
+    assert result.exit_code == 2 and "leaves the validation and test split empty (train 3, validation 0, test 0)" \
+        in result.output
+
+
+def test_lengths_beyond_the_models_positions_are_caught_before_running(tmp_path, tiny_model_dir):
+    config = write_config(tmp_path / "p.yaml", tiny_model_dir, data={"max_length": 512})
+    result = invoke("validate", config)
+    assert result.exit_code == 2 and "longer than the model's 128 positions: data.max_length 512" in result.output
+    result = invoke("evaluate", tiny_model_dir, "--max-length", "512")
+    assert result.exit_code == 2 and "longer than the model's 128 positions: --max-length 512" in result.output
+
+
+def test_absurd_numbers_are_config_errors(tmp_path):
+    (tmp_path / "p.yaml").write_text("runtime: {threads: 100000, latency: {runs: 1.0e+23}}\n")
+    result = invoke("validate", tmp_path / "p.yaml")
+    assert result.exit_code == 2 and "(2 problem(s))" in result.output
+    assert "runtime.threads: Input should be less than or equal to 1024: got 100000" in result.output
+    assert "runtime.latency.runs:" in result.output
+
+
+def test_a_yaml_alias_bomb_is_refused_quickly(tmp_path):
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]  # 10^9 values expanded
+    (tmp_path / "bomb.yaml").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match=r"expands to more than 100,000 values"):
+        load_config(tmp_path / "bomb.yaml")
+
+
+def test_every_gate_without_a_limit_is_listed_and_counted(tmp_path):
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"stages": [
+        {"name": "e", "method": "export", "gates": {"accuracy": {}, "latency": {}, "size": {}}}]}))
+    result = invoke("validate", tmp_path / "p.yaml")
+    assert result.exit_code == 2 and "(3 problem(s))" in result.output
+    for kind in ("accuracy", "latency", "size"):
+        assert f"the {kind} gate sets no limit" in result.output
+
+
+def test_a_run_into_a_folder_of_other_files_is_refused(tmp_path, tiny_model_dir):
+    folder = tmp_path / "photos"
+    (folder / "final").mkdir(parents=True)
+    (folder / "final" / "photo.jpg").write_bytes(b"\xff\xd8")
+    (folder / "report.md").write_text("my report")
+    result = invoke("run", write_config(tmp_path / "p.yaml", tiny_model_dir), "--out", folder)
+    assert result.exit_code == 2 and "holds files that are not an edgepress run" in result.output
+    assert snapshot(folder) == {"final/photo.jpg": hashlib.sha256(b"\xff\xd8").hexdigest(),
+                                "report.md": hashlib.sha256(b"my report").hexdigest()}
+
+
+def test_a_mistyped_demo_model_names_the_demo_model(tmp_path):
+    (tmp_path / "p.yaml").write_text("model: demo:minilm-mvie\n")
+    result = invoke("validate", tmp_path / "p.yaml")
+    assert result.exit_code == 2 and "unknown demo model 'demo:minilm-mvie'. Fix: the demo model is " \
+        "demo:minilm-movie" in result.output

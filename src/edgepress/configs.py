@@ -51,5 +51,5 @@ def build(cls: type[Config], data: dict[str, Any] | None = None, where: str = "c
     try:
         return cls.model_validate({**(data or {}), **values})
     except ValidationError as e:
-        lines = "\n".join(f"  ✗ {line}" for line in describe_all(e))
-        raise ConfigError(f"{where} is not valid ({e.error_count()} problem(s)):\n{lines}") from None
+        lines = "\n".join(f"  ✗ {line}" for line in describe_all(e))  # a line may hold several (a validator's)
+        raise ConfigError(f"{where} is not valid ({lines.count('✗')} problem(s)):\n{lines}") from None

@@ -166,8 +166,8 @@ def bench(
     provider: Annotated[Provider, typer.Option(help="Execution provider.")] = Provider.cpu,
     batch_size: Annotated[int, typer.Option(min=1, help="Batch size of the fixed shape.")] = 1,
     seq_len: Annotated[int, typer.Option(min=2, help="Sequence length of the fixed shape.")] = 128,
-    threads: Annotated[int | None, typer.Option(min=1, help="Intra-op threads (default: the runtime's "
-                                                            "choice).")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, max=1024, help="Intra-op threads (default: the "
+                                                                      "runtime's choice).")] = None,
     warmup: Annotated[int, typer.Option(min=0, help="Untimed runs first.")] = 20,
     runs: Annotated[int, typer.Option(min=1, help="Timed runs.")] = 200,
 ) -> None:

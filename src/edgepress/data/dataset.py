@@ -25,7 +25,8 @@ class TextSet:
 
     def select(self, indices: list[int] | np.ndarray) -> "TextSet":
         return TextSet(
-            tuple(self.ids[i] for i in indices), tuple(self.texts[i] for i in indices), self.labels[np.asarray(indices)]
+            tuple(self.ids[i] for i in indices), tuple(self.texts[i] for i in indices),
+            self.labels[np.asarray(indices, dtype=np.int64)],
         )
 
 

@@ -146,4 +146,13 @@ def load_data(cfg: DataConfig, label2id: Mapping[str, int] | None = None) -> Dat
     else:
         train, validation = hold_out(sets["train"], cfg.split.validation, cfg.split.seed)
         test = sets["test"]
+    _check_sizes({"train": train, "validation": validation, "test": test}, cfg)
     return DataSplits(train, validation, test, id2label, cfg.source)
+
+
+def _check_sizes(splits: dict[str, TextSet], cfg: DataConfig) -> None:
+    empty = [name for name, part in splits.items() if len(part) == 0]
+    if empty:
+        sizes = ", ".join(f"{name} {len(part)}" for name, part in splits.items())
+        raise DataError(f"{cfg.source} leaves the {' and '.join(empty)} split empty ({sizes}). Fix: give more "
+                        f"examples, or larger data.split fractions")

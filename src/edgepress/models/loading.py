@@ -70,12 +70,16 @@ def load_classifier(path: str | Path):
         model, info = AutoModelForSequenceClassification.from_pretrained(
             path, use_safetensors=use_safetensors, trust_remote_code=False, output_loading_info=True
         )
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except SafetensorError as e:
         raise ModelError(f"{path}: the weights file is corrupt or truncated ({e}). Fix: copy or save the model "
                          f"again (model.save_pretrained(DIR))") from None
     except (OSError, ValueError, KeyError, RuntimeError) as e:  # RuntimeError: weights whose shapes do not fit
         raise ModelError(f"{path} could not be loaded as a sequence classifier: {e}\n{FIX_DIR}") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    except Exception as e:  # tokenizers raises a bare Exception for a tokenizer.json it cannot parse
+        raise ModelError(f"{path}: the tokenizer files cannot be loaded ({e}). Fix: save the tokenizer again "
+                         f"(tokenizer.save_pretrained(DIR))") from None
     if info["missing_keys"]:
         raise ModelError(
             f"{path} has no trained classification head (missing: {', '.join(info['missing_keys'][:4])}). "

@@ -69,4 +69,9 @@ def teacher_dir() -> Path:
 
 def resolve_model(spec: str) -> Path:
     """A model spec as written in a config or on the command line -> a model dir."""
-    return teacher_dir() if spec == TEACHER else Path(spec).expanduser()
+    if spec == TEACHER:
+        return teacher_dir()
+    if spec.startswith("demo:") and not Path(spec).exists():
+        raise ModelError(f"unknown demo model '{spec}'. Fix: the demo model is {TEACHER}; anything else is a path "
+                         f"to a Hugging Face model dir")
+    return Path(spec).expanduser()

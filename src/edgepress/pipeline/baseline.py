@@ -20,6 +20,10 @@ def measure_model_dir(model_dir: Path, data: DataSplits, max_length: int) -> tup
 
 def evaluate_model(model: str, data_cfg: DataConfig) -> dict:
     """Metrics of a model (dir or demo name) on the test split of `data_cfg`, labels mapped by the model's."""
+    from edgepress.pipeline.inputs import check_within_positions
+
     model_dir = resolve_model(model)
-    data = load_data(data_cfg, label2id_of(model_dir))
+    label2id = label2id_of(model_dir)
+    check_within_positions(model_dir, {"--max-length": data_cfg.max_length})
+    data = load_data(data_cfg, label2id)
     return measure_model_dir(model_dir, data, data_cfg.max_length)[0]

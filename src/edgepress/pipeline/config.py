@@ -15,6 +15,7 @@ from edgepress.registry import METHODS
 from edgepress.runtime.latency import LatencyConfig
 
 Strict = ConfigDict(extra="forbid", frozen=True)
+MAX_THREADS = 1024
 Target = Literal["x86-vnni", "x86-avx2", "arm64", "cuda", "mobile", "web"]
 
 
@@ -62,10 +63,13 @@ class Gates(BaseModel):
 
     @model_validator(mode="after")
     def _each_sets_a_limit(self) -> "Gates":
+        problems = []
         for kind, gate in self:
             limits = [name for name in type(gate).model_fields if name != "provider"] if gate else []
             if gate is not None and all(getattr(gate, name) is None for name in limits):
-                raise ValueError(f"the {kind} gate sets no limit: give at least one of {', '.join(limits)}")
+                problems.append(f"the {kind} gate sets no limit: give at least one of {', '.join(limits)}")
+        if problems:
+            raise ValueError("\n  ✗ ".join(problems))
         return self
 
 
@@ -109,7 +113,7 @@ class RuntimeConfig(BaseModel):
     model_config = Strict
     providers: tuple[Literal["cpu", "cuda"], ...] = Field(("cpu",), min_length=1)
     target: Target | None = None
-    threads: int = Field(2, ge=1)
+    threads: int = Field(2, ge=1, le=MAX_THREADS)
     latency: LatencyConfig = LatencyConfig()
 
 
@@ -117,7 +121,7 @@ class PipelineConfig(BaseModel):
     """A whole run: `edgepress run CONFIG.yaml --out RUN_DIR`."""
 
     model_config = Strict
-    model: str = "demo:minilm-movie"
+    model: str = Field("demo:minilm-movie", min_length=1)
     data: DataConfig = DataConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     stages: list[StageConfig] = Field(default_factory=list)
@@ -210,6 +214,19 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+MAX_VALUES = 100_000  # a pipeline has hundreds; more means YAML aliases multiplying (a "billion laughs" file)
+
+
+def _expanded_size(value: Any, sizes: dict[int, int]) -> int:
+    """How many values `value` holds once YAML aliases are expanded (each shared node counted once per use)."""
+    if not isinstance(value, dict | list):
+        return 1
+    if id(value) not in sizes:
+        children = value.values() if isinstance(value, dict) else value
+        sizes[id(value)] = 1 + sum(_expanded_size(child, sizes) for child in children)
+    return sizes[id(value)]
+
+
 def read_yaml(path: Path) -> Any:
     """The parsed YAML file at `path`; every way it can be unreadable is a ConfigError naming the fix."""
     if path.is_dir():
@@ -224,9 +241,15 @@ def read_yaml(path: Path) -> Any:
     except OSError as e:
         raise ConfigError(f"config {path} cannot be read: {e.strerror}. Fix: check its permissions") from None
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{path} nests too deeply to be a pipeline config. Fix: write it flat") from None
+    if _expanded_size(data, {}) > MAX_VALUES:
+        raise ConfigError(f"{path} expands to more than {MAX_VALUES:,} values (YAML aliases repeating each other?). "
+                          f"Fix: write the config without nested aliases")
+    return data
 
 
 def load_config(path: str | Path) -> PipelineConfig:

@@ -3,9 +3,10 @@
 from pathlib import Path
 
 from edgepress.errors import ConfigError
+from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig, cpu_model, fixed_shape_feeds, natural_feeds, time_runner
 from edgepress.runtime.session import SessionConfig, cuda_iobinding_runner, open_session
-from edgepress.runtime.tokenize import load_tokenizer
+from edgepress.runtime.tokenize import load_tokenizer, position_limit
 
 NATURAL_SENTENCES = 200
 
@@ -15,13 +16,6 @@ def onnx_path(artifact: Path) -> Path | None:
     if artifact.suffix == ".onnx":
         return artifact
     return artifact / "model.onnx" if (artifact / "model.onnx").is_file() else None
-
-
-def _position_limit(model_dir: Path) -> int:
-    import json
-
-    config = model_dir / "config.json"
-    return json.loads(config.read_text())["max_position_embeddings"] if config.is_file() else 512
 
 
 def _torch_model(model_dir: Path, threads: int | None):
@@ -54,7 +48,7 @@ def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu
     else:
         session = open_session(path, SessionConfig(providers=(provider,), threads=threads))
         names, providers = tuple(i.name for i in session.get_inputs()), session.get_providers()
-    limit = _position_limit(model_dir)
+    limit = position_limit(read_model_config(model_dir))
     tokenizer = load_tokenizer(model_dir, limit)
     fixed = fixed_shape_feeds(tokenizer, texts, cfg, names, limit)
     natural = natural_feeds(tokenizer, texts[:NATURAL_SENTENCES], names)

@@ -14,8 +14,9 @@ from edgepress.data import DataSplits
 from edgepress.files import read_json, tree_sha256, write_json
 
 STAGE_FILES = ("stage.json", "config.json", "metrics.json", "predictions.json")
-# the report first: while a new attempt replaces an old one, no report may describe a mix of the two
-RUN_FILES = ("report.json", "report.md", "report.html", "run.json", "run.log")
+# the report first: while a new attempt replaces an old one, no report may describe a mix of the two. run.json
+# stays (the mark of a run dir) until the new run overwrites it, right after `prepare`.
+REPORT_FILES = ("report.json", "report.md", "report.html")
 STAGE_FOLDER = re.compile(r"^\d{2}-[A-Za-z0-9][A-Za-z0-9_.-]*$")  # what stage_dir names; anything else is not ours
 
 
@@ -27,7 +28,7 @@ class RunDir:
         """Make room for a new attempt; called only once its inputs are known to be good. The earlier run's report,
         log and bundle go; its stage folders stay only with `resume`, and only those named as this config names its
         stages (each is checked before it is reused). Folders that edgepress did not name are left alone."""
-        for name in RUN_FILES:
+        for name in REPORT_FILES:
             (self.root / name).unlink(missing_ok=True)
         if (self.root / "final").is_dir():
             shutil.rmtree(self.root / "final")
@@ -37,6 +38,7 @@ class RunDir:
                 shutil.rmtree(folder)
         if not resume:
             (self.root / "data_split.json").unlink(missing_ok=True)
+        (self.root / "run.log").unlink(missing_ok=True)
         self.root.mkdir(parents=True, exist_ok=True)
 
     def _stage_folders(self) -> list[Path]:

@@ -22,7 +22,7 @@ from edgepress.data import DataSplits
 from edgepress.data.metrics import accuracy_drop_ci95
 from edgepress.deploy.bundle import write_bundle
 from edgepress.errors import ConfigError, EdgepressError, ExportParityError, GateFailed
-from edgepress.files import read_json, tree_sha256, write_json
+from edgepress.files import tree_sha256, write_json
 from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, StageConfig
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.gates import evaluate_gates
@@ -65,6 +65,7 @@ class RunState:
     previous: dict = field(default_factory=dict)
     source: Path | None = None
     source_sha256: str = ""
+    meta: dict = field(default_factory=dict)  # run.json: id, start time, config, environment
 
     def measure(self, artifact: Path) -> tuple[dict, np.ndarray]:
         runtime = self.cfg.runtime
@@ -243,18 +244,22 @@ def _now() -> str:
 
 def _record_run(state: RunState, status: str, error: str | None = None) -> dict:
     """run.json (this run's id, status, config, environment), then the report built from the files."""
-    path = state.run.root / "run.json"
-    meta = read_json(path) if path.is_file() else {"run_id": state.run_id, "started": _now(),
-                                                    "config": state.cfg.model_dump(mode="json"),
-                                                    "environment": environment()}
-    write_json(path, {**meta, "status": status, "error": error, **({} if status == "running" else
-                                                                    {"finished": _now()})})
+    if not state.meta:
+        state.meta = {"run_id": state.run_id, "started": _now(), "config": state.cfg.model_dump(mode="json"),
+                      "environment": environment()}
+    finished = {} if status == "running" else {"finished": _now()}
+    write_json(state.run.root / "run.json", {**state.meta, "status": status, "error": error, **finished})
     return write_report(state.run)
 
 
 def _stopped(state: RunState, error: BaseException) -> None:
     """An error ended the run: say so in run.log and in the report, without hiding the error itself."""
-    message = str(error) if isinstance(error, EdgepressError) else f"internal error: {type(error).__name__}: {error}"
+    if isinstance(error, EdgepressError):
+        message = str(error)
+    elif isinstance(error, KeyboardInterrupt):
+        message = "interrupted (Ctrl-C); `--resume` reuses the stages that finished"
+    else:
+        message = f"internal error: {type(error).__name__}: {error}"
     log.error("run stopped: %s", message)
     try:
         _record_run(state, "error", message)

@@ -20,10 +20,10 @@ class LatencyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    batch_size: int = Field(1, ge=1)
-    sequence_length: int = Field(128, ge=2)
-    warmup: int = Field(20, ge=0)
-    runs: int = Field(200, ge=1)
+    batch_size: int = Field(1, ge=1, le=4096)
+    sequence_length: int = Field(128, ge=2, le=8192)
+    warmup: int = Field(20, ge=0, le=100_000)
+    runs: int = Field(200, ge=1, le=1_000_000)
 
 
 def cpu_model() -> str:
@@ -70,7 +70,8 @@ def fixed_shape_feeds(tokenizer, texts: tuple[str, ...], cfg: LatencyConfig, inp
         if len(stream) >= need:
             break
     if len(stream) < need:
-        raise ConfigError(f"the sentences given hold {len(stream)} tokens; {need} are needed for the fixed shape")
+        raise ConfigError(f"the sentences given hold {len(stream)} tokens; {need} are needed for the fixed shape "
+                          f"{cfg.batch_size} x {cfg.sequence_length}. Fix: a smaller batch_size or sequence_length")
     ids = np.asarray(stream[:need], dtype=np.int64).reshape(cfg.batch_size, cfg.sequence_length)
     columns = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
     return {name: columns[name] for name in input_names}

@@ -9,7 +9,7 @@ import numpy as np
 
 from edgepress.errors import ConfigError, DataError, ModelError
 from edgepress.runtime.session import SessionConfig, open_session
-from edgepress.runtime.tokenize import load_tokenizer
+from edgepress.runtime.tokenize import load_tokenizer, position_limit
 
 BUNDLE_FILES = ("model.onnx", "tokenizer.json", "config.json")
 MANIFEST = "edgepress.json"
@@ -30,14 +30,39 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
+def _json_object(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelError(f"{path} is not valid JSON ({e}). Fix: export or bundle the model again") from None
+    if not isinstance(value, dict):
+        raise ModelError(f"{path} holds a JSON {type(value).__name__}, not an object. Fix: export the model again")
+    return value
+
+
+def _check_texts(texts: list[str] | tuple[str, ...]) -> None:
+    """Empty text is refused, as the data loader refuses it: a label for nothing would be a guess dressed as a
+    prediction. Text that is not valid Unicode (bytes a shell could not decode) is refused too."""
+    empty = [i + 1 for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
+    if empty:
+        raise DataError(f"text {', '.join(map(str, empty[:5]))} of {len(texts)} is empty. Fix: give non-empty "
+                        f"text to classify")
+    for i, text in enumerate(texts, start=1):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DataError(f"text {i} of {len(texts)} is not valid UTF-8. Fix: pass text in the UTF-8 "
+                            f"encoding") from None
+
+
 def _read_bundle(bundle: Path) -> tuple[dict, dict]:
     missing = [name for name in BUNDLE_FILES if not (bundle / name).is_file()]
     if missing:
-        raise ModelError(f"{bundle} is not a model bundle: missing {', '.join(missing)}. "
-                         f"Fix: point at a bundle written by `edgepress bundle` or an exported model dir")
-    config = json.loads((bundle / "config.json").read_text(encoding="utf-8"))
+        raise ModelError(f"{bundle} is not a model bundle: missing {', '.join(missing)}. Fix: point at the final/ "
+                         f"dir of a run, or a dir written by `edgepress export`")
+    config = _json_object(bundle / "config.json")
     manifest_path = bundle / MANIFEST
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else {}
+    manifest = _json_object(manifest_path) if manifest_path.is_file() else {}
     if "id2label" not in config:
         raise ModelError(f"{bundle}/config.json has no id2label. Fix: save the model with its label names")
     return config, manifest
@@ -50,7 +75,7 @@ class Predictor:
                  max_length: int | None = None):
         self.bundle = Path(bundle_dir)
         config, manifest = _read_bundle(self.bundle)
-        limit = int(config.get("max_position_embeddings", 512))
+        limit = position_limit(config)
         self.max_length = max_length or int(manifest.get("max_length", limit))
         if self.max_length > limit:
             raise ConfigError(f"max_length {self.max_length} is longer than the model's position limit {limit}. "
@@ -61,16 +86,12 @@ class Predictor:
         self.input_names = tuple(i.name for i in self.session.get_inputs())
 
     def logits(self, texts: list[str] | tuple[str, ...]) -> np.ndarray:
-        """(len(texts), num_labels) float32 logits, padded to the longest text of the call. Empty text is refused,
-        as the data loader refuses it: a label for nothing would be a guess dressed as a prediction."""
+        """(len(texts), num_labels) float32 logits, padded to the longest text of the call; empty text is refused."""
         from edgepress.runtime.tokenize import encode
 
         if not texts:
             return np.zeros((0, len(self.id2label)), dtype=np.float32)
-        empty = [i + 1 for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
-        if empty:
-            raise DataError(f"text {', '.join(map(str, empty[:5]))} of {len(texts)} is empty. Fix: give non-empty "
-                            f"text to classify")
+        _check_texts(texts)
         return self.session.run(["logits"], encode(self.tokenizer, texts, self.input_names))[0]
 
     def predict(self, texts: list[str] | tuple[str, ...]) -> list[Prediction]:

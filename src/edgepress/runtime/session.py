@@ -27,7 +27,7 @@ class SessionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     providers: tuple[Provider, ...] = Field(("cpu",), min_length=1)
-    threads: int | None = Field(None, ge=1, description="intra-op threads; None lets ONNX Runtime choose")
+    threads: int | None = Field(None, ge=1, le=1024, description="intra-op threads; None lets ONNX Runtime choose")
     optimization: Literal["disable", "basic", "extended", "all"] = "all"
     spinning: bool = Field(False, description="let idle worker threads spin (faster alone, unfair side by side)")
 
@@ -119,8 +119,8 @@ def _require(asked: tuple[str, ...], in_use: list[str], logged: list[str]) -> No
     if "cuda" in asked and PROVIDERS["cuda"] not in in_use:
         raise ProviderUnavailable(
             f"the CUDA execution provider is not usable: {_cuda_reason(logged)}. ONNX Runtime is running on "
-            f"{', '.join(in_use)} instead. Fix: run on a machine with an NVIDIA GPU and onnxruntime-gpu, or ask for "
-            f"providers: [cpu]"
+            f"{', '.join(in_use)} instead. Fix: run on a machine with an NVIDIA GPU and onnxruntime-gpu, or measure on "
+            f"the CPU (runtime.providers: [cpu] in a config, --provider cpu, or no --device cuda)"
         )
 
 

@@ -8,6 +8,16 @@ import numpy as np
 from edgepress.errors import ModelError
 
 PAD_CANDIDATES = ("[PAD]", "<pad>")
+# RoBERTa-style models number positions from pad_token_id + 1: that many rows of the position table are never used
+OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+
+
+def position_limit(config: dict) -> int:
+    """The longest token sequence a model's config.json allows."""
+    limit = int(config.get("max_position_embeddings", 512))
+    if config.get("model_type") in OFFSET_POSITIONS:
+        limit -= int(config.get("pad_token_id", 1)) + 1
+    return limit
 
 
 def _pad_token(directory: Path, tokenizer) -> str:
@@ -33,7 +43,11 @@ def load_tokenizer(directory: str | Path, max_length: int):
             f"{directory} has no tokenizer.json. Fix: save a fast tokenizer into it "
             f"(AutoTokenizer.from_pretrained(MODEL).save_pretrained(DIR))"
         )
-    tokenizer = Tokenizer.from_file(str(path))
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
+        raise ModelError(f"{path} is not a readable tokenizer ({e}). Fix: save the tokenizer again "
+                         f"(AutoTokenizer.from_pretrained(MODEL).save_pretrained(DIR))") from None
     pad = _pad_token(directory, tokenizer)
     tokenizer.enable_truncation(max_length)
     tokenizer.enable_padding(pad_id=tokenizer.token_to_id(pad), pad_token=pad)
