@@ -194,3 +194,23 @@ def test_config_errors_list_every_field():
 def test_split_must_leave_training_data():
     with pytest.raises(ConfigError, match=r"test \+ validation must leave at least 10% for training"):
         build(SplitConfig, test=0.5, validation=0.45)
+
+
+def test_ragged_csv_two_files_for_a_split_and_one_column_for_both_are_refused(tmp_path, movie_data):
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("text,label\na fine film,positive\nhello, world,negative\n")
+    with pytest.raises(DataError, match=r"line 3 has more fields than the header\. Fix: quote text"):
+        load_data(DataConfig(source=str(ragged)))
+    both = tmp_path / "both"
+    both.mkdir()
+    rows = [{"text": t, "label": int(y)} for t, y in zip(movie_data.train.texts[:30], movie_data.train.labels[:30],
+                                                         strict=True)]
+    for name in ("train.csv", "train.jsonl", "test.csv"):
+        if name.endswith(".csv"):
+            write_csv(both / name, rows)
+        else:
+            (both / name).write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(DataError, match=r"has 2 files for the train split \(train.csv, train.jsonl\)\. Fix: keep one"):
+        load_data(DataConfig(source=str(both)))
+    with pytest.raises(ConfigError, match=r"text_column and label_column are both 'label'"):
+        build(DataConfig, text_column="label")

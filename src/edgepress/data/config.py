@@ -33,3 +33,10 @@ class DataConfig(BaseModel):
     label_column: str = "label"
     max_length: int = Field(128, ge=8, le=8192, description="tokens per example after truncation")
     split: SplitConfig = SplitConfig()
+
+    @model_validator(mode="after")
+    def _two_columns(self) -> "DataConfig":
+        if self.text_column == self.label_column:
+            raise ValueError(f"text_column and label_column are both '{self.text_column}': the label would be read "
+                             f"as the text. Fix: name the column that holds the text and the one that holds the label")
+        return self

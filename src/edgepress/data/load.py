@@ -123,7 +123,8 @@ def _text_sets(raw: RawSource, cfg: DataConfig, label2id) -> tuple[dict[str, Tex
         ids = tuple(str(row["id"]) if "id" in row else f"{prefix}{i}" for i, row in enumerate(rows))
         duplicated = [i for i, n in Counter(ids).items() if n > 1]
         if duplicated:
-            raise DataError(f"{cfg.source}: ids must be unique; repeated: {', '.join(duplicated[:SHOWN])}")
+            raise DataError(f"{cfg.source}: ids must be unique; repeated: {', '.join(duplicated[:SHOWN])}. "
+                            f"Fix: make the id column unique, or drop it (rows are then numbered)")
         labels = np.array([mapping[k] for k in keys[split]], dtype=np.int64)
         sets[split] = TextSet(ids, _texts(rows, cfg, f"{cfg.source} ({split})"), labels)
     return sets, id2label

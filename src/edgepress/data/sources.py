@@ -25,7 +25,13 @@ class RawSource:
 
 def _read_csv(path: Path) -> list[dict]:
     with path.open(newline="", encoding="utf-8-sig") as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    ragged = [i for i, row in enumerate(rows, start=2) if None in row]  # DictReader files extra fields under None
+    if ragged:
+        raise DataError(f"{path}: line {ragged[0]} has more fields than the header"
+                        f"{f' (and {len(ragged) - 1} more lines)' if len(ragged) > 1 else ''}. Fix: quote text that "
+                        f"holds commas, or remove the extra fields")
+    return rows
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -59,13 +65,18 @@ def read_file(path: Path) -> list[dict]:
 
 
 def _split_files(directory: Path) -> dict[str, Path]:
-    found = {}
+    found: dict[str, list[Path]] = {}
     for split, aliases in SPLIT_ALIASES.items():
         for alias in aliases:
             for suffix in FILE_KINDS:
                 if (directory / f"{alias}{suffix}").is_file():
-                    found.setdefault(split, directory / f"{alias}{suffix}")
-    return found
+                    found.setdefault(split, []).append(directory / f"{alias}{suffix}")
+    twice = {split: files for split, files in found.items() if len(files) > 1}
+    if twice:
+        split, files = next(iter(twice.items()))
+        raise DataError(f"data directory {directory} has {len(files)} files for the {split} split "
+                        f"({', '.join(f.name for f in files)}). Fix: keep one of them")
+    return {split: files[0] for split, files in found.items()}
 
 
 def _read_hf_dataset(directory: Path, label_column: str) -> RawSource:
