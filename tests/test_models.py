@@ -154,3 +154,49 @@ def test_concurrent_first_uses_build_the_teacher_once(monkeypatch, tmp_path):
     for thread in threads:
         thread.join()
     assert len(builds) == 1 and len(found) == 2 and found[0] == found[1]
+
+
+@pytest.mark.parametrize(("file", "fields", "named"), [
+    ("config.json", {"_attn_implementation_internal": "attacker/evil-kernel"}, "config.json: "
+                                                                              "_attn_implementation_internal"),
+    ("config.json", {"attn_implementation": "kernels-community/flash-attn"}, 'config.json: attn_implementation = '
+                                                                             '"kernels-community/flash-attn"'),
+    ("config.json", {"auto_map": {"AutoModelForSequenceClassification": "evil.Model"}}, "config.json: auto_map"),
+    ("config.json", {"text_config": {"auto_map": {"AutoConfig": "x.Y"}}}, "config.json: text_config.auto_map"),
+    ("config.json", {"quantization_config": {"quant_method": "mxfp4"}}, "config.json: quantization_config"),
+    ("config.json", {"custom_pipelines": {"x": {}}}, "config.json: custom_pipelines"),
+    ("tokenizer_config.json", {"auto_map": {"AutoTokenizer": ["evil.Tok", None]}}, "tokenizer_config.json: auto_map"),
+])
+def test_fields_that_steer_code_loading_are_refused_before_transformers_reads_the_dir(
+        monkeypatch, tmp_path, tiny_model_dir, file, fields, named):
+    import json
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    path = model / file
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+    def never(*args, **kwargs):
+        raise AssertionError("from_pretrained ran on a dir that asks for outside code")
+
+    monkeypatch.setattr(AutoModelForSequenceClassification, "from_pretrained", never)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", never)
+    with pytest.raises(ModelError, match=r"asks transformers to load code from outside itself") as e:
+        load_classifier(model)
+    assert f"✗ {named}" in str(e.value) and "Fix: remove these fields" in str(e.value)
+
+
+def test_built_in_attention_choices_and_plain_dirs_load(tmp_path, tiny_model_dir):
+    import json
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "attn_implementation": "eager"}))
+    loaded, _ = load_classifier(model)
+    assert loaded.config.num_labels == 2
+    (model / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "someone/else"}))
+    with pytest.raises(ModelError, match=r"adapter_config.json \(a PEFT adapter"):
+        load_classifier(model)

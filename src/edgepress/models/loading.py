@@ -11,6 +11,52 @@ WEIGHT_FILES = (
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 FIX_DIR = "Fix: save it with model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR)"
 
+# Fields with which a model dir steers transformers into importing or fetching code that is not its own, whatever
+# `trust_remote_code` says on some versions: remote modules (auto_map, custom_pipelines), Hub kernels for attention
+# or experts (CVE-2026-4372: `_attn_implementation_internal`, transformers 4.56-5.2; 5.x honours
+# `attn_implementation`), third-party quantizer packages and their kernels (quantization_config). edgepress never
+# runs remote code, so a dir carrying one is a mistake or an attack: it is refused before any from_pretrained.
+CODE_FIELDS = ("auto_map", "custom_pipelines", "_attn_implementation_internal", "experts_implementation",
+               "_experts_implementation_internal", "quantization_config")
+ATTENTION_FIELDS = ("attn_implementation", "_attn_implementation")
+BUILT_IN_ATTENTION = ("eager", "sdpa", "flex_attention")  # anything else may name a Hub kernel ("org/repo:fn")
+SIDE_CONFIGS = ("tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
+
+
+def _code_fields(config: dict, where: str) -> list[str]:
+    """`where.field` for every field of `config` (nested sub-configs included) that steers code loading."""
+    found = []
+    for key, value in config.items():
+        if key in CODE_FIELDS and value is not None:
+            found.append(f"{where}{key}")
+        elif key in ATTENTION_FIELDS and value is not None and value not in BUILT_IN_ATTENTION:
+            found.append(f"{where}{key} = {json.dumps(value)[:60]}")
+        if isinstance(value, dict):
+            found += _code_fields(value, f"{where}{key}.")
+    return found
+
+
+def check_no_remote_code(path: Path, config: dict) -> None:
+    """Refuse a model dir whose config.json (or tokenizer/processor config, or an adapter config) carries a field
+    that makes transformers load code from outside itself; the ModelError names every such field."""
+    found = [f"config.json: {field}" for field in _code_fields(config, "")]
+    for name in SIDE_CONFIGS:
+        side = path / name
+        try:
+            side_config = json.loads(side.read_bytes().decode("utf-8")) if side.is_file() else {}
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ModelError(f"{side} is not valid JSON ({e}). {FIX_DIR}") from None
+        found += [f"{name}: {field}" for field in _code_fields(side_config, "")] if isinstance(side_config, dict) \
+            else []
+    if (path / "adapter_config.json").is_file():
+        found.append("adapter_config.json (a PEFT adapter: transformers would load its base model from elsewhere)")
+    if found:
+        lines = "\n".join(f"  ✗ {f}" for f in found)
+        raise ModelError(f"{path} asks transformers to load code from outside itself, which edgepress never runs:\n"
+                         f"{lines}\nFix: remove these fields from the model dir's JSON files (a model saved with "
+                         f"save_pretrained from a built-in architecture does not need them), or merge an adapter "
+                         f"into its base model first")
+
 
 def model_dir_problems(path: Path) -> list[str]:
     """What keeps `path` from being a loadable classifier dir (empty when nothing does)."""
@@ -64,7 +110,7 @@ def load_classifier(path: str | Path):
 
     path = Path(path)
     check_model_dir(path)
-    read_model_config(path)
+    check_no_remote_code(path, read_model_config(path))
     use_safetensors = any((path / name).is_file() for name in WEIGHT_FILES[:2])
     try:
         model, info = AutoModelForSequenceClassification.from_pretrained(
