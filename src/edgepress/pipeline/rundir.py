@@ -13,7 +13,6 @@ from pathlib import Path
 from edgepress.data import DataSplits
 from edgepress.files import read_json, tree_sha256, write_json
 
-STAGE_FILES = ("stage.json", "config.json", "metrics.json", "predictions.json")
 # the report first: while a new attempt replaces an old one, no report may describe a mix of the two. run.json
 # stays (the mark of a run dir) until the new run overwrites it, right after `prepare`.
 REPORT_FILES = ("report.json", "report.md", "report.html")
