@@ -432,3 +432,21 @@ def test_a_mistyped_demo_model_names_the_demo_model(tmp_path):
     result = invoke("validate", tmp_path / "p.yaml")
     assert result.exit_code == 2 and "unknown demo model 'demo:minilm-mvie'. Fix: the demo model is " \
         "demo:minilm-movie" in result.output
+
+
+def test_an_empty_onnx_file_and_labels_off_the_classifiers_rows_exit_2(tmp_path, tiny_onnx_dir, tiny_model_dir):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(tiny_onnx_dir, bundle)
+    (bundle / "model.onnx").write_bytes(b"")
+    result = invoke("predict", bundle, "a fine film")
+    assert result.exit_code == 2 and "is not a loadable ONNX model" in result.output
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    config.update(label2id={"negative": 0, "positive": 5}, id2label={"0": "negative", "5": "positive"})
+    (model / "config.json").write_text(json.dumps(config))
+    result = invoke("evaluate", model)
+    assert result.exit_code == 2 and "label2id must number its 2 labels 0 to 1, each once" in result.output
+    (tmp_path / "empty.yaml").write_text("")
+    result = invoke("validate", tmp_path / "empty.yaml")
+    assert result.exit_code == 2 and "empty.yaml is empty. Fix: write at least the model" in result.output

@@ -100,7 +100,12 @@ def label2id_of(path: Path) -> dict[str, int]:
     config = read_model_config(path)
     if "label2id" not in config:
         return {f"LABEL_{i}": i for i in range(config.get("num_labels", 2))}  # transformers' default naming
-    return {name: int(i) for name, i in config["label2id"].items()}
+    label2id = {name: int(i) for name, i in config["label2id"].items()}
+    if sorted(label2id.values()) != list(range(len(label2id))):  # each id is a row of the classifier's output
+        raise ModelError(f"{path}/config.json: label2id must number its {len(label2id)} labels 0 to "
+                         f"{len(label2id) - 1}, each once; got {label2id}. Fix: renumber label2id and id2label "
+                         f"to the classifier's output rows")
+    return label2id
 
 
 def load_classifier(path: str | Path):

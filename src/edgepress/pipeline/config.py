@@ -256,6 +256,9 @@ def load_config(path: str | Path) -> PipelineConfig:
     """Read and check a pipeline YAML; every problem is listed in one ConfigError."""
     path = Path(path)
     data = read_yaml(path)
+    if data is None:
+        raise ConfigError(f"{path} is empty. Fix: write at least the model, data and stages of a pipeline (see "
+                          f"examples/ and the README)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must be a mapping with model, data, runtime and stages (it holds a "
                           f"{type(data).__name__})")

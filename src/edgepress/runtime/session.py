@@ -91,14 +91,20 @@ def _options(cfg: SessionConfig):
 
 def _load(path: Path, cfg: SessionConfig):
     import onnxruntime as ort
-    from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidGraph, InvalidProtobuf, NoSuchFile
+    from onnxruntime.capi.onnxruntime_pybind11_state import (
+        Fail,
+        InvalidArgument,
+        InvalidGraph,
+        InvalidProtobuf,
+        NoSuchFile,
+    )
 
     if not path.is_file():
         raise ModelError(f"{path} does not exist. Fix: export the model first (edgepress export stage)")
     with _captured_stderr() as logged:
         try:
             session = ort.InferenceSession(str(path), _options(cfg), providers=list(provider_names(cfg.providers)))
-        except (InvalidProtobuf, InvalidGraph, NoSuchFile, Fail) as e:
+        except (InvalidProtobuf, InvalidGraph, InvalidArgument, NoSuchFile, Fail) as e:  # e.g. an empty file
             raise ModelError(
                 f"{path} is not a loadable ONNX model (truncated or corrupt?): {str(e).strip()[:300]}. "
                 f"Fix: export it again"
