@@ -9,6 +9,7 @@ pruning, the model is fine-tuned with the hinton distillation loss against itsel
 """
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -46,10 +47,9 @@ def _bert_layers(model):
     return base.encoder.layer
 
 
-def _gated_importance(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str) -> np.ndarray:
-    """(layers, units): sum over batches of |d loss / d gate|, gates of 1 on every head or FFN neuron. The absolute
-    value is taken per batch, as Michel et al. 2019 (eq. 2) do: signed gradients of opposite batches would cancel
-    and make a head that matters a lot, in both directions, look unimportant."""
+def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str) -> Iterator[np.ndarray]:
+    """d loss / d gate (layers, units) of each of the first `importance_batches` train batches, with a gate of 1
+    multiplying every head's (or FFN neuron's) output."""
     import torch
 
     from edgepress.models.train import train_loader
@@ -61,21 +61,25 @@ def _gated_importance(model, tokenizer, data: DataSplits, cfg: _Recovery, what: 
         layer.intermediate.register_forward_hook(lambda m, i, out, k=k: out * gates[k]) for k, layer in
         enumerate(layers)
     ]
-    loader = train_loader(tokenizer, data.train, cfg)
-    importance = torch.zeros_like(gates)
     model.eval()
     try:
-        for step, batch in enumerate(loader):
+        for step, batch in enumerate(train_loader(tokenizer, data.train, cfg)):
             if step == cfg.importance_batches:
                 break
             batch.pop("index")
             extra = {"head_mask": gates} if what == "heads" else {}
             (grad,) = torch.autograd.grad(model(**batch, **extra).loss, gates)
-            importance += grad.abs()
+            yield grad.numpy()
     finally:
         for hook in hooks:
             hook.remove()
-    return importance.numpy()
+
+
+def _gated_importance(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str) -> np.ndarray:
+    """(layers, units): sum over batches of |d loss / d gate|. The absolute value is taken per batch, as Michel et
+    al. 2019 (eq. 2) do: signed gradients of opposite batches would cancel and make a head that matters a lot, in
+    both directions, look unimportant."""
+    return sum(np.abs(grad) for grad in gate_gradients(model, tokenizer, data, cfg, what))
 
 
 def _keep_top(scores: np.ndarray, keep: float) -> list[list[int]]:
