@@ -28,11 +28,16 @@ def check_out_dir(out: Path) -> None:
                           f"Fix: choose a directory you can write, or change its permissions")
 
 
+def _holds_others(out: Path, marker: str) -> bool:
+    """`out` is a non-empty directory without `marker`: not something edgepress wrote there."""
+    return out.is_dir() and any(out.iterdir()) and not (out / marker).is_file()
+
+
 def check_run_dir(out: Path) -> None:
     """`out` can hold a run: new, empty, or an earlier run (its run.json), never a folder of other files, whose
     report, stages/ and final/ a run would replace."""
     check_out_dir(out)
-    if out.is_dir() and any(out.iterdir()) and not (out / "run.json").is_file():
+    if _holds_others(out, "run.json"):
         raise ConfigError(f"--out {out} holds files that are not an edgepress run; a run writes report.*, run.*, "
                           f"stages/ and final/ there and would replace any of yours. Fix: give a new or empty "
                           f"directory, or the directory of an earlier run")
@@ -62,7 +67,7 @@ def check_artifact_out(out: Path, marker: str) -> None:
     """`out` may be replaced whole by an artifact: it must be new, empty, or an earlier artifact (holding
     `marker`), never a directory of the user's that would be deleted."""
     check_out_dir(out)
-    if out.is_dir() and any(out.iterdir()) and not (out / marker).is_file():
+    if _holds_others(out, marker):
         raise ConfigError(f"--out {out} is a directory that holds other files, and it would be replaced whole. "
                           f"Fix: give a new or empty directory")
 
