@@ -47,7 +47,11 @@ def test_encoder_without_a_trained_head_is_refused(tmp_path, tokenizer):
 
 
 def test_pickle_checkpoint_loads_through_weights_only(tmp_path, tiny_model_dir, tokenizer):
-    tiny_bert(tokenizer).save_pretrained(tmp_path, safe_serialization=False)
+    import torch
+
+    model = tiny_bert(tokenizer)  # an older checkpoint: transformers 5 saves safetensors only
+    model.config.save_pretrained(tmp_path)
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
     tokenizer.save_pretrained(tmp_path)
     assert (tmp_path / "pytorch_model.bin").is_file() and not (tmp_path / "model.safetensors").exists()
     model, _ = load_classifier(tmp_path)

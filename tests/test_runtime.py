@@ -2,6 +2,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -139,15 +140,29 @@ def test_predictor_never_imports_torch_or_transformers(tiny_onnx_dir):
     assert line["label"] == expected.label and abs(line["score"] - expected.score) < 1e-6
 
 
-def test_bundle_loads_in_optimum(tiny_onnx_dir, movie_data):
-    from optimum.onnxruntime import ORTModelForSequenceClassification
-    from transformers import AutoTokenizer
+PEER_PYTHON = Path(__file__).resolve().parents[1] / ".venv-peer" / "bin" / "python"
 
-    model = ORTModelForSequenceClassification.from_pretrained(tiny_onnx_dir, provider="CPUExecutionProvider")
-    tokenizer = AutoTokenizer.from_pretrained(tiny_onnx_dir)
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PEER_PYTHON.exists(), reason="optimum lives in .venv-peer: make peer-env (make test-slow does)")
+def test_bundle_loads_in_optimum(tiny_onnx_dir, movie_data):
+    """An ONNX dir edgepress wrote (transformers 5) loads in optimum's ORTModelForSequenceClassification, in the
+    peer's own environment (transformers 4.57), and gives edgepress's logits."""
     texts = list(movie_data.test.texts[:8])
-    theirs = model(**tokenizer(texts, padding=True, return_tensors="np")).logits
-    np.testing.assert_allclose(np.asarray(theirs), Predictor(tiny_onnx_dir).logits(texts), atol=1e-5)
+    script = (
+        "import json, sys\n"
+        "from optimum.onnxruntime import ORTModelForSequenceClassification\n"
+        "from transformers import AutoTokenizer\n"
+        "path, texts = sys.argv[1], json.loads(sys.argv[2])\n"
+        "model = ORTModelForSequenceClassification.from_pretrained(path, provider='CPUExecutionProvider')\n"
+        "tokenizer = AutoTokenizer.from_pretrained(path)\n"
+        "print(json.dumps(model(**tokenizer(texts, padding=True, return_tensors='np')).logits.tolist()))\n"
+    )
+    done = subprocess.run([str(PEER_PYTHON), "-c", script, str(tiny_onnx_dir), json.dumps(texts)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+    np.testing.assert_allclose(theirs, Predictor(tiny_onnx_dir).logits(texts), atol=1e-5)
 
 
 def test_bench_command_prints_both_shapes(tiny_onnx_dir):

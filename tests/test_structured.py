@@ -1,9 +1,11 @@
+import json
+
 import pytest
 import torch
 
-from edgepress.compress.structured import FfnConfig, HeadsConfig, ffn, heads
+from edgepress.compress.structured import FfnConfig, HeadsConfig, ffn, heads, prune_heads
 from edgepress.data.dataset import DataSplits
-from edgepress.errors import ConfigError
+from edgepress.errors import ConfigError, ModelError
 from edgepress.models.introspect import param_counts
 from edgepress.models.loading import load_classifier
 from tests.conftest import save, tiny_bert, tiny_distilbert
@@ -50,3 +52,42 @@ def test_structured_pruning_names_the_architectures_it_supports(tmp_path, tokeni
     with pytest.raises(ConfigError, match=r"structured pruning supports BERT-style encoders .* got distilbert"):
         heads(src, tmp_path / "out", small_data, HeadsConfig(epochs=1))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_head_pruned_dir_reloads_exactly_through_edgepress_and_not_through_plain_transformers(
+        tmp_path, tokenizer, movie_data):
+    """transformers 5 has no prune_heads: edgepress shrinks Q/K/V and the attention output itself, records the
+    removed heads in config.json, and rebuilds those shapes before loading the weights."""
+    from transformers import AutoModelForSequenceClassification
+
+    model = tiny_bert(tokenizer, seed=3, num_attention_heads=4).eval()
+    assert prune_heads(model, [[1, 3], [0, 1, 2]]) == {0: [0, 2], 1: [3]}
+    src = save(model, tokenizer, tmp_path / "pruned")
+    assert json.loads((src / "config.json").read_text())["pruned_heads"] == {"0": [0, 2], "1": [3]}
+    feeds = tokenizer(list(movie_data.test.texts[:6]), padding=True, return_tensors="pt")
+    reloaded, _ = load_classifier(src)
+    with torch.no_grad():
+        assert torch.equal(reloaded(**feeds).logits, model(**feeds).logits)
+    assert [layer.attention.self.num_attention_heads for layer in reloaded.bert.encoder.layer] == [2, 3]
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):  # README: load it with edgepress
+        AutoModelForSequenceClassification.from_pretrained(src)
+
+
+@pytest.mark.parametrize("record", [{"2": [0]}, {"0": [0, 1, 2, 3]}, {"0": [7]}, {"0": "all"}, ["0"]])
+def test_a_pruned_heads_record_that_does_not_fit_the_model_is_a_model_error(record, tmp_path, tokenizer):
+    src = save(tiny_bert(tokenizer, num_attention_heads=4), tokenizer, tmp_path / "m")
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps(config | {"pruned_heads": record}))
+    with pytest.raises(ModelError, match=r"pruned_heads must map layer numbers 0\.\.1 to lists of head numbers"):
+        load_classifier(src)
+
+
+def test_heads_are_pruned_once(tmp_path, tokenizer, small_data):
+    model = tiny_bert(tokenizer, num_attention_heads=4)
+    prune_heads(model, [[0, 1], [2, 3]])
+    src = save(model, tokenizer, tmp_path / "pruned")
+    with pytest.raises(ConfigError, match=r"already had heads pruned .* Fix: run heads and ffn once each"):
+        heads(src, tmp_path / "out", small_data, HeadsConfig(epochs=1))
+    ffn(src, tmp_path / "ffn", small_data, FfnConfig(keep=0.5, epochs=1, importance_batches=2))  # ffn after heads
+    model, _ = load_classifier(tmp_path / "ffn")
+    assert model.config.intermediate_size == 32 and model.bert.encoder.layer[1].attention.self.query.out_features == 16

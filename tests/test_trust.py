@@ -450,3 +450,18 @@ def test_an_empty_onnx_file_and_labels_off_the_classifiers_rows_exit_2(tmp_path,
     (tmp_path / "empty.yaml").write_text("")
     result = invoke("validate", tmp_path / "empty.yaml")
     assert result.exit_code == 2 and "empty.yaml is empty. Fix: write at least the model" in result.output
+
+
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/etc/passwd", "sub/model.safetensors"])
+def test_a_safetensors_index_naming_files_outside_the_dir_is_refused(shard, tmp_path, tiny_model_dir):
+    """The weight_map of model.safetensors.index.json is followed by transformers' loader as written (a path
+    traversal reported upstream): edgepress accepts only plain file names inside the model dir."""
+    src = tmp_path / "sharded"
+    shutil.copytree(tiny_model_dir, src)
+    (src / "model.safetensors").rename(src / "model-00001-of-00001.safetensors")
+    index = {"metadata": {}, "weight_map": {"classifier.bias": "model-00001-of-00001.safetensors",
+                                            "classifier.weight": shard}}
+    (src / "model.safetensors.index.json").write_text(json.dumps(index))
+    result = CliRunner().invoke(app, ["bench", str(src), "--runs", "1", "--warmup", "0"])
+    assert result.exit_code == 2, result.output
+    assert "names weight files outside the model dir" in result.output and "Traceback" not in result.output

@@ -218,8 +218,14 @@ def predict(
 
 def main() -> None:
     import logging
+    import os
 
     from rich.logging import RichHandler
+
+    # transformers 5 logs a table per model load and draws progress bars for loading and saving weights; edgepress
+    # reports what matters itself (a missing head is a ModelError). Set either variable to see them again.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
     handler = RichHandler(console=err, show_path=False, show_level=False)
     logging.getLogger("edgepress").addHandler(handler)

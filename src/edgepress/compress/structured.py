@@ -1,7 +1,8 @@
 """Structured pruning: whole attention heads (`heads`) or FFN neurons (`ffn`) removed, so the matrices shrink and
-ONNX Runtime really runs faster (unstructured zeros do not speed it up, ARCHITECTURE.md). Both keep the model a
-standard Hugging Face dir: pruned heads are recorded in `config.pruned_heads`, and FFN pruning keeps the same number
-of neurons in every layer so that `config.intermediate_size` describes it.
+ONNX Runtime really runs faster (unstructured zeros do not speed it up, ARCHITECTURE.md). Both write a Hugging Face
+dir: pruned heads are recorded in `config.pruned_heads`, which edgepress's loader rebuilds (models/heads.py; plain
+transformers 5 `from_pretrained` cannot), and FFN pruning keeps the same number of neurons in every layer so that
+`config.intermediate_size` describes it (plain `from_pretrained` loads that).
 
 Importance (Michel et al. 2019, "Are Sixteen Heads Really Better than One?", section 4.1): the expected
 |d loss / d gate| of a gate multiplying each head's (or neuron's) output, accumulated over training batches. After
@@ -18,6 +19,7 @@ from pydantic import Field
 from edgepress.compress.distill import KdLoss
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
+from edgepress.models.heads import encoder_layers, remove_heads
 from edgepress.models.train import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -40,35 +42,44 @@ class FfnConfig(_Recovery):
 
 
 def _bert_layers(model):
-    base = getattr(model, model.base_model_prefix)
-    if not hasattr(base, "encoder") or not hasattr(base.encoder.layer[0], "intermediate"):
+    layers = encoder_layers(model)
+    if not layers or not hasattr(layers[0], "intermediate"):
         raise ConfigError(f"structured pruning supports BERT-style encoders (bert, roberta, minilm); got "
                           f"{model.config.model_type}. Fix: distill into a BERT-style student first")
-    return base.encoder.layer
+    return layers
 
 
 def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str) -> Iterator[np.ndarray]:
     """d loss / d gate (layers, units) of each of the first `importance_batches` train batches, with a gate of 1
-    multiplying every head's (or FFN neuron's) output."""
+    multiplying every head's output (its slice of the attention context) or every FFN neuron's output."""
     import torch
 
     from edgepress.models.train import train_loader
 
     layers = _bert_layers(model)
-    units = model.config.num_attention_heads if what == "heads" else layers[0].intermediate.dense.out_features
+    if what == "heads":
+        units = model.config.num_attention_heads
+        size = layers[0].attention.self.attention_head_size
+        modules = [layer.attention.self for layer in layers]
+
+        def gated(k, out):  # (context (batch, seq, heads * size), attention weights)
+            context = out[0].unflatten(-1, (units, size)) * gates[k][:, None]
+            return (context.flatten(-2), *out[1:])
+    else:
+        units = layers[0].intermediate.dense.out_features
+        modules = [layer.intermediate for layer in layers]
+
+        def gated(k, out):
+            return out * gates[k]
     gates = torch.ones(len(layers), units, requires_grad=True)
-    hooks = [] if what == "heads" else [
-        layer.intermediate.register_forward_hook(lambda m, i, out, k=k: out * gates[k]) for k, layer in
-        enumerate(layers)
-    ]
+    hooks = [module.register_forward_hook(lambda m, i, out, k=k: gated(k, out)) for k, module in enumerate(modules)]
     model.eval()
     try:
         for step, batch in enumerate(train_loader(tokenizer, data.train, cfg)):
             if step == cfg.importance_batches:
                 break
             batch.pop("index")
-            extra = {"head_mask": gates} if what == "heads" else {}
-            (grad,) = torch.autograd.grad(model(**batch, **extra).loss, gates)
+            (grad,) = torch.autograd.grad(model(**batch).loss, gates)
             yield grad.numpy()
     finally:
         for hook in hooks:
@@ -92,7 +103,7 @@ def prune_heads(model, keep: list[list[int]]) -> dict[int, list[int]]:
     """Remove every head not in `keep[layer]`; returns what was removed (also in config.pruned_heads)."""
     heads = model.config.num_attention_heads
     removed = {i: [h for h in range(heads) if h not in kept] for i, kept in enumerate(keep)}
-    model.prune_heads({i: r for i, r in removed.items() if r})
+    remove_heads(model, removed)
     return removed
 
 
@@ -124,6 +135,10 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
 
     model, tokenizer = load_classifier(src)
     _bert_layers(model)  # refuse other architectures before any work
+    if what == "heads" and getattr(model.config, "pruned_heads", None):
+        raise ConfigError(f"{src} already had heads pruned ({model.config.pruned_heads}); structured pruning "
+                          f"takes a model with all its heads. Fix: run heads and ffn once each, on the distilled "
+                          f"student")
     before = param_counts(model)["params"]
     # the unpruned model's logits are the distillation targets of the recovery fine-tune
     targets = torch.from_numpy(predict_logits(model, tokenizer, data.train.texts, cfg.max_length))

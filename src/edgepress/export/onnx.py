@@ -1,8 +1,13 @@
-"""HF model dir -> ONNX dir (model.onnx + config + tokenizer) through optimum-onnx's exporter, then the hard
-parity check against the torch model on real sentences. The graph it writes is the one ONNX Runtime's BERT
-optimizer fuses fully (the legacy TorchScript path: measured in ARCHITECTURE.md)."""
+"""HF model dir -> ONNX dir (model.onnx + config + tokenizer) through `torch.onnx.export`, then the hard parity
+check against the torch model on real sentences.
 
+The exporter is the TorchScript one (`dynamo=False`) over eager attention: its graph matches torch to ~1e-7 on
+padded batches and ONNX Runtime's BERT optimizer fuses all of it (Attention, EmbedLayerNormalization, ...). The
+dynamo exporter and `sdpa` attention were measured against it (benchmarks/exporters.py, README): see there."""
+
+import inspect
 import logging
+import warnings
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -45,14 +50,91 @@ def torch_runner(model):
     return run
 
 
+def model_inputs(model, tokenizer) -> tuple[str, ...]:
+    """The tokenizer's outputs that the model's forward takes, in the forward's order (BERT: ids, mask, token
+    types; RoBERTa and DistilBERT: ids, mask): the ONNX graph's inputs."""
+    gives = set(tokenizer.model_input_names)
+    return tuple(name for name in inspect.signature(model.forward).parameters if name in gives)
+
+
+def write_onnx(model, tokenizer, path: Path, opset: int, dynamo: bool = False, attention: str = "eager") -> None:
+    """`model` -> ONNX file `path`: inputs as `model_inputs`, output `logits`, batch and sequence axes dynamic.
+    Exported with eager attention (the graph ONNX Runtime fuses); `dynamo=True` (torch's newer exporter) and other
+    attentions are what benchmarks/exporters.py compares it with."""
+    import torch
+
+    names = model_inputs(model, tokenizer)
+    # two sentences of different lengths: the example batch is padded, so the attention mask stays in the graph
+    example = tokenizer(["a", "the film is a gorgeous, moving piece of work"], padding=True, return_tensors="pt")
+    feeds = {name: example[name] for name in names}
+
+    before = model.config._attn_implementation
+    model.set_attn_implementation(attention)
+    if dynamo:
+        shapes = {"dynamic_shapes": {name: {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
+                                     for name in names}}
+    else:
+        axes = {name: {0: "batch_size", 1: "sequence_length"} for name in names} | {"logits": {0: "batch_size"}}
+        shapes = {"dynamic_axes": axes, "do_constant_folding": True}
+    try:
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice; tracer warnings
+            torch.onnx.export(model.eval(), (), str(path), kwargs=feeds, input_names=list(names),
+                              output_names=["logits"], opset_version=opset, dynamo=dynamo, **shapes)
+    finally:
+        model.set_attn_implementation(before)
+
+
+def pin_head_counts(path: Path) -> int:
+    """Write each layer's head count into its Q/K/V reshapes, where transformers 5 leaves `-1` (`view(batch, seq,
+    -1, head_size)`): ONNX Runtime's attention fusion reads the count from there, and a head-pruned model has a
+    different count in each layer. Returns how many reshapes were pinned."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    initializer = {tensor.name: tensor for tensor in graph.initializer}
+
+    def constant(name):
+        if name in initializer:
+            return numpy_helper.to_array(initializer[name])
+        node = producer.get(name)
+        return numpy_helper.to_array(node.attribute[0].t) if node is not None and node.op_type == "Constant" \
+            else None
+
+    def width(name):  # the output width of the MatMul (+ bias) that makes `name`
+        node = producer.get(name)
+        if node is not None and node.op_type == "Add":
+            node = next((producer[i] for i in node.input if i in producer and producer[i].op_type == "MatMul"), None)
+        weight = constant(node.input[1]) if node is not None and node.op_type == "MatMul" else None
+        return None if weight is None else weight.shape[-1]
+
+    pinned = 0
+    for node in graph.node:
+        concat = producer.get(node.input[1]) if node.op_type == "Reshape" else None
+        if concat is None or concat.op_type != "Concat" or len(concat.input) != 4:
+            continue
+        heads, size, out = constant(concat.input[2]), constant(concat.input[3]), width(node.input[0])
+        if heads is None or size is None or out is None or heads.ravel().tolist() != [-1]:
+            continue
+        name = f"{concat.output[0]}/heads"
+        graph.initializer.append(numpy_helper.from_array(np.array([out // int(size.ravel()[0])], np.int64), name))
+        concat.input[2] = name
+        pinned += 1
+    onnx.save(model, str(path))
+    return pinned
+
+
 def export_model_object(model, tokenizer, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig, what: str) -> dict:
     """Export an in-memory classifier (any per-layer shape) to `out_dir` and check it against torch on `texts`."""
-    from optimum.exporters.onnx import onnx_export_from_model
-
     with atomic_dir(Path(out_dir)) as tmp:
-        onnx_export_from_model(model, tmp, opset=cfg.opset, task="text-classification", do_validation=False,
-                               preprocessors=[tokenizer])
-        tokenizer.save_pretrained(tmp)  # optimum copies tokenizer files only from config._name_or_path
+        write_onnx(model, tokenizer, tmp / ONNX_FILE, cfg.opset)
+        pin_head_counts(tmp / ONNX_FILE)
+        model.config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
         check_onnx_file(tmp / ONNX_FILE)
         session = open_session(tmp / ONNX_FILE, SessionConfig(providers=("cpu",), optimization="disable"))
         feeds = parity_feeds(load_tokenizer(tmp, cfg.max_length), spread_by_length(texts, cfg.parity.n_texts),

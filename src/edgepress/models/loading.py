@@ -108,6 +108,59 @@ def label2id_of(path: Path) -> dict[str, int]:
     return label2id
 
 
+def safetensors_files(path: Path) -> list[Path]:
+    """The dir's safetensors weight files: model.safetensors, or the shards its index names -- each a plain file
+    name inside the dir (an index naming `../x` or `/x` would make a loader read outside it)."""
+    if (path / WEIGHT_FILES[0]).is_file():
+        return [path / WEIGHT_FILES[0]]
+    index = path / WEIGHT_FILES[1]
+    if not index.is_file():
+        return []
+    try:
+        shards = sorted(set(json.loads(index.read_bytes().decode("utf-8"))["weight_map"].values()))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise ModelError(f"{index} is not a safetensors index (a JSON object with a weight_map): {e}. "
+                         f"{FIX_DIR}") from None
+    outside = [s for s in shards if not isinstance(s, str) or Path(s).name != s or s in ("", ".", "..")]
+    if outside:
+        raise ModelError(f"{index} names weight files outside the model dir: {outside[:3]}. Fix: the weight_map "
+                         f"may only name files in the same directory (save the model again)")
+    return [path / s for s in shards]
+
+
+def _has_pruned_heads(path: Path) -> bool:
+    return bool(read_model_config(path).get("pruned_heads"))
+
+
+def _load_head_pruned(path: Path):
+    """A model whose config.json records pruned heads: built from its config, shrunk to the recorded heads, then
+    its safetensors weights loaded (transformers 5 would build full-size layers and refuse the smaller weights)."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from edgepress.models.heads import encoder_layers, pruned_heads, remove_heads
+
+    files = safetensors_files(path)
+    if not files:
+        raise ModelError(f"{path}: a head-pruned model loads from safetensors only (model.safetensors). Fix: save "
+                         f"it with model.save_pretrained(DIR) (safetensors is the default)")
+    config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    removed = pruned_heads(config)
+    model = AutoModelForSequenceClassification.from_config(config)
+    if not encoder_layers(model):
+        raise ModelError(f"{path}: pruned_heads is recorded, but edgepress rebuilds pruned heads only in BERT-style "
+                         f"encoders, not {config.model_type}. Fix: remove pruned_heads from config.json if no "
+                         f"head was removed")
+    remove_heads(model, removed)
+    state = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected:
+        raise ModelError(f"{path}: weights that do not fit its config ({', '.join(unexpected[:4])}). {FIX_DIR}")
+    return model, {"missing_keys": missing}
+
+
 def load_classifier(path: str | Path):
     """(model in eval mode, tokenizer) from an HF sequence-classification dir whose head was trained."""
     from safetensors import SafetensorError
@@ -116,11 +169,15 @@ def load_classifier(path: str | Path):
     path = Path(path)
     check_model_dir(path)
     check_no_remote_code(path, read_model_config(path))
+    safetensors_files(path)  # refuses an index that names weight files outside the dir
     use_safetensors = any((path / name).is_file() for name in WEIGHT_FILES[:2])
     try:
-        model, info = AutoModelForSequenceClassification.from_pretrained(
-            path, use_safetensors=use_safetensors, trust_remote_code=False, output_loading_info=True
-        )
+        if _has_pruned_heads(path):
+            model, info = _load_head_pruned(path)
+        else:
+            model, info = AutoModelForSequenceClassification.from_pretrained(
+                path, use_safetensors=use_safetensors, trust_remote_code=False, output_loading_info=True
+            )
     except SafetensorError as e:
         raise ModelError(f"{path}: the weights file is corrupt or truncated ({e}). Fix: copy or save the model "
                          f"again (model.save_pretrained(DIR))") from None
@@ -133,7 +190,7 @@ def load_classifier(path: str | Path):
                          f"(tokenizer.save_pretrained(DIR))") from None
     if info["missing_keys"]:
         raise ModelError(
-            f"{path} has no trained classification head (missing: {', '.join(info['missing_keys'][:4])}). "
+            f"{path} has no trained classification head (missing: {', '.join(sorted(info['missing_keys'])[:4])}). "
             f"Fix: give a model fine-tuned for sequence classification, or build one with `edgepress teacher`"
         )
     return model.eval(), tokenizer

@@ -1,0 +1,123 @@
+"""The peer: what users pick today for a BERT classifier on CPU -- optimum's exporter, ORTOptimizer (O2) and
+ORTQuantizer (dynamic int8, the preset of this CPU) -- against an edgepress bundle, side by side in one process:
+accuracy on the test split, latency (b1 x s128 and natural lengths, interleaved round by round), size.
+
+optimum-onnx 0.1.0 (its latest release) caps transformers < 4.58, edgepress needs >= 5.3: the peer lives in its own
+environment, built by `make peer-env`:
+
+    make peer-env
+    .venv-peer/bin/python benchmarks/peer.py --bundle runs/demo/final [--model demo:minilm-movie] [--threads 2]
+
+Writes benchmarks/results/peer.json. The recipe as optimum ships it stops in ORT's quantizer on the O2 graph (it
+cannot type the fused contrib ops' outputs); the one change made here is ORT's documented fix for that,
+`extra_options={"DefaultTensorType": FLOAT}`, passed to the quantizer optimum builds (`peer_quantize`).
+"""
+
+import argparse
+import json
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edgepress.data import DataConfig, load_data
+from edgepress.models.introspect import size_metrics
+from edgepress.pipeline.environment import environment
+from edgepress.pipeline.latency import measure_latency
+from edgepress.runtime.latency import LatencyConfig
+from edgepress.runtime.predictor import Predictor
+
+
+def cpu_flags() -> set[str]:
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+
+
+def peer_quantize(o2_dir: Path, out_dir: Path) -> str:
+    """ORTQuantizer with optimum's dynamic preset for this CPU; returns the preset's name."""
+    import onnx
+    from onnxruntime.quantization import onnx_quantizer
+    from optimum.onnxruntime import ORTQuantizer
+    from optimum.onnxruntime.configuration import AutoQuantizationConfig
+
+    flags = cpu_flags()
+    preset = "avx512_vnni" if "avx512_vnni" in flags else "avx512" if "avx512f" in flags else "avx2"
+    config = getattr(AutoQuantizationConfig, preset)(is_static=False, per_channel=False)
+    original = onnx_quantizer.ONNXQuantizer.__init__
+
+    def typed(self, *args, **kwargs):  # optimum builds extra_options itself and has no way to add this one
+        kwargs.setdefault("extra_options", {})["DefaultTensorType"] = onnx.TensorProto.FLOAT
+        original(self, *args, **kwargs)
+
+    onnx_quantizer.ONNXQuantizer.__init__ = typed
+    try:
+        ORTQuantizer.from_pretrained(o2_dir, file_name="model_optimized.onnx").quantize(config, save_dir=out_dir)
+    finally:
+        onnx_quantizer.ONNXQuantizer.__init__ = original
+    return preset
+
+
+def build_peer(model_dir: Path, work: Path) -> tuple[Path, str]:
+    """optimum export -> O2 -> dynamic int8, as a dir edgepress's Predictor reads (model.onnx + config + tokenizer)."""
+    from optimum.onnxruntime import ORTModelForSequenceClassification, ORTOptimizer
+    from optimum.onnxruntime.configuration import OptimizationConfig
+    from transformers import AutoTokenizer
+
+    model = ORTModelForSequenceClassification.from_pretrained(model_dir, export=True)
+    model.save_pretrained(work / "onnx")
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(work / "onnx")
+    ORTOptimizer.from_pretrained(model).optimize(OptimizationConfig(optimization_level=2), save_dir=work / "o2")
+    preset = peer_quantize(work / "o2", work / "int8")
+    peer = work / "peer"
+    peer.mkdir()
+    shutil.copy(work / "int8" / "model_optimized_quantized.onnx", peer / "model.onnx")
+    for side in (work / "onnx").iterdir():
+        if side.suffix in (".json", ".txt") and side.name != "ort_config.json":
+            shutil.copy(side, peer / side.name)
+    return peer, preset
+
+
+def main() -> None:
+    from edgepress.models.teacher import resolve_model
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bundle", required=True, help="an edgepress bundle (a run's final/)")
+    parser.add_argument("--model", default="demo:minilm-movie", help="the model the peer compresses")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default="benchmarks/results/peer.json")
+    args = parser.parse_args()
+
+    data = load_data(DataConfig())
+    work = Path(tempfile.mkdtemp(prefix="edgepress-peer-"))
+    peer, preset = build_peer(resolve_model(args.model), work)
+    candidates = {"peer_optimum_o2_int8": peer, "edgepress_bundle": Path(args.bundle)}
+    result = {"environment": environment(), "machine": platform.node(), "threads": args.threads,
+              "peer_preset": preset, "model": args.model, "bundle": args.bundle, "candidates": {}}
+    for name, path in candidates.items():
+        logits = Predictor(path, threads=args.threads).logits(data.test.texts)
+        accuracy = float(np.mean(logits.argmax(-1) == data.test.labels))  # both keep the teacher's label ids
+        result["candidates"][name] = {"accuracy": accuracy, **size_metrics(path / "model.onnx")}
+    cfg = LatencyConfig(batch_size=1, sequence_length=128, warmup=20, runs=100)
+    rounds = {name: [] for name in candidates}
+    for _ in range(args.rounds):
+        for name, path in candidates.items():
+            rounds[name].append(measure_latency(path, data.test.texts, "cpu", args.threads, cfg))
+            time.sleep(0.2)  # let ORT's worker threads go idle before the next candidate
+    for name, runs in rounds.items():
+        result["candidates"][name] |= {
+            "fixed_p50_ms": float(np.median([r["fixed"]["p50_ms"] for r in runs])),
+            "natural_p50_ms": float(np.median([r["natural"]["p50_ms"] for r in runs])),
+        }
+    peer_row, ours = result["candidates"]["peer_optimum_o2_int8"], result["candidates"]["edgepress_bundle"]
+    result["speedup_vs_peer"] = {k: peer_row[k] / ours[k] for k in ("fixed_p50_ms", "natural_p50_ms")}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result["candidates"], indent=1), json.dumps(result["speedup_vs_peer"]))
+
+
+if __name__ == "__main__":
+    main()
