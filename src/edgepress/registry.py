@@ -57,7 +57,7 @@ METHODS: dict[str, Method] = {
                   "remove the least important FFN neurons of every layer, then recover by distillation",
                   inputs="splits"),
     "export": Method(ExportConfig, export_onnx, ("torch",), "onnx",
-                     "torch -> ONNX (optimum exporter), parity-checked against torch on real sentences"),
+                     "torch -> ONNX (torch.onnx), parity-checked against torch on real sentences"),
     "optimize": Method(OptimizeConfig, optimize_onnx, ("onnx",), "onnx-fused",
                        "ONNX Runtime transformer fusions (Attention, SkipLayerNorm, BiasGelu, EmbedLayerNorm)"),
     "fp16": Method(Fp16Config, fp16_onnx, FLOAT_ONNX, "onnx-fp16",
