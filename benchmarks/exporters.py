@@ -5,7 +5,7 @@ batches of 8), the ops ONNX Runtime's BERT optimizer fuses and the fused graph's
 onnxscript's ORT fusions (`optimize_for_ort`). For the teacher, the fused graphs' latency (b1 x s128 and natural
 lengths), interleaved in one process.
 
-    .venv/bin/python benchmarks/exporters.py [--threads 2] [--rounds 3] [--out FILE]
+    .venv/bin/python benchmarks/exporters.py [--model NAME=DIR ...] [--threads 2] [--rounds 3] [--out FILE]
 
 Writes benchmarks/results/exporters.json.
 """
@@ -23,7 +23,7 @@ import numpy as np
 from tests.conftest import tiny_bert, tiny_distilbert, tiny_roberta
 
 from edgepress.data import DataConfig, load_data
-from edgepress.export.onnx import model_inputs, pin_head_counts, torch_runner, write_onnx
+from edgepress.export.onnx import EXAMPLE, model_inputs, pin_head_counts, torch_runner, write_onnx
 from edgepress.export.optimize import FUSED_OPS
 from edgepress.export.parity import ONNX_FILE, ort_runner, parity_feeds, spread_by_length
 from edgepress.models.heads import remove_heads
@@ -76,14 +76,15 @@ def onnxscript_fuse(src: Path, dst: Path) -> dict:
     return {name: n for name, n in counts.items() if n}
 
 
-def candidate(model, tokenizer, work: Path, exporter: str, attention: str, feeds) -> dict:
+def candidate(model, tokenizer, work: Path, exporter: str, attention: str, feeds, padded: bool = True) -> dict:
     work.mkdir(parents=True)
     model.set_attn_implementation(attention)
     reference = torch_runner(model)  # the model as it runs in torch (this attention)
-    out = {"exporter": exporter, "attention": attention}
+    out = {"exporter": exporter, "attention": attention, "example": "padded" if padded else "one sentence"}
     start = time.perf_counter()
     try:
-        write_onnx(model, tokenizer, work / ONNX_FILE, opset=18, dynamo=exporter == "dynamo", attention=attention)
+        write_onnx(model, tokenizer, work / ONNX_FILE, opset=18, dynamo=exporter == "dynamo", attention=attention,
+                   example_texts=EXAMPLE if padded else EXAMPLE[1:])
     except Exception as e:  # a failed export is a result
         return {**out, "export_error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"}
     out["export_seconds"] = round(time.perf_counter() - start, 2)
@@ -108,25 +109,31 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/exporters.json")
+    parser.add_argument("--model", action="append", default=[], metavar="NAME=DIR",
+                        help="more trained model dirs to compare on (e.g. a run's distilled or head-pruned student)")
     args = parser.parse_args()
 
     data = load_data(DataConfig())
     texts = spread_by_length(data.validation.texts, 64)
     work = Path(tempfile.mkdtemp(prefix="edgepress-exporters-"))
     teacher_dir = resolve_model("demo:minilm-movie")
-    models = tiny_models() | {"teacher-minilm": load_classifier(teacher_dir)}
+    models = tiny_models() | {"teacher-minilm": load_classifier(teacher_dir)} | {
+        name: load_classifier(Path(path)) for name, path in (spec.split("=", 1) for spec in args.model)}
     results = {}
     for name, (model, tokenizer) in models.items():
         feeds = parity_feeds(load_tokenizer(teacher_dir, 128), texts, model_inputs(model, tokenizer), 8)
         results[name] = [candidate(model, tokenizer, work / name / f"{exporter}-{attention}", exporter, attention,
                                    feeds)
                          for exporter in ("torchscript", "dynamo") for attention in ("eager", "sdpa")]
+        # what an exporter makes of an example batch without padding
+        results[name] += [candidate(model, tokenizer, work / name / f"{exporter}-eager-unpadded", exporter, "eager",
+                                    feeds, padded=False) for exporter in ("torchscript", "dynamo")]
         print(json.dumps({name: results[name]}, indent=1), flush=True)
 
     # latency of the teacher's fused graphs, interleaved round by round
     teacher_work = work / "teacher-minilm"
     latency_dirs = {}
-    for row in results["teacher-minilm"]:
+    for row in (r for r in results["teacher-minilm"] if r["example"] == "padded"):
         for fuser in ("ort_optimizer", "onnxscript_optimize_for_ort"):
             if "fused_ops" in row.get(fuser, {}):
                 d = teacher_work / f"{row['exporter']}-{row['attention']}" / fuser

@@ -57,15 +57,20 @@ def model_inputs(model, tokenizer) -> tuple[str, ...]:
     return tuple(name for name in inspect.signature(model.forward).parameters if name in gives)
 
 
-def write_onnx(model, tokenizer, path: Path, opset: int, dynamo: bool = False, attention: str = "eager") -> None:
+# Two sentences of different lengths: the example batch is padded, so no exporter can drop the attention mask as a
+# no-op (the dynamo exporter does, from an unpadded example: benchmarks/exporters.py).
+EXAMPLE = ("a", "the film is a gorgeous, moving piece of work")
+
+
+def write_onnx(model, tokenizer, path: Path, opset: int, dynamo: bool = False, attention: str = "eager",
+               example_texts: tuple[str, ...] = EXAMPLE) -> None:
     """`model` -> ONNX file `path`: inputs as `model_inputs`, output `logits`, batch and sequence axes dynamic.
-    Exported with eager attention (the graph ONNX Runtime fuses); `dynamo=True` (torch's newer exporter) and other
-    attentions are what benchmarks/exporters.py compares it with."""
+    Exported with eager attention (the graph ONNX Runtime fuses); `dynamo=True` (torch's newer exporter), other
+    attentions and other example batches are what benchmarks/exporters.py compares it with."""
     import torch
 
     names = model_inputs(model, tokenizer)
-    # two sentences of different lengths: the example batch is padded, so the attention mask stays in the graph
-    example = tokenizer(["a", "the film is a gorgeous, moving piece of work"], padding=True, return_tensors="pt")
+    example = tokenizer(list(example_texts), padding=True, return_tensors="pt")
     feeds = {name: example[name] for name in names}
 
     before = model.config._attn_implementation
