@@ -150,3 +150,23 @@ def test_exported_dir_carries_the_config_and_tokenizer_of_its_source(tiny_onnx_d
     texts = list(movie_data.test.texts[:20])
     assert AutoTokenizer.from_pretrained(tiny_onnx_dir)(texts)["input_ids"] == \
         AutoTokenizer.from_pretrained(tiny_model_dir)(texts)["input_ids"]
+
+
+def test_each_reshape_gets_its_own_layers_head_count(tmp_path, tokenizer, movie_data):
+    """transformers 5 reshapes Q/K/V to (batch, seq, -1, head_size); export writes each layer's head count in (ORT's
+    attention fusion reads it there). The dynamo exporter shares one shape between all layers: pinning must not."""
+    from edgepress.export.onnx import model_inputs, pin_head_counts, torch_runner, write_onnx
+    from edgepress.export.parity import ort_runner
+    from edgepress.runtime.tokenize import encode, load_tokenizer
+
+    model = tiny_pruned_heads(tokenizer)  # 2 heads in layer 0, 3 in layer 1
+    path = tmp_path / "model.onnx"
+    write_onnx(model, tokenizer, path, opset=18, dynamo=True)
+    assert pin_head_counts(path) == 6  # Q, K, V of 2 layers
+    counts = sorted(int(onnx.numpy_helper.to_array(t)[0]) for t in onnx.load(str(path)).graph.initializer
+                    if t.name.endswith("/heads"))
+    assert counts == [2, 2, 2, 3, 3, 3]
+    save(model, tokenizer, tmp_path / "dir")
+    feeds = encode(load_tokenizer(tmp_path / "dir", 128), list(movie_data.test.texts[:8]),
+                   model_inputs(model, tokenizer))
+    np.testing.assert_allclose(ort_runner(open_session(path))(feeds), torch_runner(model)(feeds), atol=1e-5)

@@ -5,6 +5,7 @@ The exporter is the TorchScript one (`dynamo=False`) over eager attention: its g
 padded batches and ONNX Runtime's BERT optimizer fuses all of it (Attention, EmbedLayerNormalization, ...). The
 dynamo exporter and `sdpa` attention were measured against it (benchmarks/exporters.py, README): see there."""
 
+import copy
 import inspect
 import logging
 import warnings
@@ -117,18 +118,24 @@ def pin_head_counts(path: Path) -> int:
         weight = constant(node.input[1]) if node is not None and node.op_type == "MatMul" else None
         return None if weight is None else weight.shape[-1]
 
-    pinned = 0
+    nodes, pinned = [], 0
     for node in graph.node:
         concat = producer.get(node.input[1]) if node.op_type == "Reshape" else None
-        if concat is None or concat.op_type != "Concat" or len(concat.input) != 4:
-            continue
-        heads, size, out = constant(concat.input[2]), constant(concat.input[3]), width(node.input[0])
-        if heads is None or size is None or out is None or heads.ravel().tolist() != [-1]:
-            continue
-        name = f"{concat.output[0]}/heads"
-        graph.initializer.append(numpy_helper.from_array(np.array([out // int(size.ravel()[0])], np.int64), name))
-        concat.input[2] = name
-        pinned += 1
+        if concat is not None and concat.op_type == "Concat" and len(concat.input) == 4:
+            heads, size, out = constant(concat.input[2]), constant(concat.input[3]), width(node.input[0])
+            if heads is not None and size is not None and out is not None and heads.ravel().tolist() == [-1]:
+                # a shape of this reshape's own: one Concat may serve several layers (the dynamo exporter shares)
+                name = f"{node.name or node.output[0]}/shape"
+                count = np.array([out // int(size.ravel()[0])], np.int64)
+                graph.initializer.append(numpy_helper.from_array(count, f"{name}/heads"))
+                nodes.append(onnx.helper.make_node("Concat", [*concat.input[:2], f"{name}/heads", concat.input[3]],
+                                                   [name], name=name, axis=0))
+                node.input[1] = name
+                pinned += 1
+        nodes.append(node)
+    nodes = [copy.deepcopy(node) for node in nodes]  # detached from the field they are about to leave
+    del graph.node[:]
+    graph.node.extend(nodes)
     onnx.save(model, str(path))
     return pinned
 
