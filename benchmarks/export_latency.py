@@ -10,18 +10,14 @@ import argparse
 import json
 import platform
 import tempfile
-import time
 from pathlib import Path
-
-import numpy as np
 
 from edgepress.data import DataConfig, load_data
 from edgepress.export.onnx import export_onnx
 from edgepress.export.optimize import OptimizeConfig, optimize_onnx
 from edgepress.models.teacher import resolve_model
 from edgepress.pipeline.environment import environment
-from edgepress.pipeline.latency import measure_latency
-from edgepress.runtime.latency import LatencyConfig
+from edgepress.pipeline.latency import compare_latency
 
 
 def main() -> None:
@@ -41,22 +37,11 @@ def main() -> None:
                            OptimizeConfig(disable=("skip_layer_norm", "bias_skip_layer_norm")))
     candidates = {"torch_fp32": model_dir, "onnx_fp32": work / "onnx", "onnx_fused": work / "fused",
                   "onnx_fused_no_skip_layer_norm": work / "fused-no-sln"}
-    cfg = LatencyConfig(batch_size=1, sequence_length=128, warmup=20, runs=100)
-    rounds = {name: [] for name in candidates}
-    for _ in range(args.rounds):
-        for name, artifact in candidates.items():
-            rounds[name].append(measure_latency(artifact, data.test.texts, "cpu", args.threads, cfg))
-            time.sleep(0.2)  # let ORT's worker threads go idle before the next candidate
     result = {"environment": environment(), "machine": platform.node(), "threads": args.threads,
               "shape": {"batch_size": 1, "sequence_length": 128}, "export_parity": parity,
               "fused_ops": fused["fused_ops"], "fused_parity": fused["parity"],
-              "fused_no_sln_ops": no_sln["fused_ops"], "candidates": {}}
-    for name, runs in rounds.items():
-        result["candidates"][name] = {
-            "fixed_p50_ms": float(np.median([r["fixed"]["p50_ms"] for r in runs])),
-            "natural_p50_ms": float(np.median([r["natural"]["p50_ms"] for r in runs])),
-            "natural_mean_tokens": runs[0]["natural"]["mean_tokens"], "providers_used": runs[0]["providers_used"],
-        }
+              "fused_no_sln_ops": no_sln["fused_ops"],
+              "candidates": compare_latency(candidates, data.test.texts, args.threads, args.rounds)}
     base = result["candidates"]["torch_fp32"]
     for entry in result["candidates"].values():
         entry["fixed_speedup_vs_torch"] = base["fixed_p50_ms"] / entry["fixed_p50_ms"]

@@ -33,8 +33,7 @@ from edgepress.models.heads import remove_heads
 from edgepress.models.loading import load_classifier
 from edgepress.models.teacher import encoder_dir, resolve_model
 from edgepress.pipeline.environment import environment
-from edgepress.pipeline.latency import measure_latency
-from edgepress.runtime.latency import LatencyConfig
+from edgepress.pipeline.latency import compare_latency
 from edgepress.runtime.session import SessionConfig, open_session
 from edgepress.runtime.tokenize import load_tokenizer
 
@@ -147,15 +146,7 @@ def main() -> None:
                     if side.suffix in (".json", ".txt"):
                         shutil.copy(side, d / side.name)
                 latency_dirs[f"{row['exporter']}-{row['attention']}-{fuser}"] = d
-    cfg = LatencyConfig(batch_size=1, sequence_length=128, warmup=20, runs=100)
-    rounds = {name: [] for name in latency_dirs}
-    for _ in range(args.rounds):
-        for name, d in latency_dirs.items():
-            rounds[name].append(measure_latency(d, data.test.texts, "cpu", args.threads, cfg))
-            time.sleep(0.2)  # let ORT's worker threads go idle before the next candidate
-    latency = {name: {"fixed_p50_ms": float(np.median([r["fixed"]["p50_ms"] for r in runs])),
-                      "natural_p50_ms": float(np.median([r["natural"]["p50_ms"] for r in runs]))}
-               for name, runs in rounds.items()}
+    latency = compare_latency(latency_dirs, data.test.texts, args.threads, args.rounds)
     result = {"environment": environment(), "machine": platform.node(), "cpu": platform.processor(),
               "threads": args.threads, "parity_texts": len(texts), "candidates": results, "teacher_latency": latency}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

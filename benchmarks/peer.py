@@ -18,7 +18,6 @@ import json
 import platform
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +25,7 @@ import numpy as np
 from edgepress.data import DataConfig, load_data
 from edgepress.models.introspect import size_metrics
 from edgepress.pipeline.environment import environment
-from edgepress.pipeline.latency import measure_latency
-from edgepress.runtime.latency import LatencyConfig
+from edgepress.pipeline.latency import compare_latency
 from edgepress.runtime.predictor import Predictor
 
 
@@ -101,17 +99,8 @@ def main() -> None:
         logits = Predictor(path, threads=args.threads).logits(data.test.texts)
         accuracy = float(np.mean(logits.argmax(-1) == data.test.labels))  # both keep the teacher's label ids
         result["candidates"][name] = {"accuracy": accuracy, **size_metrics(path / "model.onnx")}
-    cfg = LatencyConfig(batch_size=1, sequence_length=128, warmup=20, runs=100)
-    rounds = {name: [] for name in candidates}
-    for _ in range(args.rounds):
-        for name, path in candidates.items():
-            rounds[name].append(measure_latency(path, data.test.texts, "cpu", args.threads, cfg))
-            time.sleep(0.2)  # let ORT's worker threads go idle before the next candidate
-    for name, runs in rounds.items():
-        result["candidates"][name] |= {
-            "fixed_p50_ms": float(np.median([r["fixed"]["p50_ms"] for r in runs])),
-            "natural_p50_ms": float(np.median([r["natural"]["p50_ms"] for r in runs])),
-        }
+    for name, latency in compare_latency(candidates, data.test.texts, args.threads, args.rounds).items():
+        result["candidates"][name] |= latency
     peer_row, ours = result["candidates"]["peer_optimum_o2_int8"], result["candidates"]["edgepress_bundle"]
     result["speedup_vs_peer"] = {k: peer_row[k] / ours[k] for k in ("fixed_p50_ms", "natural_p50_ms")}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -225,3 +225,16 @@ def test_device_side_packages_import_without_torch_or_transformers():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert {"predictor", "session", "latency", "tokenize", "bundle"} <= set(done.stdout.split())
+
+
+def test_compare_latency_times_every_candidate_in_each_round(monkeypatch, tiny_onnx_dir, tiny_model_dir, movie_data):
+    from edgepress.pipeline import latency
+
+    order = []
+    real = latency.measure_latency
+    monkeypatch.setattr(latency, "measure_latency", lambda artifact, *a: order.append(artifact) or real(artifact, *a))
+    result = latency.compare_latency({"onnx": tiny_onnx_dir, "torch": tiny_model_dir}, movie_data.test.texts[:20],
+                                     threads=1, rounds=2, cfg=LatencyConfig(runs=3, warmup=0))
+    assert order == [tiny_onnx_dir, tiny_model_dir] * 2  # interleaved, round by round
+    assert set(result) == {"onnx", "torch"} and result["onnx"]["providers_used"] == ["CPUExecutionProvider"]
+    assert all(r["fixed_p50_ms"] > 0 and r["natural_p50_ms"] > 0 for r in result.values())

@@ -72,3 +72,23 @@ def latency_metrics(artifact: Path, texts: tuple[str, ...], provider: str, threa
     result = measure_latency(artifact, texts, provider, threads, cfg)
     return {**result["fixed"], "providers_used": result["providers_used"], "threads": threads,
             "natural": result["natural"]}
+
+
+def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads: int | None, rounds: int = 3,
+                    cfg: LatencyConfig = LatencyConfig(warmup=20, runs=100)) -> dict[str, dict]:
+    """Candidates timed side by side on CPU: `rounds` rounds, each timing every artifact once in turn (the machine
+    drifts; interleaving spreads the drift over all of them). Per name: the medians over rounds of the fixed-shape
+    and natural-length p50, natural_mean_tokens and providers_used."""
+    import time
+
+    import numpy as np
+
+    runs = {name: [] for name in artifacts}
+    for _ in range(rounds):
+        for name, artifact in artifacts.items():
+            runs[name].append(measure_latency(Path(artifact), texts, "cpu", threads, cfg))
+            time.sleep(0.2)  # ORT's worker threads spin a while after a run: let them idle before the next one
+    return {name: {"fixed_p50_ms": float(np.median([r["fixed"]["p50_ms"] for r in results])),
+                   "natural_p50_ms": float(np.median([r["natural"]["p50_ms"] for r in results])),
+                   "natural_mean_tokens": results[0]["natural"]["mean_tokens"],
+                   "providers_used": results[0]["providers_used"]} for name, results in runs.items()}
