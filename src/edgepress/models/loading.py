@@ -128,10 +128,6 @@ def safetensors_files(path: Path) -> list[Path]:
     return [path / s for s in shards]
 
 
-def _has_pruned_heads(path: Path) -> bool:
-    return bool(read_model_config(path).get("pruned_heads"))
-
-
 def _load_head_pruned(path: Path):
     """A model whose config.json records pruned heads: built from its config, shrunk to the recorded heads, then
     its safetensors weights loaded (transformers 5 would build full-size layers and refuse the smaller weights)."""
@@ -168,11 +164,12 @@ def load_classifier(path: str | Path):
 
     path = Path(path)
     check_model_dir(path)
-    check_no_remote_code(path, read_model_config(path))
+    config = read_model_config(path)
+    check_no_remote_code(path, config)
     safetensors_files(path)  # refuses an index that names weight files outside the dir
     use_safetensors = any((path / name).is_file() for name in WEIGHT_FILES[:2])
     try:
-        if _has_pruned_heads(path):
+        if config.get("pruned_heads"):
             model, info = _load_head_pruned(path)
         else:
             model, info = AutoModelForSequenceClassification.from_pretrained(
