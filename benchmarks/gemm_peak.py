@@ -17,6 +17,8 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from edgepress.runtime.latency import cpu_flags, cpu_model
+
 M, K, N = 512, 768, 3072  # 4 sentences x 128 tokens through BERT-base's first FFN matrix
 
 
@@ -61,10 +63,8 @@ def main() -> None:
         for name, (sess, feed) in sessions.items():
             rates[name].append(giga_ops_per_second(sess, feed))
             time.sleep(0.2)  # let ORT's worker threads go idle before the next candidate
-    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
-    result = {"machine": platform.node(), "cpu": platform.processor() or platform.machine(),
-              "isa": sorted(f for f in flags if f.startswith(("avx", "amx", "fma")) or "vnni" in f),
+    result = {"machine": platform.node(), "cpu": cpu_model(),
+              "isa": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma")) or "vnni" in f),
               "threads": args.threads, "shape": [M, K, N], "onnxruntime": ort.__version__,
               "gops": {name: round(float(np.median(r)), 1) for name, r in rates.items()}}
     result["int8_over_fp32"] = round(result["gops"]["int8_u8s8"] / result["gops"]["fp32"], 2)

@@ -26,12 +26,8 @@ from edgepress.data import DataConfig, load_data
 from edgepress.models.introspect import size_metrics
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.latency import compare_latency
+from edgepress.runtime.latency import cpu_flags
 from edgepress.runtime.predictor import Predictor
-
-
-def cpu_flags() -> set[str]:
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    return set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
 
 
 def peer_quantize(o2_dir: Path, out_dir: Path) -> str:

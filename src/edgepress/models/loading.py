@@ -128,15 +128,15 @@ def safetensors_files(path: Path) -> list[Path]:
     return [path / s for s in shards]
 
 
-def _load_head_pruned(path: Path):
+def _load_head_pruned(path: Path, files: list[Path]):
     """A model whose config.json records pruned heads: built from its config, shrunk to the recorded heads, then
-    its safetensors weights loaded (transformers 5 would build full-size layers and refuse the smaller weights)."""
+    its safetensors weights `files` loaded (transformers 5 would build full-size layers and refuse the smaller
+    weights)."""
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     from edgepress.models.heads import encoder_layers, pruned_heads, remove_heads
 
-    files = safetensors_files(path)
     if not files:
         raise ModelError(f"{path}: a head-pruned model loads from safetensors only (model.safetensors). Fix: save "
                          f"it with model.save_pretrained(DIR) (safetensors is the default)")
@@ -166,11 +166,11 @@ def load_classifier(path: str | Path):
     check_model_dir(path)
     config = read_model_config(path)
     check_no_remote_code(path, config)
-    safetensors_files(path)  # refuses an index that names weight files outside the dir
-    use_safetensors = any((path / name).is_file() for name in WEIGHT_FILES[:2])
+    files = safetensors_files(path)  # refuses an index that names weight files outside the dir
+    use_safetensors = bool(files)
     try:
         if config.get("pruned_heads"):
-            model, info = _load_head_pruned(path)
+            model, info = _load_head_pruned(path, files)
         else:
             model, info = AutoModelForSequenceClassification.from_pretrained(
                 path, use_safetensors=use_safetensors, trust_remote_code=False, output_loading_info=True

@@ -26,16 +26,26 @@ class LatencyConfig(BaseModel):
     runs: int = Field(200, ge=1, le=1_000_000)
 
 
-def cpu_model() -> str:
-    """The CPU's marketing name (Linux), else what the platform module knows."""
+def _cpuinfo(field: str) -> str | None:
+    """The first `field` line of /proc/cpuinfo (Linux), None elsewhere."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (Linux), else what the platform module knows."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (avx2, avx512_vnni, amx_int8, ...) on Linux; empty elsewhere."""
+    return set((_cpuinfo("flags") or "").split())
 
 
 def summarize(seconds: list[float]) -> dict:
