@@ -13,8 +13,10 @@ from typing import Literal
 from pydantic import BaseModel
 
 from edgepress.compress.distill import DistillConfig, distill
+from edgepress.compress.magnitude import LotteryConfig, MagnitudeConfig, lottery, magnitude
 from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
 from edgepress.compress.structured import FfnConfig, HeadsConfig, ffn, heads
+from edgepress.compress.vocab import VocabConfig, vocab_prune
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, optimize_onnx
 
@@ -56,6 +58,15 @@ METHODS: dict[str, Method] = {
     "ffn": Method(FfnConfig, ffn, ("torch",), "torch",
                   "remove the least important FFN neurons of every layer, then recover by distillation",
                   inputs="splits"),
+    "vocab": Method(VocabConfig, vocab_prune, ("torch",), "torch",
+                    "drop the word-embedding rows of tokens the train split never uses (no training)",
+                    inputs="splits"),
+    "magnitude": Method(MagnitudeConfig, magnitude, ("torch",), "torch",
+                        "zero the smallest weights (one shot or a cubic ramp), fine-tune with the zeros held",
+                        inputs="splits"),
+    "lottery": Method(LotteryConfig, lottery, ("torch",), "torch",
+                      "lottery ticket: iterative magnitude pruning, survivors rewound, optional random control",
+                      inputs="splits"),
     "export": Method(ExportConfig, export_onnx, ("torch",), "onnx",
                      "torch -> ONNX (torch.onnx), parity-checked against torch on real sentences"),
     "optimize": Method(OptimizeConfig, optimize_onnx, ("onnx",), "onnx-fused",

@@ -94,15 +94,20 @@ def _optimizer(model, cfg: TrainConfig, steps: int):
 
 
 def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg: TrainConfig, out_dir: Path,
-                     loss_fn: LossFn = _default_loss, on_step: StepHook | None = None) -> TrainResult:
+                     loss_fn: LossFn = _default_loss, on_step: StepHook | None = None,
+                     keep_from_epoch: int = 1) -> TrainResult:
     """Fine-tune `model` on `train`; the epoch with the best validation accuracy is saved to `out_dir` (with the
-    tokenizer) and loaded back into `model`. `on_step(unwrapped model, step)` runs after every optimizer step."""
+    tokenizer) and loaded back into `model`. `on_step(unwrapped model, step)` runs after every optimizer step.
+    Epochs before `keep_from_epoch` are trained and evaluated but never kept (a pruning schedule still under way)."""
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration, set_seed
     from rich.progress import Progress
 
     set_seed(cfg.seed)
-    accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+    # split_batches: `batch_size` is the global batch, each of N processes takes its 1/N slice of every batch of the
+    # one seeded shuffle, so N processes take the same optimizer and scheduler steps as one
+    loader_config = DataLoaderConfiguration(use_seedable_sampler=True, split_batches=True)
+    accelerator = Accelerator(dataloader_config=loader_config)
     loader = train_loader(tokenizer, train, cfg)
     optimizer, scheduler = _optimizer(model, cfg, cfg.epochs * len(loader))
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
@@ -115,7 +120,7 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
             history.append({"epoch": epoch, "train_loss": loss, "val_accuracy": metrics["accuracy"]})
             log.info("epoch %d/%d: train loss %.4f, validation accuracy %.4f", epoch, cfg.epochs, loss,
                      metrics["accuracy"])
-            if best is None or metrics["accuracy"] > best[1]:
+            if epoch >= keep_from_epoch and (best is None or metrics["accuracy"] > best[1]):
                 state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())
                 best = (epoch, metrics["accuracy"], state)
     unwrapped = accelerator.unwrap_model(model)

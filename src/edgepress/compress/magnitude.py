@@ -1,0 +1,315 @@
+"""Unstructured pruning: single weights set to zero by magnitude, `magnitude` and `lottery`.
+
+What is pruned: the Linear weights of every encoder layer (Q, K, V, attention output, both FFN matrices); the
+embeddings, LayerNorm scales, pooler and classifier (DistilBERT's pre_classifier counts as classifier) only when
+`include` names them. Biases never. Masks are re-applied after every optimizer step, so a pruned weight stays an exact
+zero through training, and the saved dir is a plain Hugging Face model whose weights hold those zeros.
+
+- `magnitude` (Zhu & Gupta 2017, "To prune, or not to prune"): `oneshot` prunes to `sparsity` before fine-tuning;
+  `cubic` raises the sparsity s_t = s_f (1 - (1 - t/n)^3) over the first n = `prune_fraction` of the fine-tuning
+  steps (their eq. 1, s_i = 0), recomputing the masks every `prune_every` steps; weights once pruned stay pruned.
+  Fine-tuned with the hinton loss against the unpruned model, as the structured methods are.
+- `lottery` (Frankle & Carbin 2019; Chen et al. 2020, "The Lottery Ticket Hypothesis for Pre-trained BERT
+  Networks", section 3): iterative magnitude pruning with rewinding. Train; prune the same share of the surviving
+  weights, globally by magnitude; reset the survivors to θ0 (the stage's input) or θk (after `rewind_step` steps of
+  the first training); train again; `rounds` times, then the last ticket is trained and kept. `control: random`
+  trains, each round, a ticket whose mask is random at the same sparsity, rewound the same way (the paper's control).
+
+ONNX Runtime runs zeros at dense speed: these methods buy a smaller compressed download (gzip), not latency.
+"""
+
+import copy
+import logging
+import math
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from edgepress.compress.distill import KdLoss
+from edgepress.data import DataSplits
+from edgepress.errors import ConfigError
+from edgepress.models.heads import encoder_layers
+from edgepress.models.train import TrainConfig
+
+log = logging.getLogger(__name__)
+
+Part = Literal["embeddings", "layernorm", "pooler", "classifier"]
+
+
+class _Sparse(TrainConfig, KdLoss):
+    """Fields both unstructured methods share: what is pruned and how far, and the recovery fine-tune (the
+    training fields of `TrainConfig`, distilled from the unpruned model with `KdLoss`)."""
+
+    sparsity: float = Field(0.5, ge=0, lt=1, description="fraction of the pruned weights set to zero")
+    include: tuple[Part, ...] = Field((), description="pruned besides the encoder's Linear weights")
+
+
+class MagnitudeConfig(_Sparse):
+    """The `magnitude` method: prune the smallest weights (over all pruned weights, or per matrix), fine-tune."""
+
+    scope: Literal["global", "layer"] = "global"
+    schedule: Literal["oneshot", "cubic"] = "oneshot"
+    prune_fraction: float = Field(0.5, gt=0, le=1, description="share of the fine-tuning steps the cubic ramp takes")
+    prune_every: int = Field(10, ge=1, description="optimizer steps between mask updates of the cubic ramp")
+
+
+class LotteryConfig(_Sparse):
+    """The `lottery` method: iterative magnitude pruning with rewinding; `epochs` is per training."""
+
+    sparsity: float = Field(0.6, ge=0, lt=1, description="final fraction of the pruned weights set to zero")
+    rounds: int = Field(3, ge=1, description="prunings; each removes the same share of the surviving weights")
+    rewind: Literal["init", "step"] = "init"
+    rewind_step: int = Field(0, ge=0, description="with rewind: step, the first training's step rewound to")
+    control: Literal["none", "random"] = "none"
+    epochs: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _rewind_fits(self) -> "LotteryConfig":
+        if self.rewind == "step" and self.rewind_step < 1:
+            raise ValueError("rewind: step needs rewind_step >= 1 (the optimizer step whose weights are rewound to)")
+        if self.rewind == "init" and self.rewind_step:
+            raise ValueError("rewind_step is used only with rewind: step; remove it or set rewind: step")
+        return self
+
+
+def _part(module, in_encoder: bool, in_base: bool) -> str | None:
+    import torch.nn as nn
+
+    if isinstance(module, nn.LayerNorm):
+        return "layernorm"
+    if isinstance(module, nn.Embedding):
+        return "embeddings"
+    if isinstance(module, nn.Linear):
+        return "encoder" if in_encoder else "pooler" if in_base else "classifier"
+    return None
+
+
+def prunable_weights(model, include: tuple[str, ...] = ()) -> dict:
+    """name -> weight Parameter of everything the methods prune: the encoder layers' Linear weights, and the parts
+    `include` names."""
+    layers = encoder_layers(model) or list(getattr(getattr(model, model.base_model_prefix), "transformer").layer)
+    encoder = {id(m) for layer in layers for m in layer.modules()}
+    base = {id(m) for m in getattr(model, model.base_model_prefix).modules()}
+    chosen = {}
+    for name, module in model.named_modules():
+        part = _part(module, id(module) in encoder, id(module) in base)
+        if part == "encoder" or (part is not None and part in include):
+            chosen[f"{name}.weight"] = module.weight
+    return chosen
+
+
+def lowest_masks(scores: dict, sparsity: float, scope: str = "global", keep: dict | None = None) -> dict:
+    """Keep-masks (bool, one per tensor) that drop the `sparsity` share with the lowest scores, over all tensors
+    together (`global`) or within each (`layer`). What `keep` already dropped is dropped first: masks only grow."""
+    import torch
+
+    if keep is not None:  # scores are >= 0 (magnitudes, uniform noise): -1 ranks the pruned below every survivor
+        scores = {n: s.masked_fill(~keep[n], -1.0) for n, s in scores.items()}
+    groups = [list(scores)] if scope == "global" else [[n] for n in scores]
+    masks = {}
+    for names in groups:
+        flat = torch.cat([scores[n].detach().flatten() for n in names])
+        mask = torch.ones(flat.numel(), dtype=torch.bool)
+        mask[torch.topk(flat, round(sparsity * flat.numel()), largest=False).indices] = False
+        for name, part in zip(names, mask.split([scores[n].numel() for n in names]), strict=True):
+            masks[name] = part.view(scores[name].shape)
+    return masks
+
+
+def magnitudes(weights: dict) -> dict:
+    return {n: w.detach().abs() for n, w in weights.items()}
+
+
+@dataclass
+class Masks:
+    """The keep-masks of the pruned weights; `apply` zeroes what they drop (after every optimizer step)."""
+
+    weights: dict
+    keep: dict
+
+    def apply(self, *_) -> None:
+        import torch
+
+        with torch.no_grad():
+            for name, weight in self.weights.items():
+                weight.mul_(self.keep[name])
+
+    def counts(self) -> dict:
+        """Pruned-weight counts and sparsity over the weights themselves (exact zeros, whatever made them)."""
+        total = sum(w.numel() for w in self.weights.values())
+        nonzero = sum(int(w.count_nonzero()) for w in self.weights.values())
+        return {"pruned_weights": total, "pruned_weights_nonzero": nonzero, "pruned_weights_sparsity": 1 - nonzero / total}
+
+
+def cubic_sparsity(step: int, final: float, ramp: int) -> float:
+    """Zhu & Gupta 2017, eq. 1 with s_i = 0 and t_0 = 0: s_f (1 - (1 - t/n)^3), s_f from step n on."""
+    return final * (1 - (1 - min(step, ramp) / ramp) ** 3)
+
+
+def _steps_per_epoch(data: DataSplits, cfg: TrainConfig) -> int:
+    return math.ceil(len(data.train) / cfg.batch_size)
+
+
+def _cubic_hook(masks: Masks, cfg: MagnitudeConfig, ramp: int):
+    """After every step: on the schedule's steps, grow the masks to the scheduled sparsity; then apply them."""
+
+    def on_step(model, step: int) -> None:
+        if step <= ramp and (step % cfg.prune_every == 0 or step == ramp):
+            masks.keep = lowest_masks(magnitudes(masks.weights), cubic_sparsity(step, cfg.sparsity, ramp),
+                                      cfg.scope, masks.keep)
+        masks.apply()
+
+    return on_step
+
+
+def _overall(model, masks: Masks) -> dict:
+    from edgepress.models.introspect import param_counts
+
+    counts = param_counts(model)
+    return {**masks.counts(), "all_params": counts["params"], "all_params_nonzero": counts["nonzero_params"],
+            "all_params_sparsity": counts["sparsity"]}
+
+
+def _load_with_targets(src: Path, data: DataSplits, cfg: _Sparse):
+    """The model, its tokenizer, the unpruned model's train logits (the recovery's distillation targets) and the
+    hinton loss on them."""
+    import torch
+
+    from edgepress.compress.distill import DistillConfig, distillation_loss
+    from edgepress.models.evaluate import predict_logits
+    from edgepress.models.loading import load_classifier
+
+    model, tokenizer = load_classifier(src)
+    targets = torch.from_numpy(predict_logits(model, tokenizer, data.train.texts, cfg.max_length))
+    kd = DistillConfig(temperature=cfg.temperature, alpha=cfg.alpha, max_length=cfg.max_length)
+    return model, tokenizer, distillation_loss(None, targets, kd)
+
+
+def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = MagnitudeConfig()) -> dict:
+    """Prune the smallest weights of the classifier in `src` to `cfg.sparsity`, fine-tune with the masks held, save
+    to `out` (the zeros are in the saved weights)."""
+    from edgepress.files import atomic_dir
+    from edgepress.models.train import train_classifier
+
+    model, tokenizer, loss = _load_with_targets(src, data, cfg)
+    weights = prunable_weights(model, cfg.include)
+    masks = Masks(weights, {n: w.new_ones(w.shape, dtype=bool) for n, w in weights.items()})
+    per_epoch = _steps_per_epoch(data, cfg)
+    ramp = max(1, round(cfg.prune_fraction * cfg.epochs * per_epoch))
+    if cfg.schedule == "oneshot":
+        masks.keep = lowest_masks(magnitudes(weights), cfg.sparsity, cfg.scope)
+    masks.apply()
+    on_step = masks.apply if cfg.schedule == "oneshot" else _cubic_hook(masks, cfg, ramp)
+    # a cubic ramp still under way at an epoch's end: that epoch is trained but never kept
+    first = 1 if cfg.schedule == "oneshot" else math.ceil(ramp / per_epoch)
+    with atomic_dir(Path(out)) as tmp:
+        result = train_classifier(model, tokenizer, data.train, data.validation, cfg, tmp, loss_fn=loss,
+                                  on_step=on_step, keep_from_epoch=first)
+    counts = _overall(model, masks)
+    log.info("magnitude: %.1f%% of %d pruned weights zero (%.1f%% of all params), validation accuracy %.4f",
+             100 * counts["pruned_weights_sparsity"], counts["pruned_weights"], 100 * counts["all_params_sparsity"],
+             result.best_val_accuracy)
+    return {"sparsity": counts, "pruned": sorted(weights), "schedule_steps": ramp if cfg.schedule == "cubic" else 0,
+            "val_accuracy": result.best_val_accuracy, "history": result.history,
+            "train_seconds": round(result.seconds, 1)}
+
+
+def round_sparsities(final: float, rounds: int) -> list[float]:
+    """Sparsity after each round when every round prunes the same share of the survivors: 1 - (1 - s)^(r/R)."""
+    return [1 - (1 - final) ** (r / rounds) for r in range(1, rounds + 1)]
+
+
+def _train_ticket(model, tokenizer, data: DataSplits, cfg: LotteryConfig, rewound: dict, keep: dict, out_dir: Path,
+                  loss):
+    """Rewind `model` to `rewound`, zero what `keep` drops, train with the mask held."""
+    from edgepress.models.train import train_classifier
+
+    model.load_state_dict(rewound)
+    masks = Masks(prunable_weights(model, cfg.include), keep)
+    masks.apply()
+    return train_classifier(model, tokenizer, data.train, data.validation, cfg, out_dir, loss_fn=loss,
+                            on_step=masks.apply)
+
+
+def _first_training(model, tokenizer, data: DataSplits, cfg: LotteryConfig, out_dir: Path, loss):
+    """The dense training whose weights choose the first mask; returns its result and the weights rewound to (θ0,
+    the input, or θk, the weights after `rewind_step` optimizer steps of this training)."""
+    from edgepress.models.train import train_classifier
+
+    rewound = {"state": copy.deepcopy(model.state_dict())}
+
+    def snapshot(trained, step: int) -> None:
+        if step == cfg.rewind_step:
+            rewound["state"] = copy.deepcopy(trained.state_dict())
+
+    result = train_classifier(model, tokenizer, data.train, data.validation, cfg, out_dir, loss_fn=loss,
+                              on_step=snapshot if cfg.rewind == "step" else None)
+    return result, rewound["state"]
+
+
+def _random_scores(weights: dict, generator) -> dict:
+    import torch
+
+    return {n: torch.rand(w.shape, generator=generator) for n, w in weights.items()}
+
+
+def _share_dropped(keep: dict) -> float:
+    total = sum(k.numel() for k in keep.values())
+    return 1 - sum(int(k.sum()) for k in keep.values()) / total
+
+
+def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = LotteryConfig()) -> dict:
+    """Find a lottery ticket of the classifier in `src` at `cfg.sparsity` by iterative magnitude pruning with
+    rewinding; the last ticket, trained, goes to `out`. With `control: random`, random tickets at the same
+    sparsities are trained alongside and recorded."""
+    import torch
+
+    from edgepress.files import atomic_dir
+
+    steps = cfg.epochs * _steps_per_epoch(data, cfg)
+    if cfg.rewind_step > steps:
+        raise ConfigError(f"rewind_step {cfg.rewind_step} is past the {steps} optimizer steps of the first "
+                          f"training ({cfg.epochs} epoch(s) of {len(data.train)} examples at batch "
+                          f"{cfg.batch_size}). Fix: a rewind_step of at most {steps}")
+    model, tokenizer, loss = _load_with_targets(src, data, cfg)
+    weights = prunable_weights(model, cfg.include)
+    control = copy.deepcopy(model) if cfg.control == "random" else None
+    generator = torch.Generator().manual_seed(cfg.seed)
+    keep = random_keep = None
+    rounds = []
+    with tempfile.TemporaryDirectory() as scratch, atomic_dir(Path(out)) as tmp:
+        dense, rewound = _first_training(model, tokenizer, data, cfg, Path(scratch) / "dense", loss)
+        for r, sparsity in enumerate(round_sparsities(cfg.sparsity, cfg.rounds), start=1):
+            keep = lowest_masks(magnitudes(weights), sparsity, "global", keep)  # from the last training's weights
+            where = tmp if r == cfg.rounds else Path(scratch) / f"ticket-{r}"
+            ticket = _train_ticket(model, tokenizer, data, cfg, rewound, keep, where, loss)
+            row = {"round": r, "sparsity": _share_dropped(keep), "val_accuracy": ticket.best_val_accuracy}
+            if control is not None:
+                random_keep = lowest_masks(_random_scores(weights, generator), sparsity, "global", random_keep)
+                trained = _train_ticket(control, tokenizer, data, cfg, rewound, random_keep,
+                                        Path(scratch) / f"control-{r}", loss)
+                row["control_val_accuracy"] = trained.best_val_accuracy
+            log.info("lottery round %d/%d: sparsity %.3f, validation accuracy %.4f%s", r, cfg.rounds,
+                     row["sparsity"], row["val_accuracy"],
+                     f" (random control {row['control_val_accuracy']:.4f})" if control is not None else "")
+            rounds.append(row)
+    details = {"sparsity": _overall(model, Masks(weights, keep)), "pruned": sorted(weights), "rounds": rounds,
+               "dense_val_accuracy": dense.best_val_accuracy, "rewind": cfg.rewind,
+               "val_accuracy": rounds[-1]["val_accuracy"]}
+    if control is not None:
+        details["control_test"] = _beside(model, control, tokenizer, data, cfg.max_length)
+    return details
+
+
+def _beside(ticket, control, tokenizer, data: DataSplits, max_length: int) -> dict:
+    """The random control on the test split, and the paired 95% CI of ticket minus control accuracy."""
+    from edgepress.data.metrics import accuracy_drop_ci95
+    from edgepress.models.evaluate import evaluate_classifier
+
+    _, ticket_preds = evaluate_classifier(ticket, tokenizer, data.test, max_length)
+    metrics, control_preds = evaluate_classifier(control, tokenizer, data.test, max_length)
+    return {"accuracy": metrics["accuracy"], "accuracy_ci95": metrics["accuracy_ci95"],
+            "ticket_minus_control_ci95": accuracy_drop_ci95(data.test.labels, ticket_preds, control_preds)}
