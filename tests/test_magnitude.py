@@ -3,8 +3,17 @@ import torch
 from safetensors.torch import load_file
 
 import edgepress.models.train as train_module
-from edgepress.compress.magnitude import (LotteryConfig, MagnitudeConfig, cubic_sparsity, lottery, lowest_masks,
-                                          magnitude, magnitudes, prunable_weights, round_sparsities)
+from edgepress.compress.magnitude import (
+    LotteryConfig,
+    MagnitudeConfig,
+    cubic_sparsity,
+    lottery,
+    lowest_masks,
+    magnitude,
+    magnitudes,
+    prunable_weights,
+    round_sparsities,
+)
 from edgepress.configs import build
 from edgepress.data.dataset import DataSplits
 from edgepress.errors import ConfigError

@@ -90,7 +90,7 @@ def _part(module, in_encoder: bool, in_base: bool) -> str | None:
 def prunable_weights(model, include: tuple[str, ...] = ()) -> dict:
     """name -> weight Parameter of everything the methods prune: the encoder layers' Linear weights, and the parts
     `include` names."""
-    layers = encoder_layers(model) or list(getattr(getattr(model, model.base_model_prefix), "transformer").layer)
+    layers = encoder_layers(model) or list(getattr(model, model.base_model_prefix).transformer.layer)
     encoder = {id(m) for layer in layers for m in layer.modules()}
     base = {id(m) for m in getattr(model, model.base_model_prefix).modules()}
     chosen = {}
@@ -141,7 +141,8 @@ class Masks:
         """Pruned-weight counts and sparsity over the weights themselves (exact zeros, whatever made them)."""
         total = sum(w.numel() for w in self.weights.values())
         nonzero = sum(int(w.count_nonzero()) for w in self.weights.values())
-        return {"pruned_weights": total, "pruned_weights_nonzero": nonzero, "pruned_weights_sparsity": 1 - nonzero / total}
+        return {"pruned_weights": total, "pruned_weights_nonzero": nonzero,
+                "pruned_weights_sparsity": 1 - nonzero / total}
 
 
 def cubic_sparsity(step: int, final: float, ramp: int) -> float:
