@@ -1,7 +1,15 @@
 import pytest
 import torch
 
-from edgepress.compress.distill import DistillConfig, _hidden_loss, default_layer_map, distill, make_student
+from edgepress.compress.distill import (
+    AttentionScores,
+    DistillConfig,
+    _attention_loss,
+    _hidden_loss,
+    default_layer_map,
+    distill,
+    make_student,
+)
 from edgepress.data.dataset import DataSplits
 from edgepress.errors import ConfigError
 from edgepress.models.evaluate import evaluate_classifier
@@ -85,3 +93,33 @@ def test_hidden_state_styles_train_and_save(style, trained_teacher, tmp_path, mo
                       DistillConfig(student_layers=1, style=style, epochs=1, max_length=32))
     assert all(torch.isfinite(torch.tensor(h["train_loss"])) for h in details["history"])
     assert load_classifier(tmp_path / "s")[0].config.num_hidden_layers == 1
+
+
+@pytest.mark.parametrize("builder", [tiny_bert, tiny_distilbert], ids=["bert", "distilbert"])
+def test_recorded_attention_scores_are_what_eager_attention_takes_the_softmax_of(builder, tokenizer, movie_data):
+    """The scores come from hooks on Q and K; eager attention's probabilities are their masked softmax."""
+    model = builder(tokenizer)
+    model.set_attn_implementation("eager")
+    recorder = AttentionScores(model)
+    batch = tokenizer(list(movie_data.test.texts[:4]), padding=True, return_tensors="pt")
+    inputs = {k: v for k, v in batch.items() if builder is tiny_bert or k != "token_type_ids"}
+    with torch.no_grad():
+        probabilities = model(**inputs, output_attentions=True).attentions
+    recorder.remove()
+    padding = ~batch["attention_mask"].bool()[:, None, None, :]  # (batch, 1, 1, keys)
+    for scores, expected in zip(recorder.scores(), probabilities, strict=True):
+        assert scores.shape == expected.shape  # (batch, heads, seq, seq)
+        assert torch.allclose(scores.masked_fill(padding, float("-inf")).softmax(-1), expected, atol=1e-6)
+
+
+def test_the_attention_loss_maps_layers_uniformly_and_ignores_padding():
+    teacher = [torch.randn(2, 2, 5, 5) for _ in range(4)]
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    student = [teacher[1].clone(), teacher[3].clone()]  # 4 -> 2 layers: student 0 <-> teacher 1, 1 <-> 3
+    student[0][0, :, 3:, :] += 5  # a padding query
+    student[1][0, :, :, 4] -= 5  # a padding key
+    assert _attention_loss(student, teacher, mask) == pytest.approx(0, abs=1e-7)
+    student[1][1, 0, 4, 4] += 2.0  # a real pair: 2^2 over 2 heads x 25 pairs + 2 heads x 9 pairs, half the layers
+    assert float(_attention_loss(student, teacher, mask)) == pytest.approx(4 / (2 * 25 + 2 * 9) / 2)
+    with pytest.raises(ConfigError, match="needs the same heads"):
+        _attention_loss([torch.randn(2, 1, 5, 5)], teacher[:1], mask)

@@ -10,8 +10,13 @@ the train split, with one of three losses:
 - `distilbert`: the hinton loss + a cosine loss between student and teacher last hidden states (Sanh et al. 2019,
   section 2: L_ce + L_cos; no MLM term for a classifier).
 - `tinybert`: the hinton loss + MSE between student layer i's hidden states and teacher layer g(i) = i * L_t / L_s
-  for every layer including the embeddings (Jiao et al. 2020, section 3.1, uniform mapping; attention-map loss left
-  out: it needs eager attention). The teacher runs alongside the student every step.
+  for every layer including the embeddings, + the MSE between the mapped layers' attention scores (Jiao et al.
+  2020, section 3.1, uniform mapping, eq. 7). The teacher runs alongside the student every step.
+
+TinyBERT fits the *unnormalised* scores Q K^T / sqrt(d) (their section 3.1: faster convergence than the softmax),
+which no attention implementation returns (eager returns probabilities, SDPA nothing). Forward hooks on the Q and K
+projections record their outputs, and the scores are formed from those: the same numbers whatever implementation
+runs the attention itself, and gradients reach the student's Q and K through them.
 """
 
 import logging
@@ -44,6 +49,7 @@ class DistillConfig(TrainConfig, KdLoss):
     style: Literal["hinton", "distilbert", "tinybert"] = "hinton"
     layer_map: tuple[int, ...] | None = Field(None, description="teacher layer each student layer starts from")
     hidden_weight: float = Field(1.0, ge=0, description="weight of the hidden-state loss (distilbert, tinybert)")
+    attention_weight: float = Field(1.0, ge=0, description="weight of the attention-score loss (tinybert)")
     epochs: int = Field(4, ge=1)
 
     @model_validator(mode="after")
@@ -114,9 +120,61 @@ def _hidden_loss(student_states, teacher_states, mask, cfg: DistillConfig):
     return sum(F.mse_loss(s[keep], t[keep]) for s, t in pairs) / len(pairs)
 
 
-def distillation_loss(teacher, train_logits, cfg: DistillConfig):
+class AttentionScores:
+    """Records the outputs of every encoder layer's Q and K projections on each forward, and turns them into the
+    layers' attention scores Q K^T / sqrt(d), (batch, heads, seq, seq), before the mask and the softmax."""
+
+    def __init__(self, model):
+        self.layers = [_query_key(layer) for layer in _encoder_layers(model)]
+        self.outputs: dict = {}
+        self.hooks = [module.register_forward_hook(lambda m, i, out, key=(k, which): self.outputs.__setitem__(key, out))
+                      for k, (query, key, _) in enumerate(self.layers)
+                      for which, module in (("q", query), ("k", key))]
+
+    def scores(self) -> list:
+        result = []
+        for k, (_, _, size) in enumerate(self.layers):
+            q, key = (self.outputs[(k, w)].unflatten(-1, (-1, size)).transpose(1, 2) for w in ("q", "k"))
+            result.append(q @ key.transpose(-1, -2) * size ** -0.5)  # (batch, heads, seq, seq)
+        return result
+
+    def remove(self) -> None:
+        for hook in self.hooks:
+            hook.remove()
+
+
+def _query_key(layer) -> tuple:
+    """(query Linear, key Linear, head size) of a BERT-style or DistilBERT layer."""
+    attention = layer.attention
+    if hasattr(attention, "self"):  # BERT, RoBERTa, MiniLM
+        return attention.self.query, attention.self.key, attention.self.attention_head_size
+    return attention.q_lin, attention.k_lin, attention.dim // attention.n_heads  # DistilBERT
+
+
+def _attention_loss(student_scores: list, teacher_scores: list, mask) -> object:
+    """Jiao et al. 2020, eq. 7: MSE of the attention scores, averaged over heads and the mapped layers; student
+    layer j (from 0) learns teacher layer (j + 1) * L_t / L_s - 1, as the hidden states map. Pairs with a padding
+    query or key are left out (TinyBERT's code zeroes them)."""
+    import torch.nn.functional as F
+
+    keep = mask.bool()
+    pairs = keep[:, None, :, None] & keep[:, None, None, :]  # (batch, 1, seq, seq), broadcast over heads
+    step = len(teacher_scores) // len(student_scores)
+    losses = []
+    for j, s in enumerate(student_scores):
+        t = teacher_scores[(j + 1) * step - 1]
+        if s.shape != t.shape:
+            raise ConfigError(f"student layer {j} has attention scores {tuple(s.shape)}, its teacher layer "
+                              f"{tuple(t.shape)}: the tinybert attention loss needs the same heads. Fix: "
+                              f"attention_weight: 0, or distill before pruning heads")
+        losses.append(F.mse_loss(s.masked_select(pairs), t.masked_select(pairs)))
+    return sum(losses) / len(losses)
+
+
+def distillation_loss(teacher, train_logits, cfg: DistillConfig, scores: tuple | None = None):
     """A `loss_fn` for the training loop: hinton on `train_logits` (indexed by the batch's `index`), or with the
-    teacher run alongside for the hidden-state styles."""
+    teacher run alongside for the hidden-state styles; `scores` (student's, teacher's `AttentionScores`) adds
+    TinyBERT's attention loss."""
     import torch
 
     def loss(outputs, batch):
@@ -129,7 +187,11 @@ def distillation_loss(teacher, train_logits, cfg: DistillConfig):
         with torch.no_grad():
             taught = teacher(**inputs, output_hidden_states=True)
         hidden = _hidden_loss(outputs.hidden_states, taught.hidden_states, inputs["attention_mask"], cfg)
-        return _hinton(outputs.logits, taught.logits, labels, cfg) + cfg.hidden_weight * hidden
+        total = _hinton(outputs.logits, taught.logits, labels, cfg) + cfg.hidden_weight * hidden
+        if scores is not None:
+            student, teacher_scores = (s.scores() for s in scores)
+            total = total + cfg.attention_weight * _attention_loss(student, teacher_scores, inputs["attention_mask"])
+        return total
 
     return loss
 
@@ -146,10 +208,16 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
     teacher, tokenizer = load_classifier(src)
     student, mapping = make_student(teacher, cfg)
     train_logits = torch.from_numpy(predict_logits(teacher, tokenizer, data.train.texts, cfg.max_length))
+    scores = (AttentionScores(student), AttentionScores(teacher)) if cfg.style == "tinybert" and \
+        cfg.attention_weight > 0 else None
     with atomic_dir(Path(out)) as tmp:
         student.config.output_hidden_states = cfg.style != "hinton"
-        result = train_classifier(student, tokenizer, data.train, data.validation, cfg, tmp,
-                                  loss_fn=distillation_loss(teacher.eval(), train_logits, cfg))
+        try:
+            result = train_classifier(student, tokenizer, data.train, data.validation, cfg, tmp,
+                                      loss_fn=distillation_loss(teacher.eval(), train_logits, cfg, scores))
+        finally:
+            for recorder in scores or ():
+                recorder.remove()
         config = read_json(tmp / "config.json")
         config["output_hidden_states"] = False  # training needed them; inference and export do not
         write_json(tmp / "config.json", config)
