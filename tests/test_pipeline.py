@@ -163,3 +163,38 @@ def test_resume_reuses_passed_stages_and_reruns_from_the_first_change(tmp_path, 
     # without --resume: everything again
     runner.run_pipeline(load_config(run_config(tmp_path, stages, tiny_model_dir)), out)
     assert export_model.stat().st_mtime_ns != first
+
+
+def test_a_magnitude_stage_reports_both_sparsities_and_what_its_zeros_buy(tmp_path, tiny_model_dir):
+    path = run_config(tmp_path, [
+        {"name": "prune", "method": "magnitude",
+         "params": {"sparsity": 0.8, "include": ["embeddings"], "epochs": 1, "max_length": 32}},
+    ], tiny_model_dir)
+    runner.run_pipeline(load_config(path), tmp_path / "run")
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    stage, base = report["stages"][0], report["baseline"]["metrics"]
+    zeros = stage["details"]["sparsity"]
+    assert zeros["pruned_weights_sparsity"] == pytest.approx(0.8, abs=1e-3)
+    assert zeros["all_params_sparsity"] == pytest.approx(stage["metrics"]["sparsity"])  # over every parameter
+    assert stage["metrics"]["size_gzip_bytes"] < 0.5 * base["size_gzip_bytes"]
+    markdown = (tmp_path / "run" / "report.md").read_text()
+    assert "## Sparsity" in markdown and "Zeros run at dense speed" in markdown
+    assert f"gzip {stage['metrics']['size_gzip_bytes'] / 1e6:.1f} MB against {base['size_gzip_bytes'] / 1e6:.1f}" \
+        in markdown
+    assert "Zeros run at dense speed" in (tmp_path / "run" / "report.html").read_text()
+
+
+def test_a_lottery_stage_is_reported_beside_its_random_control():
+    from edgepress.pipeline.report import _sparse_lines
+
+    latency = {"cpu": {"p50_ms": 5.0}}
+    stage = {"name": "ticket", "method": "lottery", "metrics": {"accuracy": 0.84, "size_gzip_bytes": 50e6,
+                                                                 "latency": latency},
+             "details": {"sparsity": {"pruned_weights_sparsity": 0.6, "pruned_weights": 1000,
+                                      "all_params_sparsity": 0.3},
+                         "rounds": [{"sparsity": 0.6, "val_accuracy": 0.85, "control_val_accuracy": 0.8}],
+                         "control_test": {"accuracy": 0.79, "ticket_minus_control_ci95": [0.02, 0.08]}}}
+    report = {"baseline": {"metrics": {"size_gzip_bytes": 80e6, "latency": latency}}, "stages": [stage]}
+    (line,) = _sparse_lines(report)
+    assert "60.0% of the 1,000 pruned weights are zero (30.0% of all parameters)" in line
+    assert "(60.0%: 0.8500 vs 0.8000); test 0.8400 vs 0.7900, ticket − control 95% CI [+0.0200, +0.0800]" in line
