@@ -20,6 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.data.dataset import TextSet
+from edgepress.errors import ConfigError
 from edgepress.models.evaluate import evaluate_classifier, forward_inputs
 
 
@@ -99,15 +100,11 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
     """Fine-tune `model` on `train`; the epoch with the best validation accuracy is saved to `out_dir` (with the
     tokenizer) and loaded back into `model`. `on_step(unwrapped model, step)` runs after every optimizer step.
     Epochs before `keep_from_epoch` are trained and evaluated but never kept (a pruning schedule still under way)."""
-    from accelerate import Accelerator
-    from accelerate.utils import DataLoaderConfiguration, set_seed
+    from accelerate.utils import set_seed
     from rich.progress import Progress
 
     set_seed(cfg.seed)
-    # split_batches: `batch_size` is the global batch, each of N processes takes its 1/N slice of every batch of the
-    # one seeded shuffle, so N processes take the same optimizer and scheduler steps as one
-    loader_config = DataLoaderConfiguration(use_seedable_sampler=True, split_batches=True)
-    accelerator = Accelerator(dataloader_config=loader_config)
+    accelerator = _accelerator(cfg)
     loader = train_loader(tokenizer, train, cfg)
     optimizer, scheduler = _optimizer(model, cfg, cfg.epochs * len(loader))
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
@@ -132,6 +129,28 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
     return TrainResult(best[0], best[1], time.perf_counter() - start, history)
 
 
+def _accelerator(cfg: TrainConfig):
+    """The run's Accelerator. split_batches: `batch_size` is the global batch; each of N processes takes its 1/N slice
+    of every batch of the one seeded shuffle, so N processes take the same optimizer and scheduler steps as one, and
+    DDP's mean of their gradients is the one-process gradient. (A last batch short of `batch_size` is topped up with
+    the epoch's first examples, so that every process gets a whole slice.)"""
+    import os
+
+    from accelerate import Accelerator
+    from accelerate.utils import DataLoaderConfiguration
+
+    accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, split_batches=True))
+    launched, n = int(os.environ.get("WORLD_SIZE", "1")), accelerator.num_processes
+    if n == 1 and launched > 1:  # e.g. `accelerate launch --multi_gpu` or torchrun on a machine without a GPU
+        raise ConfigError(f"launched as {launched} processes, but accelerate found no GPU for them and runs each on "
+                          f"its own: each would train on all the data and write the same files. Fix: on CPUs, set "
+                          f"ACCELERATE_USE_CPU=1 (accelerate launch --multi_gpu, torchrun)")
+    if cfg.batch_size % n:
+        raise ConfigError(f"batch_size {cfg.batch_size} is the global batch, shared equally by {n} processes. "
+                          f"Fix: a multiple of {n}")
+    return accelerator
+
+
 @dataclass
 class _Steps:
     """The optimizer-step counter of one training run, and the hook called after each step."""
@@ -149,6 +168,8 @@ class _Steps:
 def _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn: LossFn, progress, epoch: int,
            counter: _Steps) -> float:
     """One pass over `loader`; returns the mean training loss."""
+    import torch
+
     model.train()
     task = progress.add_task(f"epoch {epoch}", total=len(loader))
     total, steps = 0.0, 0
@@ -164,4 +185,7 @@ def _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn: LossFn, pr
         total, steps = total + float(loss.detach()), steps + 1
         progress.update(task, advance=1, description=f"epoch {epoch} loss {total / steps:.3f}")
     progress.remove_task(task)
-    return total / max(steps, 1)
+    mean = total / max(steps, 1)  # over this process's slices of the batches: the epoch's is the mean over processes
+    if accelerator.num_processes == 1:
+        return mean
+    return float(accelerator.reduce(torch.tensor(mean, dtype=torch.float64, device=accelerator.device), "mean"))

@@ -1,0 +1,131 @@
+"""One config on one process or several: a distill stage trained by 2 processes under `accelerate launch` (gloo, on
+CPUs) ends with the weights one process gets, because `batch_size` is the global batch (train.py, `_accelerator`).
+
+The launch is `--multi_gpu` with ACCELERATE_USE_CPU=1, not `--cpu --num_processes 2`: accelerate's `--cpu` launcher
+starts several processes only through mpirun (`--mpirun_hostfile`); without it, it starts one, which believes it is
+alone. `--multi_gpu` starts them through torchrun, and ACCELERATE_USE_CPU=1 puts them on the CPU with gloo (without
+it, on a machine without a GPU, each runs on its own: the case `train_classifier` refuses, tested below).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgepress.errors import ConfigError
+from edgepress.models.train import TrainConfig, train_classifier
+from tests.conftest import save, tiny_bert
+from tests.distributed_job import distill_job
+
+JOB = Path(__file__).with_name("distributed_job.py")
+TRAIN, BATCH = 128, 16  # 8 whole global batches an epoch: no last batch to top up (see `_accelerator`)
+
+# Largest |one process - two processes| over every weight, measured on this 2-epoch job: 0.8e-7 to 1.2e-7, float32
+# rounding (one mean over 16 examples against the all-reduced mean of two means over 8, each padded to its own longest
+# sentence). Training amplifies such gaps, the more the longer and faster it moves (at learning rate 3e-2: 2.7e-4),
+# so this tolerance is for this job. 1e-5 leaves 100x room for another CPU, BLAS or thread count, and is 1000x below
+# what a change of the training gives: global batch 8 or 32, or seed 14, moves weights by 1.1e-2 to 1.6e-2. A last
+# batch topped up with repeated examples (120 sentences) gives 1.3e-3; dropout on (masks drawn per process) 1.7e-2.
+TOLERANCE = 1e-5
+
+
+def _env(tmp_path: Path) -> dict:
+    """The test's environment (its EDGEPRESS_CACHE, where movie_data has put the data) with no network, no GPU (the
+    one-process run is on the CPU too), one thread per process, and no user accelerate config (HF_HOME) to change
+    the launch."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+            "CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1",
+            "HF_HOME": str(tmp_path / "hf-home")}
+
+
+def _ranks(out: Path) -> list[dict]:
+    """Every process's rank<i>.json, by rank."""
+    return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+
+
+def _one_process(teacher: Path, out: Path) -> dict:
+    """The job as one plain process."""
+    (result,) = _run([sys.executable], teacher, out)
+    return result
+
+
+def _two_processes(teacher: Path, out: Path) -> list[dict]:
+    """The job under `accelerate launch`, 2 processes."""
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+              "--main_process_port", "0"]  # 0: a free one
+    return _run(launch, teacher, out)
+
+
+def _run(launcher: list[str], teacher: Path, out: Path, timeout: int = 300) -> list[dict]:
+    """Every process's rank<i>.json, by rank. A hang (a collective some process never joins) fails."""
+    args = [*launcher, str(JOB), str(teacher), str(out), "--train", str(TRAIN), "--batch-size", str(BATCH)]
+    with subprocess.Popen(args, env=_env(out.parent), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True) as proc:
+        try:
+            log, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and the workers it started
+            log, _ = proc.communicate()
+            pytest.fail(f"no end after {timeout} s: {' '.join(args)}\n{log[-3000:]}")
+    assert proc.returncode == 0, log[-3000:]
+    return _ranks(out)
+
+
+def _max_diff(a: Path, b: Path) -> tuple[float, str]:
+    """(largest |a - b| over every tensor of two saved students, the tensor's name)."""
+    from safetensors.torch import load_file
+
+    left, right = load_file(a / "student" / "model.safetensors"), load_file(b / "student" / "model.safetensors")
+    assert left.keys() == right.keys()
+    return max(((left[k] - right[k]).abs().max().item(), k) for k in left)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tokenizer, movie_data):
+    """A 2-layer tiny teacher without dropout (masks drawn per process would differ: see TOLERANCE), and the 1-layer
+    student distilled from it by one process. movie_data has put the demo data in the cache the job reads."""
+    root = tmp_path_factory.mktemp("distributed")
+    teacher = save(tiny_bert(tokenizer, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0), tokenizer,
+                   root / "teacher")
+    return teacher, _one_process(teacher, root / "one"), root
+
+
+def test_two_processes_train_the_weights_of_one(runs):
+    teacher, one, root = runs
+    ranks = _two_processes(teacher, root / "two")
+    assert [(r["num_processes"], r["distributed_type"]) for r in ranks] == [(2, "DistributedType.MULTI_CPU")] * 2
+    # the same steps: each process takes its half of the one-process batch, the two halves make it whole
+    assert len(one["steps"]) == len(ranks[0]["steps"]) == len(ranks[1]["steps"]) == 2 * TRAIN // BATCH
+    for whole, first, second in zip(one["steps"], ranks[0]["steps"], ranks[1]["steps"], strict=True):
+        assert len(first) == len(second) == BATCH // 2 and sorted(first + second) == sorted(whole)
+    # every process evaluated the same weights and kept the same epoch; the loss is the mean over both
+    for rank in ranks:
+        assert rank["best_epoch"] == one["best_epoch"]
+        assert [h["val_accuracy"] for h in rank["history"]] == [h["val_accuracy"] for h in one["history"]]
+        assert [h["train_loss"] for h in rank["history"]] == pytest.approx(
+            [h["train_loss"] for h in one["history"]], abs=TOLERANCE)
+    diff, name = _max_diff(root / "one", root / "two")
+    assert diff <= TOLERANCE, f"{name} differs by {diff:.2e}"
+
+
+def test_another_global_batch_trains_other_weights(runs):
+    """The comparison above can fail: a global batch of 32 is what 2 processes trained when `batch_size` was per
+    process (their weights and these agree to 1.5e-8; both are 1.1e-2 from the batch-16 ones)."""
+    teacher, _, root = runs
+    distill_job(teacher, root / "batch32", TRAIN, 2 * BATCH)  # in this process, on any device: it has to land far
+    diff, name = _max_diff(root / "one", root / "batch32")
+    assert diff > 100 * TOLERANCE, f"{name} differs by only {diff:.2e}"
+
+
+def test_processes_that_found_no_device_are_refused(monkeypatch, tokenizer, movie_data, tmp_path):
+    """torchrun (or accelerate launch --multi_gpu) without a GPU and without ACCELERATE_USE_CPU=1: the processes
+    would each train alone on all the data and write the same files."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match=r"launched as 2 processes, .* Fix: on CPUs, set ACCELERATE_USE_CPU=1"):
+        train_classifier(tiny_bert(tokenizer), tokenizer, movie_data.train.take(8), movie_data.validation.take(8),
+                         TrainConfig(epochs=1, batch_size=8), tmp_path / "out")
