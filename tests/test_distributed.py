@@ -129,3 +129,79 @@ def test_processes_that_found_no_device_are_refused(monkeypatch, tokenizer, movi
     with pytest.raises(ConfigError, match=r"launched as 2 processes, .* Fix: on CPUs, set ACCELERATE_USE_CPU=1"):
         train_classifier(tiny_bert(tokenizer), tokenizer, movie_data.train.take(8), movie_data.validation.take(8),
                          TrainConfig(epochs=1, batch_size=8), tmp_path / "out")
+
+
+LAUNCH = (f"{sys.executable} -m accelerate.commands.launch --multi_gpu --num_processes 2 --num_machines 1 "
+          "--mixed_precision no --dynamo_backend no --main_process_port 0")
+
+
+def _splits_dir(path: Path, movie_data) -> Path:
+    """A data dir with its own splits: 128 train sentences (whole global batches of 16), 64 validation, 64 test."""
+    import csv
+
+    path.mkdir()
+    for name, part, n in (("train", movie_data.train, TRAIN), ("validation", movie_data.validation, 64),
+                          ("test", movie_data.test, 64)):
+        with (path / f"{name}.csv").open("w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(["text", "label"])
+            writer.writerows((part.texts[i], movie_data.id2label[int(part.labels[i])]) for i in range(n))
+    return path
+
+
+def _pipeline(tmp_path: Path, teacher: Path, data: Path, stage: dict, launch: str | None) -> Path:
+    import yaml
+
+    runtime = {"threads": 1, "latency": {"warmup": 1, "runs": 3}, **({"launch": launch} if launch else {})}
+    config = {"model": str(teacher), "data": {"source": str(data), "max_length": 48}, "runtime": runtime,
+              "stages": [stage]}
+    path = tmp_path / f"{'launched' if launch else 'one'}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+DISTILL = {"name": "distill", "method": "distill",
+           "params": {"student_layers": 1, "epochs": 2, "batch_size": BATCH, "learning_rate": 2e-3,
+                      "warmup_ratio": 0.25}}
+
+
+def test_edgepress_run_with_runtime_launch_trains_its_stages_on_two_processes_to_the_weights_of_one(
+        runs, movie_data, tmp_path, monkeypatch):
+    """The same config, `runtime.launch` added: the training stage runs under the launcher, the runner measures,
+    gates and reports as ever, and the artifact is the one-process one (TOLERANCE)."""
+    from safetensors.torch import load_file
+
+    from edgepress.pipeline.config import load_config
+    from edgepress.pipeline.runner import run_pipeline
+
+    for key, value in _env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    teacher, _, _ = runs
+    data = _splits_dir(tmp_path / "data", movie_data)
+    one = run_pipeline(load_config(_pipeline(tmp_path, teacher, data, DISTILL, None)), tmp_path / "run-one")
+    two = run_pipeline(load_config(_pipeline(tmp_path, teacher, data, DISTILL, LAUNCH)), tmp_path / "run-two")
+    assert one["status"] == two["status"] == "passed"
+    stage = two["stages"][0]
+    assert stage["details"]["launch"] == LAUNCH and "launch" not in one["stages"][0]["details"]
+    assert (tmp_path / "run-two" / "stages" / "01-distill" / "launch-distill.log").is_file()
+    left, right = (load_file(Path(r["stages"][0]["artifact"]) / "model.safetensors") for r in (one, two))
+    assert max((left[k] - right[k]).abs().max().item() for k in left) <= TOLERANCE
+    assert stage["metrics"]["accuracy"] == one["stages"][0]["metrics"]["accuracy"]
+
+
+def test_a_launched_methods_error_comes_back_as_itself_and_a_launcher_that_does_not_start_is_named(
+        runs, movie_data, tmp_path, monkeypatch):
+    from edgepress.pipeline.config import load_config
+    from edgepress.pipeline.runner import run_pipeline
+
+    for key, value in _env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    teacher, _, _ = runs
+    data = _splits_dir(tmp_path / "data", movie_data)
+    lottery = {"name": "ticket", "method": "lottery",
+               "params": {"rewind": "step", "rewind_step": 99, "epochs": 1, "batch_size": BATCH}}
+    with pytest.raises(ConfigError, match=r"stage 'ticket' failed: rewind_step 99 is past the 8 optimizer steps"):
+        run_pipeline(load_config(_pipeline(tmp_path, teacher, data, lottery, LAUNCH)), tmp_path / "run")
+    with pytest.raises(ConfigError, match=r"runtime.launch 'no-such-launcher -n 2' cannot be started"):
+        run_pipeline(load_config(_pipeline(tmp_path, teacher, data, DISTILL, "no-such-launcher -n 2")),
+                     tmp_path / "run")

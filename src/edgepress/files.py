@@ -61,6 +61,23 @@ def atomic_dir(path: Path) -> Iterator[Path]:
             shutil.rmtree(tmp)
 
 
+def writes_artifacts() -> bool:
+    """This process writes artifacts: it is the only one, or rank 0 of a launch (torchrun, `accelerate launch`)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+@contextlib.contextmanager
+def artifact_dir(path: Path) -> Iterator[Path]:
+    """`atomic_dir(path)` in the process that writes artifacts; in the other processes of a launch, a private
+    throwaway dir, so that code written for one process (save, then read back) runs unchanged in every one."""
+    if writes_artifacts():
+        with atomic_dir(path) as tmp:
+            yield tmp
+    else:
+        with tempfile.TemporaryDirectory(prefix="edgepress-rank-") as tmp:
+            yield Path(tmp)
+
+
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:

@@ -200,7 +200,7 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
     """Train a `cfg.student_layers`-layer student of the classifier in `src` into `out` (save_pretrained)."""
     import torch
 
-    from edgepress.files import atomic_dir, read_json, write_json
+    from edgepress.files import artifact_dir
     from edgepress.models.evaluate import predict_logits
     from edgepress.models.loading import load_classifier
     from edgepress.models.train import train_classifier
@@ -210,7 +210,7 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
     train_logits = torch.from_numpy(predict_logits(teacher, tokenizer, data.train.texts, cfg.max_length))
     scores = (AttentionScores(student), AttentionScores(teacher)) if cfg.style == "tinybert" and \
         cfg.attention_weight > 0 else None
-    with atomic_dir(Path(out)) as tmp:
+    with artifact_dir(Path(out)) as tmp:
         student.config.output_hidden_states = cfg.style != "hinton"
         try:
             result = train_classifier(student, tokenizer, data.train, data.validation, cfg, tmp,
@@ -218,9 +218,8 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
         finally:
             for recorder in scores or ():
                 recorder.remove()
-        config = read_json(tmp / "config.json")
-        config["output_hidden_states"] = False  # training needed them; inference and export do not
-        write_json(tmp / "config.json", config)
+        student.config.output_hidden_states = False  # training needed them; inference and export do not
+        student.config.save_pretrained(tmp)
     log.info("distill: %d -> %d layers (from %s), best epoch %d, validation accuracy %.4f",
              len(_encoder_layers(teacher)), cfg.student_layers, list(mapping), result.best_epoch,
              result.best_val_accuracy)

@@ -192,7 +192,7 @@ def _load_with_targets(src: Path, data: DataSplits, cfg: _Sparse):
 def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = MagnitudeConfig()) -> dict:
     """Prune the smallest weights of the classifier in `src` to `cfg.sparsity`, fine-tune with the masks held, save
     to `out` (the zeros are in the saved weights)."""
-    from edgepress.files import atomic_dir
+    from edgepress.files import artifact_dir
     from edgepress.models.train import train_classifier
 
     model, tokenizer, loss = _load_with_targets(src, data, cfg)
@@ -206,7 +206,7 @@ def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = Mag
     on_step = masks.apply if cfg.schedule == "oneshot" else _cubic_hook(masks, cfg, ramp)
     # a cubic ramp still under way at an epoch's end: that epoch is trained but never kept
     first = 1 if cfg.schedule == "oneshot" else math.ceil(ramp / per_epoch)
-    with atomic_dir(Path(out)) as tmp:
+    with artifact_dir(Path(out)) as tmp:
         result = train_classifier(model, tokenizer, data.train, data.validation, cfg, tmp, loss_fn=loss,
                                   on_step=on_step, keep_from_epoch=first)
     counts = _overall(model, masks)
@@ -268,7 +268,7 @@ def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = Lottery
     sparsities are trained alongside and recorded."""
     import torch
 
-    from edgepress.files import atomic_dir
+    from edgepress.files import artifact_dir
 
     steps = cfg.epochs * _steps_per_epoch(data, cfg)
     if cfg.rewind_step > steps:
@@ -281,7 +281,7 @@ def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = Lottery
     generator = torch.Generator().manual_seed(cfg.seed)
     keep = random_keep = None
     rounds = []
-    with tempfile.TemporaryDirectory() as scratch, atomic_dir(Path(out)) as tmp:
+    with tempfile.TemporaryDirectory() as scratch, artifact_dir(Path(out)) as tmp:
         dense, rewound = _first_training(model, tokenizer, data, cfg, Path(scratch) / "dense", loss)
         for r, sparsity in enumerate(round_sparsities(cfg.sparsity, cfg.rounds), start=1):
             keep = lowest_masks(magnitudes(weights), sparsity, "global", keep)  # from the last training's weights

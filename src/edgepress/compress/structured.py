@@ -127,7 +127,7 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
     import torch
 
     from edgepress.compress.distill import DistillConfig, distillation_loss
-    from edgepress.files import atomic_dir
+    from edgepress.files import artifact_dir
     from edgepress.models.evaluate import predict_logits
     from edgepress.models.introspect import param_counts
     from edgepress.models.loading import load_classifier
@@ -146,7 +146,7 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
     keep = _keep_top(scores, cfg.keep)
     pruned = prune_heads(model, keep) if what == "heads" else {"intermediate_size": prune_ffn(model, keep)}
     kd = DistillConfig(temperature=cfg.temperature, alpha=cfg.alpha, max_length=cfg.max_length)
-    with atomic_dir(Path(out)) as tmp:
+    with artifact_dir(Path(out)) as tmp:
         result = train_classifier(model, tokenizer, data.train, data.validation, cfg, tmp,
                                   loss_fn=distillation_loss(None, targets, kd))
     log.info("%s: kept %s of every layer, %d -> %d params, validation accuracy %.4f", what, cfg.keep, before,

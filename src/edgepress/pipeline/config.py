@@ -115,6 +115,8 @@ class RuntimeConfig(BaseModel):
     target: Target | None = None
     threads: int = Field(2, ge=1, le=MAX_THREADS)
     latency: LatencyConfig = LatencyConfig()
+    launch: str | None = Field(None, min_length=1, description="a launcher command the training stages run under, "
+                               "e.g. `accelerate launch --multi_gpu --num_processes 8` (pipeline/launch.py)")
 
 
 class PipelineConfig(BaseModel):

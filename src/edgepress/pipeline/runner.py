@@ -28,6 +28,7 @@ from edgepress.pipeline.environment import environment
 from edgepress.pipeline.gates import evaluate_gates
 from edgepress.pipeline.inputs import check_inputs
 from edgepress.pipeline.latency import onnx_path
+from edgepress.pipeline.launch import launched
 from edgepress.pipeline.measure import measure_artifact
 from edgepress.pipeline.report import write_report
 from edgepress.pipeline.rundir import RunDir, attach_log
@@ -123,6 +124,19 @@ def _parity_gates(error: ExportParityError, cfg) -> list[dict]:
     return evaluate_gates(Gates(parity=gate), {}, {}, {}, error.result)
 
 
+def _call(state: RunState, method: str, cfg, dst: Path) -> dict:
+    """The method's details: called here, or for a training method with `runtime.launch` set, in the processes the
+    launcher starts."""
+    spec, launch = METHODS[method], state.cfg.runtime.launch
+    if launch is None or not spec.trains:
+        return spec.run(state.source, dst, state.data if spec.inputs == "splits" else state.data.validation.texts, cfg)
+    job = {"data": state.cfg.data.model_dump(mode="json"), "split_sha256": state.split_sha256,
+           "label2id": {name: i for i, name in state.data.id2label.items()}}
+    details = launched(launch, method, state.source, dst, cfg.model_dump(mode="json"), job,
+                       dst.parent / f"launch-{method}.log")
+    return {**details, "launch": launch}
+
+
 def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst: Path) -> Outcome:
     """Run one method on the stage's input, measure and gate what it gives; its EdgepressError is a failed
     attempt (a parity miss is recorded as the parity gate it is), never the end of the run."""
@@ -131,8 +145,7 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
     cfg = None
     try:
         cfg = build(spec.config, _method_params(state, stage, params, spec.config), where=f"stage {stage.name}")
-        inputs = state.data if spec.inputs == "splits" else state.data.validation.texts
-        details = spec.run(state.source, dst, inputs, cfg)
+        details = _call(state, method, cfg, dst)
         metrics, preds = state.measure(dst)
     except EdgepressError as e:
         log.error("stage %s: %s failed: %s", stage.name, method, e)
