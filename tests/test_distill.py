@@ -48,6 +48,9 @@ def test_student_must_be_smaller_than_the_teacher(tokenizer):
         make_student(tiny_bert(tokenizer), DistillConfig(student_layers=2))
     with pytest.raises(ValueError, match=r"layer_map has 1 entries; student_layers is 2"):
         DistillConfig(student_layers=2, layer_map=(0,))
+    with pytest.raises(ValueError, match=r"attention_weight weigh\(s\) a loss style hinton does not have"):
+        DistillConfig(attention_weight=2.0)
+    assert DistillConfig(style="tinybert", attention_weight=2.0).attention_weight == 2.0
 
 
 def test_hidden_losses_ignore_padding():

@@ -189,7 +189,7 @@ def test_edgepress_run_with_runtime_launch_trains_its_stages_on_two_processes_to
     assert stage["metrics"]["accuracy"] == one["stages"][0]["metrics"]["accuracy"]
 
 
-def test_a_launched_methods_error_comes_back_as_itself_and_a_launcher_that_does_not_start_is_named(
+def test_a_launched_methods_error_comes_back_as_itself_and_only_an_installed_launcher_is_taken(
         runs, movie_data, tmp_path, monkeypatch):
     from edgepress.pipeline.config import load_config
     from edgepress.pipeline.runner import run_pipeline
@@ -202,6 +202,8 @@ def test_a_launched_methods_error_comes_back_as_itself_and_a_launcher_that_does_
                "params": {"rewind": "step", "rewind_step": 99, "epochs": 1, "batch_size": BATCH}}
     with pytest.raises(ConfigError, match=r"stage 'ticket' failed: rewind_step 99 is past the 8 optimizer steps"):
         run_pipeline(load_config(_pipeline(tmp_path, teacher, data, lottery, LAUNCH)), tmp_path / "run")
-    with pytest.raises(ConfigError, match=r"runtime.launch 'no-such-launcher -n 2' cannot be started"):
-        run_pipeline(load_config(_pipeline(tmp_path, teacher, data, DISTILL, "no-such-launcher -n 2")),
-                     tmp_path / "run")
+    for launch, message in (("sh -c 'echo hi'", "must start accelerate's or torch's launcher"),
+                            ("accelerate launch 'oops", "does not parse"),
+                            ("torchrun-nowhere/torchrun -n 2", "is not on PATH")):
+        with pytest.raises(ConfigError, match=message):  # refused by validate, before anything is written
+            load_config(_pipeline(tmp_path, teacher, data, DISTILL, launch))

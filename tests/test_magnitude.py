@@ -190,7 +190,20 @@ def test_lottery_config_errors_name_the_fix(model_dir, tmp_path, small_data):
         build(MagnitudeConfig, {"sparsity": 1.5})
     with pytest.raises(ConfigError, match=r"include.0: Input should be 'embeddings'"):
         build(MagnitudeConfig, {"include": ["attention"]})
+    with pytest.raises(ConfigError, match=r"prune_every shape\(s\) the cubic schedule; remove it or set schedule"):
+        build(MagnitudeConfig, {"prune_every": 5})
     cfg = LotteryConfig(rewind="step", rewind_step=11, epochs=1)
     with pytest.raises(ConfigError, match=r"rewind_step 11 is past the 10 optimizer steps .* at most 10"):
         lottery(model_dir, tmp_path / "out", small_data, cfg)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_architecture_without_bert_or_distilbert_layers_is_a_config_error(tmp_path, tokenizer, small_data):
+    from transformers import AlbertConfig, AlbertForSequenceClassification
+
+    config = AlbertConfig(vocab_size=tokenizer.vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=1,
+                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    src = save(AlbertForSequenceClassification(config), tokenizer, tmp_path / "albert")
+    with pytest.raises(ConfigError, match=r"unstructured pruning supports BERT-style encoders .* got albert"):
+        magnitude(src, tmp_path / "out", small_data, MagnitudeConfig(epochs=1))
     assert not (tmp_path / "out").exists()

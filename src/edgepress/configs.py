@@ -42,6 +42,13 @@ def describe(error: dict) -> str:
     return f"{where}: {message}{got}" if where else message
 
 
+def changed(cfg: BaseModel, names: tuple[str, ...]) -> list[str]:
+    """The fields among `names` that `cfg` sets to something other than their default (a param that only one
+    choice of another uses must not be given, and silently ignored, with the other choices)."""
+    fields = type(cfg).model_fields
+    return [n for n in names if getattr(cfg, n) != fields[n].default]
+
+
 def describe_all(error: ValidationError) -> list[str]:
     return [describe(e) for e in error.errors()]
 

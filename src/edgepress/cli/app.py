@@ -109,7 +109,9 @@ def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML to check
     _, data = _call(check_inputs, cfg, build_teacher=False)
     sizes = ", ".join(f"{name} {n}" for name, n in data.manifest()["sizes"].items())
     out.print(f"{config}: valid ({len(cfg.stages)} stages: {', '.join(s.name for s in cfg.stages) or 'none'}; "
-              f"model {cfg.model}; data {sizes}; providers {', '.join(cfg.runtime.providers)})", highlight=False,
+              f"model {cfg.model}; data {sizes}; providers {', '.join(cfg.runtime.providers)}"
+              f"{f'; training stages launched with: {cfg.runtime.launch}' if cfg.runtime.launch else ''})",
+              highlight=False,
               soft_wrap=True)
 
 

@@ -26,6 +26,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from edgepress.configs import changed
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
 from edgepress.models.train import TrainConfig
@@ -47,7 +48,8 @@ class DistillConfig(TrainConfig, KdLoss):
 
     student_layers: int = Field(3, ge=1)
     style: Literal["hinton", "distilbert", "tinybert"] = "hinton"
-    layer_map: tuple[int, ...] | None = Field(None, description="teacher layer each student layer starts from")
+    layer_map: tuple[int, ...] | None = Field(None, description="teacher layer each student layer starts from (the "
+                                              "tinybert and distilbert losses map layers uniformly, whatever it is)")
     hidden_weight: float = Field(1.0, ge=0, description="weight of the hidden-state loss (distilbert, tinybert)")
     attention_weight: float = Field(1.0, ge=0, description="weight of the attention-score loss (tinybert)")
     epochs: int = Field(4, ge=1)
@@ -56,6 +58,15 @@ class DistillConfig(TrainConfig, KdLoss):
     def _map_fits(self) -> "DistillConfig":
         if self.layer_map is not None and len(self.layer_map) != self.student_layers:
             raise ValueError(f"layer_map has {len(self.layer_map)} entries; student_layers is {self.student_layers}")
+        return self
+
+    @model_validator(mode="after")
+    def _weights_fit_the_style(self) -> "DistillConfig":
+        used = {"hinton": (), "distilbert": ("hidden_weight",), "tinybert": ("hidden_weight", "attention_weight")}
+        ignored = [n for n in changed(self, ("hidden_weight", "attention_weight")) if n not in used[self.style]]
+        if ignored:
+            raise ValueError(f"{' and '.join(ignored)} weigh(s) a loss style {self.style} does not have; remove "
+                             f"it or choose a style that has it (distilbert: hidden_weight; tinybert: both)")
         return self
 
 

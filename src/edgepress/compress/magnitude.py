@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from edgepress.compress.distill import KdLoss
+from edgepress.configs import changed
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
 from edgepress.models.heads import encoder_layers
@@ -54,6 +55,13 @@ class MagnitudeConfig(_Sparse):
     schedule: Literal["oneshot", "cubic"] = "oneshot"
     prune_fraction: float = Field(0.5, gt=0, le=1, description="share of the fine-tuning steps the cubic ramp takes")
     prune_every: int = Field(10, ge=1, description="optimizer steps between mask updates of the cubic ramp")
+
+    @model_validator(mode="after")
+    def _ramp_params_need_the_ramp(self) -> "MagnitudeConfig":
+        ramp = changed(self, ("prune_fraction", "prune_every"))
+        if self.schedule == "oneshot" and ramp:
+            raise ValueError(f"{' and '.join(ramp)} shape(s) the cubic schedule; remove it or set schedule: cubic")
+        return self
 
 
 class LotteryConfig(_Sparse):
@@ -90,30 +98,36 @@ def _part(module, in_encoder: bool, in_base: bool) -> str | None:
 def prunable_weights(model, include: tuple[str, ...] = ()) -> dict:
     """name -> weight Parameter of everything the methods prune: the encoder layers' Linear weights, and the parts
     `include` names."""
-    layers = encoder_layers(model) or list(getattr(model, model.base_model_prefix).transformer.layer)
+    base = getattr(model, model.base_model_prefix)
+    layers = encoder_layers(model) or list(getattr(getattr(base, "transformer", None), "layer", []))  # DistilBERT
+    if not layers:
+        raise ConfigError(f"unstructured pruning supports BERT-style encoders (bert, roberta, minilm) and "
+                          f"DistilBERT; got {model.config.model_type}. Fix: distill into one of those first")
     encoder = {id(m) for layer in layers for m in layer.modules()}
-    base = {id(m) for m in getattr(model, model.base_model_prefix).modules()}
+    inside = {id(m) for m in base.modules()}
     chosen = {}
     for name, module in model.named_modules():
-        part = _part(module, id(module) in encoder, id(module) in base)
+        part = _part(module, id(module) in encoder, id(module) in inside)
         if part == "encoder" or (part is not None and part in include):
             chosen[f"{name}.weight"] = module.weight
     return chosen
 
 
 def lowest_masks(scores: dict, sparsity: float, scope: str = "global", keep: dict | None = None) -> dict:
-    """Keep-masks (bool, one per tensor) that drop the `sparsity` share with the lowest scores, over all tensors
-    together (`global`) or within each (`layer`). What `keep` already dropped is dropped first: masks only grow."""
+    """Keep-masks (bool, one per tensor, on its device) that drop the `sparsity` share with the lowest scores, over
+    all tensors together (`global`) or within each (`layer`); scores tied at the threshold go together. What `keep`
+    already dropped is dropped first: what is dropped only grows."""
     import torch
 
     if keep is not None:  # scores are >= 0 (magnitudes, uniform noise): -1 ranks the pruned below every survivor
-        scores = {n: s.masked_fill(~keep[n], -1.0) for n, s in scores.items()}
+        scores = {n: s.masked_fill(~keep[n].to(s.device), -1.0) for n, s in scores.items()}
     groups = [list(scores)] if scope == "global" else [[n] for n in scores]
     masks = {}
     for names in groups:
         flat = torch.cat([scores[n].detach().flatten() for n in names])
-        mask = torch.ones(flat.numel(), dtype=torch.bool)
-        mask[torch.topk(flat, round(sparsity * flat.numel()), largest=False).indices] = False
+        drop = round(sparsity * flat.numel())
+        # kthvalue, not topk: a selection without the sort (BERT-base prunes 85M weights, every `prune_every` steps)
+        mask = flat > torch.kthvalue(flat, drop).values if drop else torch.ones_like(flat, dtype=torch.bool)
         for name, part in zip(names, mask.split([scores[n].numel() for n in names]), strict=True):
             masks[name] = part.view(scores[name].shape)
     return masks
@@ -135,6 +149,8 @@ class Masks:
 
         with torch.no_grad():
             for name, weight in self.weights.items():
+                if self.keep[name].device != weight.device:  # made before training moved the model to its device
+                    self.keep[name] = self.keep[name].to(weight.device)
                 weight.mul_(self.keep[name])
 
     def counts(self) -> dict:
@@ -223,31 +239,35 @@ def round_sparsities(final: float, rounds: int) -> list[float]:
     return [1 - (1 - final) ** (r / rounds) for r in range(1, rounds + 1)]
 
 
-def _train_ticket(model, tokenizer, data: DataSplits, cfg: LotteryConfig, rewound: dict, keep: dict, out_dir: Path,
-                  loss):
-    """Rewind `model` to `rewound`, zero what `keep` drops, train with the mask held."""
+def _train(model, tokenizer, data: DataSplits, cfg: LotteryConfig, loss, out_dir: Path | None, on_step=None):
+    """`train_classifier` saving into `out_dir`, or into a throwaway dir (the trainings whose weights live on only
+    in memory: the dense one, the tickets of earlier rounds, the controls)."""
     from edgepress.models.train import train_classifier
 
+    with tempfile.TemporaryDirectory(prefix="edgepress-lottery-") as scratch:
+        return train_classifier(model, tokenizer, data.train, data.validation, cfg, out_dir or Path(scratch),
+                                loss_fn=loss, on_step=on_step)
+
+
+def _train_ticket(model, tokenizer, data: DataSplits, cfg: LotteryConfig, rewound: dict, keep: dict, loss,
+                  out_dir: Path | None = None):
+    """Rewind `model` to `rewound`, zero what `keep` drops, train with the mask held."""
     model.load_state_dict(rewound)
     masks = Masks(prunable_weights(model, cfg.include), keep)
     masks.apply()
-    return train_classifier(model, tokenizer, data.train, data.validation, cfg, out_dir, loss_fn=loss,
-                            on_step=masks.apply)
+    return _train(model, tokenizer, data, cfg, loss, out_dir, masks.apply)
 
 
-def _first_training(model, tokenizer, data: DataSplits, cfg: LotteryConfig, out_dir: Path, loss):
+def _first_training(model, tokenizer, data: DataSplits, cfg: LotteryConfig, loss):
     """The dense training whose weights choose the first mask; returns its result and the weights rewound to (θ0,
     the input, or θk, the weights after `rewind_step` optimizer steps of this training)."""
-    from edgepress.models.train import train_classifier
-
     rewound = {"state": copy.deepcopy(model.state_dict())}
 
     def snapshot(trained, step: int) -> None:
         if step == cfg.rewind_step:
             rewound["state"] = copy.deepcopy(trained.state_dict())
 
-    result = train_classifier(model, tokenizer, data.train, data.validation, cfg, out_dir, loss_fn=loss,
-                              on_step=snapshot if cfg.rewind == "step" else None)
+    result = _train(model, tokenizer, data, cfg, loss, None, snapshot if cfg.rewind == "step" else None)
     return result, rewound["state"]
 
 
@@ -281,17 +301,16 @@ def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = Lottery
     generator = torch.Generator().manual_seed(cfg.seed)
     keep = random_keep = None
     rounds = []
-    with tempfile.TemporaryDirectory() as scratch, artifact_dir(Path(out)) as tmp:
-        dense, rewound = _first_training(model, tokenizer, data, cfg, Path(scratch) / "dense", loss)
+    with artifact_dir(Path(out)) as tmp:
+        dense, rewound = _first_training(model, tokenizer, data, cfg, loss)
         for r, sparsity in enumerate(round_sparsities(cfg.sparsity, cfg.rounds), start=1):
             keep = lowest_masks(magnitudes(weights), sparsity, "global", keep)  # from the last training's weights
-            where = tmp if r == cfg.rounds else Path(scratch) / f"ticket-{r}"
-            ticket = _train_ticket(model, tokenizer, data, cfg, rewound, keep, where, loss)
+            last = r == cfg.rounds
+            ticket = _train_ticket(model, tokenizer, data, cfg, rewound, keep, loss, tmp if last else None)
             row = {"round": r, "sparsity": _share_dropped(keep), "val_accuracy": ticket.best_val_accuracy}
             if control is not None:
                 random_keep = lowest_masks(_random_scores(weights, generator), sparsity, "global", random_keep)
-                trained = _train_ticket(control, tokenizer, data, cfg, rewound, random_keep,
-                                        Path(scratch) / f"control-{r}", loss)
+                trained = _train_ticket(control, tokenizer, data, cfg, rewound, random_keep, loss)
                 row["control_val_accuracy"] = trained.best_val_accuracy
             log.info("lottery round %d/%d: sparsity %.3f, validation accuracy %.4f%s", r, cfg.rounds,
                      row["sparsity"], row["val_accuracy"],

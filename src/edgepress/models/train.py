@@ -145,6 +145,10 @@ def _accelerator(cfg: TrainConfig):
         raise ConfigError(f"launched as {launched} processes, but accelerate found no GPU for them and runs each on "
                           f"its own: each would train on all the data and write the same files. Fix: on CPUs, set "
                           f"ACCELERATE_USE_CPU=1 (accelerate launch --multi_gpu, torchrun)")
+    if accelerator.distributed_type.value in ("DEEPSPEED", "FSDP", "MEGATRON_LM"):
+        raise ConfigError(f"accelerate is set up for {accelerator.distributed_type.value}; edgepress trains with "
+                          f"plain data parallelism (pruning masks and hooks hold whole parameters). Fix: "
+                          f"`accelerate config` without it, or launch with --multi_gpu")
     if cfg.batch_size % n:
         raise ConfigError(f"batch_size {cfg.batch_size} is the global batch, shared equally by {n} processes. "
                           f"Fix: a multiple of {n}")

@@ -118,6 +118,15 @@ class RuntimeConfig(BaseModel):
     launch: str | None = Field(None, min_length=1, description="a launcher command the training stages run under, "
                                "e.g. `accelerate launch --multi_gpu --num_processes 8` (pipeline/launch.py)")
 
+    @field_validator("launch")
+    @classmethod
+    def _a_launcher(cls, launch: str | None) -> str | None:
+        from edgepress.pipeline.launch import launch_command
+
+        if launch is not None:
+            launch_command(launch)  # parses, is an accelerate or torch launcher, and is installed
+        return launch
+
 
 class PipelineConfig(BaseModel):
     """A whole run: `edgepress run CONFIG.yaml --out RUN_DIR`."""

@@ -6,18 +6,45 @@ artifact (files.artifact_dir), then its details go back to the runner in a JSON 
 report stay in the runner's one process: the same config gives the same run, on one process or many."""
 
 import logging
+import os
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from edgepress import errors
-from edgepress.errors import ConfigError, DataError, EdgepressError
+from edgepress.errors import DataError, EdgepressError
 from edgepress.files import read_json, write_json, writes_artifacts
 
 log = logging.getLogger(__name__)
 SHOWN_LINES = 20  # of the launch's output, in the error when it fails
+
+
+MODULES = (["-m", "accelerate.commands.launch"], ["-m", "torch.distributed.run"])  # after a python program
+
+
+def launch_command(launch: str) -> list[str]:
+    """`launch` as an argument list, its program resolved (on PATH or beside this Python, i.e. in its venv). Only
+    the launchers of accelerate and torch are taken: a YAML file must not run any command it likes."""
+    try:
+        words = shlex.split(launch)
+    except ValueError as e:
+        raise ValueError(f"runtime.launch {launch!r} does not parse ({e})") from None
+    program = words[0] if words else ""
+    name = Path(program).name
+    if not ((name == "accelerate" and words[1:2] == ["launch"]) or name == "torchrun"
+            or (name.startswith("python") and words[1:3] in MODULES)):
+        raise ValueError(f"runtime.launch must start accelerate's or torch's launcher (accelerate launch ..., "
+                         f"torchrun ..., python -m accelerate.commands.launch ...); got {launch!r}")
+    beside = Path(sys.executable).parent / program  # this venv's launcher first: it has edgepress
+    resolved = str(beside) if "/" not in program and beside.is_file() else shutil.which(program)
+    if resolved is None:
+        raise ValueError(f"runtime.launch: {program!r} is not on PATH nor in {beside.parent}. Fix: install "
+                         f"accelerate in this environment, or give the launcher's full path")
+    return [resolved, *words[1:]]
 
 
 def launched(launch: str, method: str, src: Path, dst: Path, params: dict, job: dict, log_file: Path) -> dict:
@@ -27,26 +54,43 @@ def launched(launch: str, method: str, src: Path, dst: Path, params: dict, job: 
         spec, result = Path(tmp) / "job.json", Path(tmp) / "result.json"
         write_json(spec, {**job, "method": method, "src": str(src), "dst": str(dst), "params": params,
                           "result": str(result)})
-        command = [*shlex.split(launch), "-m", "edgepress.pipeline.launch", str(spec)]
+        command = [*launch_command(launch), "-m", "edgepress.pipeline.launch", str(spec)]
         log.info("%s: launched as %s (output: %s)", method, shlex.join(command), log_file)
         with log_file.open("w", encoding="utf-8") as out:
-            try:
-                code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL).returncode
-            except OSError as e:
-                raise ConfigError(f"runtime.launch {launch!r} cannot be started: {e}. Fix: a launcher command on "
-                                  f"PATH, e.g. `accelerate launch --multi_gpu --num_processes 2`") from None
+            code = _wait(command, out)
         return _outcome(result, code, log_file)
 
 
+def _wait(command: list[str], out) -> int:
+    """Run `command` in its own process group, which goes down with this process: killed if this one stops on an
+    exception (Ctrl-C included), sent SIGTERM by the kernel if this one dies (Linux), so that no worker writes
+    into the run dir after its runner is gone."""
+    proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, preexec_fn=_die_with_parent)
+    try:
+        return proc.wait()
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+
+
+def _die_with_parent() -> None:
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _outcome(result: Path, code: int, log_file: Path) -> dict:
-    if result.is_file():
-        answer = read_json(result)
-        if "error" not in answer:
-            return answer["details"]
+    answer = read_json(result) if result.is_file() else {}
+    if "error" in answer:
         raise getattr(errors, answer["type"], EdgepressError)(answer["error"])
+    if "details" in answer and code == 0:
+        return answer["details"]
     tail = "\n".join(log_file.read_text(encoding="utf-8", errors="replace").splitlines()[-SHOWN_LINES:])
-    raise EdgepressError(f"the launched processes exited with {code} and no result; the end of {log_file}:\n{tail}")
+    raise EdgepressError(f"the launched processes exited with {code}{' after rank 0 finished' if answer else ''}; "
+                         f"the end of {log_file}:\n{tail}")
 
 
 def _run_job(job: dict) -> dict:
