@@ -67,8 +67,9 @@ def _sparse_line(stage: dict, before: dict) -> str:
     zeros, after = stage["details"]["sparsity"], stage["metrics"]
     line = (f"- `{stage['name']}` ({stage['method']}): {zeros['pruned_weights_sparsity']:.1%} of the "
             f"{zeros['pruned_weights']:,} pruned weights are zero ({zeros['all_params_sparsity']:.1%} of all "
-            f"parameters). Zeros run at dense speed (no runtime here skips them): CPU p50 {_p50(after)} against "
-            f"{_p50(before)} for its input. What they buy is the compressed download: gzip "
+            f"parameters). Neither torch nor ONNX Runtime skips zeros, so they take the time dense weights take "
+            f"(CPU p50 {_p50(after)} against {_p50(before)} for its input, timed at different moments: compare "
+            f"side by side with `edgepress bench`). What they buy is the compressed download: gzip "
             f"{after['size_gzip_bytes'] / 1e6:.1f} MB against {before['size_gzip_bytes'] / 1e6:.1f} MB.")
     control = stage["details"].get("control_test")
     if control:
