@@ -198,3 +198,13 @@ def test_a_lottery_stage_is_reported_beside_its_random_control():
     (line,) = _sparse_lines(report)
     assert "60.0% of the 1,000 pruned weights are zero (30.0% of all parameters)" in line
     assert "(60.0%: 0.8500 vs 0.8000); test 0.8400 vs 0.7900, ticket − control 95% CI [+0.0200, +0.0800]" in line
+
+
+def test_stages_recorded_before_runtime_launch_existed_are_still_reused():
+    """The reuse key of a run without `launch` is what runs wrote before the field was added; with it, it differs."""
+    from edgepress.pipeline.config import RuntimeConfig
+    from edgepress.pipeline.runner import runtime_key
+
+    assert sorted(runtime_key(RuntimeConfig())) == ["latency", "providers", "target", "threads"]
+    launched = runtime_key(RuntimeConfig(launch="accelerate launch --multi_gpu --num_processes 2"))
+    assert launched["launch"] == "accelerate launch --multi_gpu --num_processes 2"

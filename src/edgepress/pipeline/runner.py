@@ -23,7 +23,7 @@ from edgepress.data.metrics import accuracy_drop_ci95
 from edgepress.deploy.bundle import write_bundle
 from edgepress.errors import ConfigError, EdgepressError, ExportParityError, GateFailed
 from edgepress.files import tree_sha256, write_json
-from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, StageConfig
+from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, RuntimeConfig, StageConfig
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.gates import evaluate_gates
 from edgepress.pipeline.inputs import check_inputs
@@ -76,7 +76,7 @@ class RunState:
     def reuse_key(self, stage: dict) -> dict:
         """Everything a stage's result depends on: a stage is reused only when all of it matches."""
         return {"stage": stage, "data": self.cfg.data.model_dump(mode="json"),
-                "runtime": self.cfg.runtime.model_dump(mode="json"), "split_sha256": self.split_sha256,
+                "runtime": runtime_key(self.cfg.runtime), "split_sha256": self.split_sha256,
                 "input_sha256": self.source_sha256}
 
     def reusable(self, index: int, name: str, key: dict, artifact: Path) -> dict | None:
@@ -101,6 +101,13 @@ class RunState:
 
     def advance(self, artifact: Path, sha256: str, metrics: dict) -> None:
         self.source, self.source_sha256, self.previous = artifact, sha256, metrics
+
+
+def runtime_key(runtime: RuntimeConfig) -> dict:
+    """The runtime section as stages are reused by: without `launch` when it is not set, so that the stages of runs
+    recorded before the field existed are still reused (a stage trained under a launcher is not reused by a run
+    without one, nor the other way round)."""
+    return runtime.model_dump(mode="json", exclude={"launch"} if runtime.launch is None else None)
 
 
 def _with_parity_limits(params: dict, gate: ParityGate | None, config_type) -> dict:
