@@ -21,6 +21,17 @@ def test_help_lists_every_command_documented_without_importing_torch():
         assert command in done.stdout and words in done.stdout
 
 
+def test_a_command_started_under_a_launcher_is_refused_with_the_fix(tmp_path):
+    """`accelerate launch` / torchrun set WORLD_SIZE: each process would run the whole command into the same dir."""
+    import os
+
+    done = subprocess.run([str(EDGEPRESS), "demo", "--quick", "--out", str(tmp_path / "run")], capture_output=True,
+                          text=True, env={**os.environ, "WORLD_SIZE": "2", "RANK": "1"})
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "started as one of 2" in done.stderr and "set runtime.launch in the config" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_csv_without_label_column_exits_2_naming_the_columns(tmp_path, tiny_model_dir, movie_data):
     rows = [{"review": t, "stars": int(y)} for t, y in zip(movie_data.test.texts[:40], movie_data.test.labels[:40],
                                                           strict=True)]

@@ -233,4 +233,10 @@ def main() -> None:
     logging.getLogger("edgepress").addHandler(handler)
     logging.getLogger("edgepress").setLevel(logging.INFO)  # progress of long steps (teacher epochs, stages)
     logging.getLogger("edgepress").propagate = False  # libraries that configure the root logger would repeat it
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # every process would run the whole command into the same files
+        err.print("[bold red]error:[/] edgepress commands run as one process; this one was started as one of "
+                  f"{os.environ['WORLD_SIZE']} (accelerate launch, torchrun). Fix: run `edgepress run` plainly and "
+                  "set runtime.launch in the config: its training stages then run on several processes",
+                  highlight=False, soft_wrap=True)
+        raise SystemExit(2)
     app()
