@@ -23,6 +23,15 @@ def movie_data():
 
 
 @pytest.fixture(scope="session")
+def small_data(movie_data):
+    """320 train sentences (10 batches of 32), 64 validation, 64 test: enough for a method to train and be measured."""
+    from edgepress.data.dataset import DataSplits
+
+    return DataSplits(movie_data.train.take(320), movie_data.validation.take(64), movie_data.test.take(64),
+                      movie_data.id2label, movie_data.source)
+
+
+@pytest.fixture(scope="session")
 def tokenizer():
     """The real MiniLM (BERT uncased) tokenizer from the installed encoder package."""
     from transformers import AutoTokenizer

@@ -15,18 +15,11 @@ from edgepress.compress.magnitude import (
     round_sparsities,
 )
 from edgepress.configs import build
-from edgepress.data.dataset import DataSplits
 from edgepress.errors import ConfigError
 from edgepress.models.introspect import size_metrics
 from tests.conftest import save, tiny_bert, tiny_distilbert
 
 ENCODER = {"query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"}
-
-
-@pytest.fixture(scope="module")
-def small_data(movie_data) -> DataSplits:
-    return DataSplits(movie_data.train.take(320), movie_data.validation.take(64), movie_data.test.take(64),
-                      movie_data.id2label, movie_data.source)
 
 
 @pytest.fixture

@@ -4,17 +4,10 @@ import pytest
 import torch
 
 from edgepress.compress.structured import FfnConfig, HeadsConfig, ffn, heads, prune_heads
-from edgepress.data.dataset import DataSplits
 from edgepress.errors import ConfigError, ModelError
 from edgepress.models.introspect import param_counts
 from edgepress.models.loading import load_classifier
 from tests.conftest import save, tiny_bert, tiny_distilbert
-
-
-@pytest.fixture(scope="module")
-def small_data(movie_data) -> DataSplits:
-    return DataSplits(movie_data.train.take(320), movie_data.validation.take(64), movie_data.test.take(64),
-                      movie_data.id2label, movie_data.source)
 
 
 @pytest.fixture
