@@ -153,13 +153,6 @@ class Masks:
                     self.keep[name] = self.keep[name].to(weight.device)
                 weight.mul_(self.keep[name])
 
-    def counts(self) -> dict:
-        """Pruned-weight counts and sparsity over the weights themselves (exact zeros, whatever made them)."""
-        total = sum(w.numel() for w in self.weights.values())
-        nonzero = sum(int(w.count_nonzero()) for w in self.weights.values())
-        return {"pruned_weights": total, "pruned_weights_nonzero": nonzero,
-                "pruned_weights_sparsity": 1 - nonzero / total}
-
 
 def cubic_sparsity(step: int, final: float, ramp: int) -> float:
     """Zhu & Gupta 2017, eq. 1 with s_i = 0 and t_0 = 0: s_f (1 - (1 - t/n)^3), s_f from step n on."""
@@ -182,11 +175,16 @@ def _cubic_hook(masks: Masks, cfg: MagnitudeConfig, ramp: int):
     return on_step
 
 
-def _overall(model, masks: Masks) -> dict:
+def _overall(model, weights: dict) -> dict:
+    """Counts and sparsity over the weights the method prunes and over all parameters, from the weights themselves
+    (exact zeros, whatever made them)."""
     from edgepress.models.introspect import param_counts
 
+    total = sum(w.numel() for w in weights.values())
+    nonzero = sum(int(w.count_nonzero()) for w in weights.values())
     counts = param_counts(model)
-    return {**masks.counts(), "all_params": counts["params"], "all_params_nonzero": counts["nonzero_params"],
+    return {"pruned_weights": total, "pruned_weights_nonzero": nonzero, "pruned_weights_sparsity": 1 - nonzero / total,
+            "all_params": counts["params"], "all_params_nonzero": counts["nonzero_params"],
             "all_params_sparsity": counts["sparsity"]}
 
 
@@ -225,7 +223,7 @@ def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = Mag
     with artifact_dir(Path(out)) as tmp:
         result = train_classifier(model, tokenizer, data.train, data.validation, cfg, tmp, loss_fn=loss,
                                   on_step=on_step, keep_from_epoch=first)
-    counts = _overall(model, masks)
+    counts = _overall(model, weights)
     log.info("magnitude: %.1f%% of %d pruned weights zero (%.1f%% of all params), validation accuracy %.4f",
              100 * counts["pruned_weights_sparsity"], counts["pruned_weights"], 100 * counts["all_params_sparsity"],
              result.best_val_accuracy)
@@ -316,7 +314,7 @@ def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = Lottery
                      row["sparsity"], row["val_accuracy"],
                      f" (random control {row['control_val_accuracy']:.4f})" if control is not None else "")
             rounds.append(row)
-    details = {"sparsity": _overall(model, Masks(weights, keep)), "pruned": sorted(weights), "rounds": rounds,
+    details = {"sparsity": _overall(model, weights), "pruned": sorted(weights), "rounds": rounds,
                "dense_val_accuracy": dense.best_val_accuracy, "rewind": cfg.rewind,
                "val_accuracy": rounds[-1]["val_accuracy"]}
     if control is not None:
