@@ -67,3 +67,56 @@ def test_static_int8_refuses_a_fused_graph(fused_dir, tmp_path, movie_data):
                                           r"\(Attention, .*\)\. Fix: put int8-static right after export"):
         int8_static(fused_dir, tmp_path / "q", movie_data.validation.texts)
     assert not (tmp_path / "q").exists()
+
+
+def _float_weight(graph, name: str) -> bool:
+    """The node `name` is still a float op on its float weight (its activation input may be the shared, quantized
+    output of a neighbour: static QDQ quantizes a tensor once for all its readers)."""
+    floats = {t.name for t in graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
+    node = next(n for n in graph.node if n.name == name)
+    return node.op_type in ("MatMul", "Gather") and any(i in floats for i in node.input)
+
+
+def test_dynamic_keep_float_keeps_the_most_sensitive_nodes_float(tiny_onnx_dir, tmp_path, movie_data):
+    texts = movie_data.validation.texts
+    result = int8_dynamic(tiny_onnx_dir, tmp_path / "kept", texts, Int8DynamicConfig(keep_float=2))
+    ranking = result["sensitivity"]
+    # per layer Q, K, V, attention out, FFN in, FFN out; pooler and classifier; the 3 embedding Gathers
+    assert len(ranking) == 2 * 6 + 2 + 3
+    changes = [r["mean_abs_diff"] for r in ranking]
+    assert changes == sorted(changes, reverse=True) and changes[0] > 0
+    assert result["kept_float"] == [r["node"] for r in ranking[:2]]
+    graph = onnx.load(str(tmp_path / "kept" / "model.onnx")).graph
+    assert all(_float_weight(graph, name) for name in result["kept_float"])
+    kept_matmuls = sum("MatMul" in name for name in result["kept_float"])
+    assert sum(n.op_type == "MatMulInteger" for n in graph.node) == 2 * 6 + 2 - kept_matmuls
+    # the same two named: the same graph, no ranking measured
+    named = int8_dynamic(tiny_onnx_dir, tmp_path / "named", texts,
+                         Int8DynamicConfig(keep_float=tuple(result["kept_float"])))
+    assert named["sensitivity"] == [] and named["kept_float"] == result["kept_float"]
+    # keeping the most sensitive nodes float brings the logits closer to the float graph than quantizing them
+    all_int8 = int8_dynamic(tiny_onnx_dir, tmp_path / "all", texts)
+    sample = list(movie_data.test.texts[:64])
+    reference = Predictor(tiny_onnx_dir).logits(sample)
+    error = {d: np.abs(Predictor(tmp_path / d).logits(sample) - reference).mean() for d in ("kept", "all")}
+    assert all_int8["kept_float"] == [] and error["kept"] < error["all"]
+
+
+def test_static_keep_float_measures_each_matmul_on_one_calibration(tiny_onnx_dir, tmp_path, movie_data):
+    result = int8_static(tiny_onnx_dir, tmp_path / "q", movie_data.validation.texts,
+                         Int8StaticConfig(calibration_size=32, keep_float=1))
+    ranked = [r["node"] for r in result["sensitivity"]]
+    assert len(ranked) == 2 * 6 and not set(ranked) & set(result["float_matmuls"])
+    assert result["kept_float"] == ranked[:1]
+    assert _float_weight(onnx.load(str(tmp_path / "q" / "model.onnx")).graph, ranked[0])
+
+
+@pytest.mark.parametrize("keep, message", [
+    (99, r"keep_float 99 is more than the 17 nodes this method quantizes\. Fix: keep_float of at most 17"),
+    (("/no/such/MatMul",), r"keep_float names nodes this method does not quantize: /no/such/MatMul\. Fix: name "
+                           r"nodes of the graph among: /bert/"),
+])
+def test_keep_float_refuses_what_it_cannot_keep(tiny_onnx_dir, tmp_path, movie_data, keep, message):
+    with pytest.raises(ConfigError, match=message):
+        int8_dynamic(tiny_onnx_dir, tmp_path / "q", movie_data.validation.texts, Int8DynamicConfig(keep_float=keep))
+    assert not (tmp_path / "q").exists()

@@ -9,24 +9,93 @@ head is a (batch, hidden) product whose cost is negligible.
 QAttention on fused graphs). Weights stay signed: u8 activations x s8 weights take the fast integer kernels
 (u8 x u8 runs ~10x slower on this class of CPU, ARCHITECTURE.md). On a fused graph ORT's quantizer cannot infer the
 types of contrib ops, so `DefaultTensorType` says they are float.
+
+`keep_float` (both methods): the N nodes whose quantization moves the logits most stay float. Each candidate node is
+quantized alone and the mean |logit change| against the float graph is measured on validation sentences; the ranking
+goes into the details. Or a list of node names, kept as given.
 """
 
 import logging
+import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.errors import ConfigError
-from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files
+from edgepress.export.parity import (
+    ONNX_FILE,
+    ParityConfig,
+    check_graph_change,
+    copy_side_files,
+    ort_runner,
+    spread_by_length,
+)
 from edgepress.files import atomic_dir
-from edgepress.runtime.session import SessionConfig
+from edgepress.runtime.session import SessionConfig, open_session
 from edgepress.runtime.tokenize import encode, load_tokenizer
 
 log = logging.getLogger(__name__)
 INT8_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "QAttention", "DynamicQuantizeMatMul", "QGemm")
+KeepFloat = Annotated[int, Field(ge=0, strict=True)] | tuple[str, ...]
+KEEP_FLOAT = Field(0, description="the N most sensitive nodes stay float (measured), or a list of node names")
+SENSITIVITY_TEXTS = 64  # validation sentences each candidate is measured on
+
+
+def _weighted(graph, op_types: tuple[str, ...]) -> list[str]:
+    """Names of the nodes of `op_types` that take a weight (an initializer): what a weight quantizer touches.
+    A Gemm is named as quantize_dynamic renames it when it turns it into MatMul + Add."""
+    weights = {t.name for t in graph.initializer}
+    return [f"{n.name}_MatMul" if n.op_type == "Gemm" else n.name for n in graph.node
+            if n.op_type in op_types and any(i in weights for i in n.input)]
+
+
+def _logits(path: Path, feeds: list[dict]) -> np.ndarray:
+    run = ort_runner(open_session(path, SessionConfig()))
+    return np.concatenate([run(f) for f in feeds]).astype(np.float64)
+
+
+def rank_sensitivity(src_dir: Path, candidates: list[str], quantize_only: Callable[[Path, list[str]], None],
+                     texts: tuple[str, ...], max_length: int) -> list[dict]:
+    """Each candidate quantized alone (`quantize_only(out_path, [name])`), most sensitive first: mean and max
+    |logit change| against the float graph and argmax agreement on validation sentences (batches of 8)."""
+    src = Path(src_dir) / ONNX_FILE
+    names = tuple(i.name for i in open_session(src, SessionConfig()).get_inputs())
+    tokenizer = load_tokenizer(src_dir, max_length)
+    picked = spread_by_length(texts, SENSITIVITY_TEXTS)
+    feeds = [encode(tokenizer, picked[i : i + 8], names) for i in range(0, len(picked), 8)]
+    reference = _logits(src, feeds)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="edgepress-sensitivity-") as scratch:
+        for name in candidates:
+            out = Path(scratch) / f"{len(rows)}.onnx"
+            quantize_only(out, [name])
+            logits = _logits(out, feeds)
+            change = np.abs(logits - reference)
+            agreement = float(np.mean(logits.argmax(-1) == reference.argmax(-1)))
+            rows.append({"node": name, "mean_abs_diff": float(change.mean()), "max_abs_diff": float(change.max()),
+                         "agreement": agreement})
+            out.unlink()
+    return sorted(rows, key=lambda r: -r["mean_abs_diff"])
+
+
+def kept_float(keep: KeepFloat, candidates: list[str], rank: Callable[[], list[dict]]) -> tuple[list[str], list]:
+    """(node names to keep float, the sensitivity ranking or [] when none was measured)."""
+    if isinstance(keep, int):
+        if keep > len(candidates):
+            raise ConfigError(f"keep_float {keep} is more than the {len(candidates)} nodes this method quantizes. "
+                              f"Fix: keep_float of at most {len(candidates)}")
+        ranking = rank() if keep else []
+        return [r["node"] for r in ranking[:keep]], ranking
+    unknown = [n for n in keep if n not in candidates]
+    if unknown:
+        raise ConfigError(f"keep_float names nodes this method does not quantize: {', '.join(unknown)}. Fix: "
+                          f"name nodes of the graph among: {', '.join(candidates[:12])}"
+                          f"{' ...' if len(candidates) > 12 else ''}")
+    return list(keep), []
 
 
 class Int8DynamicConfig(BaseModel):
@@ -37,6 +106,7 @@ class Int8DynamicConfig(BaseModel):
 
     per_channel: bool = Field(False, description="one scale per output channel of each weight")
     reduce_range: bool = Field(False, description="7-bit weights, for CPUs without VNNI that saturate otherwise")
+    keep_float: KeepFloat = KEEP_FLOAT
     max_length: int = Field(128, ge=8)
     parity: ParityConfig = ParityConfig(max_abs_diff=1.5, min_agreement=0.9)  # a broken graph, not a close call
 
@@ -47,17 +117,26 @@ def int8_dynamic(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with atomic_dir(Path(out_dir)) as tmp:
-        quantize_dynamic(Path(src_dir) / ONNX_FILE, tmp / ONNX_FILE, weight_type=QuantType.QInt8,
-                         per_channel=cfg.per_channel, reduce_range=cfg.reduce_range,
+    src = Path(src_dir) / ONNX_FILE
+
+    def quantize(out: Path, only: list[str] | None = None, exclude: list[str] | None = None) -> None:
+        quantize_dynamic(src, out, weight_type=QuantType.QInt8, per_channel=cfg.per_channel,
+                         reduce_range=cfg.reduce_range, nodes_to_quantize=only, nodes_to_exclude=exclude,
                          extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+
+    candidates = _weighted(onnx.load(str(src), load_external_data=False).graph,
+                           ("MatMul", "Gemm", "Attention", "Gather", "EmbedLayerNormalization"))
+    keep, ranking = kept_float(cfg.keep_float, candidates,
+                               lambda: rank_sensitivity(Path(src_dir), candidates, quantize, texts, cfg.max_length))
+    with atomic_dir(Path(out_dir)) as tmp:
+        quantize(tmp / ONNX_FILE, exclude=keep)
         copy_side_files(Path(src_dir), tmp)
         counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
         ops = {op: counts[op] for op in INT8_OPS if counts[op]}
         parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the int8 graph",
                                     SessionConfig())
-    log.info("int8-dynamic: %s, parity %s", ops, parity)
-    return {"quantized_ops": ops, "parity": parity}
+    log.info("int8-dynamic: %s, %d node(s) kept float, parity %s", ops, len(keep), parity)
+    return {"quantized_ops": ops, "kept_float": keep, "sensitivity": ranking, "parity": parity}
 
 
 class Int8StaticConfig(BaseModel):
@@ -68,6 +147,7 @@ class Int8StaticConfig(BaseModel):
     per_channel: bool = True
     calibration: Literal["minmax", "percentile", "entropy"] = "minmax"
     calibration_size: int = Field(128, ge=8, description="real sentences the activation ranges come from")
+    keep_float: KeepFloat = KEEP_FLOAT
     max_length: int = Field(128, ge=8)
     parity: ParityConfig = ParityConfig(max_abs_diff=1.5, min_agreement=0.9)
 
@@ -123,15 +203,29 @@ def int8_static(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
     method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
               "entropy": CalibrationMethod.Entropy}[cfg.calibration]
     excluded = _float_matmuls(graph)
-    with atomic_dir(Path(out_dir)) as tmp:
-        quantize_static(src, tmp / ONNX_FILE, _Sentences(feeds), quant_format=QuantFormat.QDQ,
-                        op_types_to_quantize=["MatMul"], per_channel=cfg.per_channel,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_exclude=excluded,
-                        calibrate_method=method, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-        copy_side_files(Path(src_dir), tmp)
-        counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
-        parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the static int8 graph",
-                                    SessionConfig())
+    candidates = [n for n in _weighted(graph, ("MatMul",)) if n not in excluded]
+    with tempfile.TemporaryDirectory(prefix="edgepress-calibration-") as scratch:
+        cache = Path(scratch) / "ranges.json"  # calibrated once, by the first call; read back by the others
+
+        def quantize(out: Path, only: list[str] | None = None, exclude: tuple[str, ...] = ()) -> None:
+            quantize_static(src, out, _Sentences(list(feeds)), quant_format=QuantFormat.QDQ,
+                            op_types_to_quantize=["MatMul"], per_channel=cfg.per_channel,
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_quantize=only,
+                            nodes_to_exclude=[*excluded, *exclude], calibrate_method=method,
+                            calibration_cache_path=cache,
+                            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+
+        keep, ranking = kept_float(cfg.keep_float, candidates,
+                                   lambda: rank_sensitivity(Path(src_dir), candidates, quantize, texts,
+                                                            cfg.max_length))
+        with atomic_dir(Path(out_dir)) as tmp:
+            quantize(tmp / ONNX_FILE, exclude=tuple(keep))
+            copy_side_files(Path(src_dir), tmp)
+            counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
+            parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity,
+                                        "the static int8 graph", SessionConfig())
     ops = {"QuantizeLinear": counts["QuantizeLinear"], "DequantizeLinear": counts["DequantizeLinear"]}
-    log.info("int8-static: %s, %d MatMul/Gemm kept float, parity %s", ops, len(excluded), parity)
-    return {"quantized_ops": ops, "float_matmuls": excluded, "parity": parity}
+    log.info("int8-static: %s, %d MatMul/Gemm kept float, %d more by keep_float, parity %s", ops, len(excluded),
+             len(keep), parity)
+    return {"quantized_ops": ops, "float_matmuls": excluded, "kept_float": keep, "sensitivity": ranking,
+            "parity": parity}
