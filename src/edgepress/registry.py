@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from edgepress.compress.distill import DistillConfig, distill
+from edgepress.compress.int4 import Int4Config, int4
 from edgepress.compress.magnitude import LotteryConfig, MagnitudeConfig, lottery, magnitude
 from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
 from edgepress.compress.structured import FfnConfig, HeadsConfig, ffn, heads
@@ -22,13 +23,14 @@ from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, opt
 
 # What an artifact is: each method declares the kinds it takes and the kind it gives; the pipeline validator
 # chains them, so an impossible order is refused before anything runs.
-Kind = Literal["torch", "onnx", "onnx-fused", "onnx-fp16", "onnx-int8"]
+Kind = Literal["torch", "onnx", "onnx-fused", "onnx-fp16", "onnx-int8", "onnx-int4"]
 KIND_WORDS: dict[str, str] = {
     "torch": "a torch model dir",
     "onnx": "an unfused ONNX graph (what export gives)",
     "onnx-fused": "a fused ONNX graph (what optimize gives)",
     "onnx-fp16": "a float16 ONNX graph",
     "onnx-int8": "an int8 ONNX graph",
+    "onnx-int4": "a 4-bit ONNX graph",
 }
 FLOAT_ONNX: tuple[Kind, ...] = ("onnx", "onnx-fused")
 
@@ -77,4 +79,6 @@ METHODS: dict[str, Method] = {
                            "int8 weights, activations quantized per call (onnxruntime.quantization)"),
     "int8-static": Method(Int8StaticConfig, int8_static, ("onnx",), "onnx-int8",
                           "int8 weights and activations, ranges calibrated on real sentences (QDQ)"),
+    "int4": Method(Int4Config, int4, ("onnx",), "onnx-int4",
+                   "4-bit weights (MatMulNBits; the word embeddings too with embeddings: true), rtn or hqq"),
 }

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from edgepress.errors import ConfigError
 from edgepress.export.parity import (
@@ -40,7 +40,18 @@ from edgepress.runtime.tokenize import encode, load_tokenizer
 
 log = logging.getLogger(__name__)
 INT8_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "QAttention", "DynamicQuantizeMatMul", "QGemm")
-KeepFloat = Annotated[int, Field(ge=0, strict=True)] | tuple[str, ...]
+
+
+def _keep_float(value):
+    """A count (0, 1, 2, ...) or node names; one message for both (a union's own errors name its internals)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ValueError("keep_float takes a number of nodes (0, 1, 2, ...) or a list of node names")
+
+
+KeepFloat = Annotated[int | tuple[str, ...], BeforeValidator(_keep_float)]
 KEEP_FLOAT = Field(0, description="the N most sensitive nodes stay float (measured), or a list of node names")
 SENSITIVITY_TEXTS = 64  # validation sentences each candidate is measured on
 
@@ -162,6 +173,19 @@ class _Sentences:
         return next(self._feeds, None)
 
 
+def require_unfused(src: Path, method: str):
+    """The graph at `src` (without its external data), refused when ONNX Runtime's fusions have run on it."""
+    import onnx
+
+    model = onnx.load(str(src), load_external_data=False)
+    fused = sorted({n.op_type for n in model.graph.node if n.domain == "com.microsoft"})
+    if fused:
+        raise ConfigError(f"{method} needs the unfused graph of an export stage; {src} has fused ops "
+                          f"({', '.join(fused)}). Fix: put {method} right after export (ONNX Runtime fuses the "
+                          f"quantized graph itself when the session starts)")
+    return model
+
+
 def _float_matmuls(graph) -> list[str]:
     """MatMul nodes to keep in float: activation x activation products, and a MatMul classifier (Gemm nodes are
     never quantized: `op_types_to_quantize` names MatMul only)."""
@@ -190,12 +214,7 @@ def int8_static(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     src = Path(src_dir) / ONNX_FILE
-    graph = onnx.load(str(src)).graph
-    fused = sorted({n.op_type for n in graph.node if n.domain == "com.microsoft"})
-    if fused:
-        raise ConfigError(f"int8-static needs the unfused graph of an export stage; {src} has fused ops "
-                          f"({', '.join(fused)}). Fix: put int8-static right after export (ONNX Runtime fuses the "
-                          f"QDQ graph itself when the session starts)")
+    graph = require_unfused(src, "int8-static").graph
     initializers = {t.name for t in graph.initializer}
     names = tuple(i.name for i in graph.input if i.name not in initializers)
     tokenizer = load_tokenizer(src_dir, cfg.max_length)

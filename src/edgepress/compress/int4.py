@@ -1,0 +1,137 @@
+"""Weight-only 4-bit quantization of an ONNX graph with onnxruntime's `MatMulNBitsQuantizer`.
+
+Every weighted MatMul becomes `MatMulNBits` (4-bit weights in blocks of `block_size` along the input dimension, one
+scale per block, activations stay float unless `accuracy_level: 4` quantizes them to int8 per block for integer dot
+products); with `embeddings: true` the word-embedding Gather becomes `GatherBlockQuantized` (4-bit rows, blocks along
+the hidden dimension; the position and token-type tables are small and stay float). The pooler and classifier are
+Gemm nodes, which the quantizer leaves float.
+
+`rtn` rounds each block to its min/max (ONNX Runtime's C++ quantizer); `hqq` (half-quadratic quantization, Badri &
+Shaji 2023) optimizes each block's scale and zero point against the weights, asymmetric by construction.
+
+It takes the unfused graph: on a fused one, Q, K and V sit inside `Attention` and the word embeddings inside
+`EmbedLayerNormalization`, where the quantizer cannot reach them. ONNX Runtime fuses what it can of the 4-bit graph
+when the session starts.
+"""
+
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from edgepress.compress.quantize import KEEP_FLOAT, KeepFloat, kept_float, rank_sensitivity, require_unfused
+from edgepress.errors import ConfigError
+from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files
+from edgepress.files import atomic_dir
+from edgepress.runtime.session import SessionConfig
+
+log = logging.getLogger(__name__)
+INT4_OPS = ("MatMulNBits", "GatherBlockQuantized")
+
+
+class Int4Config(BaseModel):
+    """The `int4` method (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    algorithm: Literal["rtn", "hqq"] = "rtn"
+    block_size: int = Field(32, description="weights per scale, along the input dimension (a power of 2, >= 16)")
+    symmetric: bool | None = Field(None, description="no zero points; default: true for rtn (hqq is asymmetric)")
+    accuracy_level: Literal[0, 4] = Field(0, description="4: activations int8 per block, integer dot products")
+    embeddings: bool = Field(False, description="the word embeddings to 4-bit too (GatherBlockQuantized)")
+    keep_float: KeepFloat = KEEP_FLOAT
+    max_length: int = Field(128, ge=8)
+    parity: ParityConfig = ParityConfig(max_abs_diff=1.5, min_agreement=0.9)  # a broken graph, not a close call
+
+    @field_validator("block_size")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value < 16 or value & (value - 1):
+            raise ValueError("block_size must be a power of 2 of at least 16 (16, 32, 64, 128)")
+        return value
+
+    @model_validator(mode="after")
+    def _hqq_is_asymmetric(self) -> "Int4Config":
+        if self.algorithm == "hqq" and self.symmetric:
+            raise ValueError("hqq fits a zero point per block: it is asymmetric. Fix: remove symmetric, or use "
+                             "algorithm: rtn")
+        return self
+
+    @property
+    def is_symmetric(self) -> bool:
+        return self.algorithm == "rtn" if self.symmetric is None else self.symmetric
+
+
+def _word_gather(graph) -> str | None:
+    """The Gather that looks the input ids up in the word-embedding table."""
+    weights = {t.name for t in graph.initializer}
+    return next((n.name for n in graph.node
+                 if n.op_type == "Gather" and n.input[0] in weights and n.input[1] == "input_ids"), None)
+
+
+def _quantize(model, cfg: Int4Config, exclude: list[str], gathers: bool):
+    """`model` (a ModelProto, changed in place) with its MatMuls, and with `gathers` the word-embedding Gather, in
+    4 bits, but for the nodes in `exclude`."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import HQQWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    default = {"bits": 4, "block_size": cfg.block_size, "is_symmetric": cfg.is_symmetric,
+               "accuracy_level": cfg.accuracy_level or None, "nodes_to_exclude": exclude}
+    if cfg.algorithm == "hqq":  # HQQ quantizes MatMuls only; the Gather goes through the default quantizer
+        quantizer = MatMulNBitsQuantizer(model, nodes_to_exclude=exclude,
+                                         algo_config=HQQWeightOnlyQuantConfig(block_size=cfg.block_size, bits=4))
+        quantizer.process()
+        model = quantizer.model.model
+        for node in model.graph.node:  # HQQ writes no accuracy_level
+            if node.op_type == "MatMulNBits" and cfg.accuracy_level:
+                node.attribute.append(_attribute("accuracy_level", cfg.accuracy_level))
+        if not gathers:
+            return model
+        quantizer = MatMulNBitsQuantizer(model, **default, op_types_to_quantize=("Gather",))
+    else:
+        quantizer = MatMulNBitsQuantizer(model, **default,
+                                         op_types_to_quantize=("MatMul", "Gather") if gathers else ("MatMul",))
+    quantizer.process()
+    return quantizer.model.model
+
+
+def _attribute(name: str, value: int):
+    import onnx
+
+    return onnx.helper.make_attribute(name, value)
+
+
+def int4(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Int4Config = Int4Config()) -> dict:
+    """4-bit weights for the MatMuls (and with `embeddings`, the word embeddings) of `src_dir`/model.onnx, into
+    `out_dir`; returns the 4-bit op counts, the nodes kept float and parity."""
+    import onnx
+
+    src = Path(src_dir) / ONNX_FILE
+    graph = require_unfused(src, "int4").graph
+    weights = {t.name for t in graph.initializer}
+    word = _word_gather(graph)
+    if cfg.embeddings and word is None:
+        raise ConfigError(f"{src} has no Gather of input_ids from an embedding table to quantize. Fix: remove "
+                          f"embeddings: true")
+    others = [n.name for n in graph.node if n.op_type == "Gather" and n.name != word]  # small tables stay float
+    candidates = [n.name for n in graph.node if n.op_type == "MatMul" and any(i in weights for i in n.input)]
+    candidates += [word] if cfg.embeddings else []
+
+    def quantize(out: Path, only: list[str] | None = None, exclude: tuple[str, ...] = ()) -> None:
+        skip = [n for n in candidates if n not in only] if only else list(exclude)
+        model = _quantize(onnx.load(str(src)), cfg, [*others, *skip], cfg.embeddings)
+        onnx.save_model(model, str(out))
+
+    keep, ranking = kept_float(cfg.keep_float, candidates,
+                               lambda: rank_sensitivity(Path(src_dir), candidates, quantize, texts, cfg.max_length))
+    with atomic_dir(Path(out_dir)) as tmp:
+        quantize(tmp / ONNX_FILE, exclude=tuple(keep))
+        copy_side_files(Path(src_dir), tmp)
+        counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
+        parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the 4-bit graph",
+                                    SessionConfig())
+    ops = {op: counts[op] for op in INT4_OPS if counts[op]}
+    log.info("int4 (%s): %s, %d node(s) kept float, parity %s", cfg.algorithm, ops, len(keep), parity)
+    return {"quantized_ops": ops, "kept_float": keep, "sensitivity": ranking, "symmetric": cfg.is_symmetric,
+            "parity": parity}
