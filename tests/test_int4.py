@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from edgepress.compress.int4 import Int4Config, int4
-from edgepress.errors import ConfigError
+from edgepress.errors import ConfigError, ModelError
 from edgepress.export.optimize import optimize_onnx
 from edgepress.runtime.predictor import Predictor
 
@@ -94,3 +94,50 @@ def test_int4_refuses_a_fused_graph(tiny_onnx_dir, tmp_path, movie_data):
 def test_int4_config_refuses(params, message):
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Int4Config(**params)
+
+
+@pytest.mark.parametrize("algorithm, symmetric", [("gptq", True), ("awq", False)])
+def test_gptq_awq_carry_neural_compressors_integers_into_the_graph(tiny_model_dir, tiny_onnx_dir, tmp_path,
+                                                                   movie_data, algorithm, symmetric):
+    import torch
+
+    from edgepress.compress.gptq import calibration_batches, inc_quantize
+    from edgepress.models.loading import load_classifier
+
+    texts = movie_data.validation.texts
+    cfg = Int4Config(algorithm=algorithm, symmetric=symmetric, calibration_size=32, torch_model=tiny_model_dir)
+    result = int4(tiny_onnx_dir, tmp_path / "q", texts, cfg)
+    graph = graph_of(tmp_path / "q")
+    assert result["quantized_ops"] == {"MatMulNBits": 12}
+    assert sum(n.op_type == "Mul" and n.name.endswith("_awq_scale") for n in graph.node) == (12 if algorithm == "awq"
+                                                                                             else 0)
+    # neural-compressor's own quantized torch model, from the same calibration sentences
+    _, quantized = inc_quantize(tiny_model_dir, algorithm, 32, symmetric, calibration_batches(tiny_model_dir, texts,
+                                                                                              32, 128))
+    sample = list(movie_data.test.texts[:64])
+    tokenizer = load_classifier(tiny_model_dir)[1]
+    with torch.no_grad():
+        inc = quantized(**tokenizer(sample, padding=True, return_tensors="pt")).logits.numpy()
+    ort = Predictor(tmp_path / "q").logits(sample)
+    float_ = Predictor(tiny_onnx_dir).logits(sample)
+    assert np.abs(ort - inc).max() < 1e-3
+    # the graph holds neural-compressor's integers, not a re-rounding: far closer to it than 4 bits are to float
+    assert np.abs(ort - inc).max() < 0.1 * np.abs(inc - float_).max()
+
+
+def test_gptq_needs_the_torch_model(tiny_onnx_dir, tmp_path, movie_data):
+    with pytest.raises(ConfigError, match=r"int4 gptq quantizes the torch model the graph was exported from\. Fix: "
+                                          r"set torch_model"):
+        int4(tiny_onnx_dir, tmp_path / "q", movie_data.validation.texts, Int4Config(algorithm="gptq"))
+
+
+def test_gptq_refuses_a_torch_model_the_graph_was_not_exported_from(tokenizer, tiny_onnx_dir, tmp_path, movie_data):
+    from tests.conftest import tiny_bert
+
+    other = tmp_path / "other"
+    tiny_bert(tokenizer, seed=1).save_pretrained(other)
+    tokenizer.save_pretrained(other)
+    with pytest.raises(ModelError, match=r"12 MatMul\(s\) of the graph have no quantized Linear of the same weights"):
+        int4(tiny_onnx_dir, tmp_path / "q", movie_data.validation.texts,
+             Int4Config(algorithm="gptq", calibration_size=8, torch_model=other))
+    assert not (tmp_path / "q").exists()

@@ -1,6 +1,7 @@
 import json
 from pathlib import Path
 
+import onnx
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -208,3 +209,17 @@ def test_stages_recorded_before_runtime_launch_existed_are_still_reused():
     assert sorted(runtime_key(RuntimeConfig())) == ["latency", "providers", "target", "threads"]
     launched = runtime_key(RuntimeConfig(launch="accelerate launch --multi_gpu --num_processes 2"))
     assert launched["launch"] == "accelerate launch --multi_gpu --num_processes 2"
+
+
+def test_an_int4_gptq_stage_quantizes_the_model_the_graph_was_exported_from(tmp_path, tiny_model_dir):
+    path = run_config(tmp_path, [
+        {"name": "export", "method": "export"},
+        {"name": "int4", "method": "int4", "params": {"algorithm": "gptq", "calibration_size": 16}},
+    ], tiny_model_dir)
+    runner.run_pipeline(load_config(path), tmp_path / "run")
+    config = json.loads((tmp_path / "run" / "stages" / "02-int4" / "config.json").read_text())
+    assert config["params"]["torch_model"] == str(tiny_model_dir)  # the export stage's input, filled in by the run
+    stage = json.loads((tmp_path / "run" / "stages" / "02-int4" / "stage.json").read_text())
+    assert stage["details"]["quantized_ops"] == {"MatMulNBits": 12}
+    ops = {n.op_type for n in onnx.load(str(tmp_path / "run" / "final" / "model.onnx")).graph.node}
+    assert "MatMulNBits" in ops and "MatMul" in ops  # the attention products stay float

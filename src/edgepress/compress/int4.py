@@ -36,12 +36,15 @@ class Int4Config(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    algorithm: Literal["rtn", "hqq"] = "rtn"
+    algorithm: Literal["rtn", "hqq", "gptq", "awq"] = "rtn"
     block_size: int = Field(32, description="weights per scale, along the input dimension (a power of 2, >= 16)")
-    symmetric: bool | None = Field(None, description="no zero points; default: true for rtn (hqq is asymmetric)")
+    symmetric: bool | None = Field(None, description="no zero points; default: true (hqq is asymmetric)")
     accuracy_level: Literal[0, 4] = Field(0, description="4: activations int8 per block, integer dot products")
     embeddings: bool = Field(False, description="the word embeddings to 4-bit too (GatherBlockQuantized)")
     keep_float: KeepFloat = KEEP_FLOAT
+    calibration_size: int = Field(128, ge=8, description="gptq/awq: validation sentences they calibrate on")
+    torch_model: Path | None = Field(None, description="gptq/awq: the torch model dir the graph was exported from "
+                                                       "(a pipeline fills in the export stage's input)")
     max_length: int = Field(128, ge=8)
     parity: ParityConfig = ParityConfig(max_abs_diff=1.5, min_agreement=0.9)  # a broken graph, not a close call
 
@@ -61,7 +64,7 @@ class Int4Config(BaseModel):
 
     @property
     def is_symmetric(self) -> bool:
-        return self.algorithm == "rtn" if self.symmetric is None else self.symmetric
+        return self.algorithm != "hqq" if self.symmetric is None else self.symmetric
 
 
 def _word_gather(graph) -> str | None:
@@ -71,35 +74,51 @@ def _word_gather(graph) -> str | None:
                  if n.op_type == "Gather" and n.input[0] in weights and n.input[1] == "input_ids"), None)
 
 
-def _quantize(model, cfg: Int4Config, exclude: list[str], gathers: bool):
-    """`model` (a ModelProto, changed in place) with its MatMuls, and with `gathers` the word-embedding Gather, in
-    4 bits, but for the nodes in `exclude`."""
+def _matmuls(model, cfg: Int4Config, exclude: list[str], linears: dict | None):
+    """`model` with its weighted MatMuls but those in `exclude` in 4 bits: by neural-compressor's integers
+    (`linears`, gptq/awq), HQQ, or ONNX Runtime's min/max rounding (rtn)."""
+    import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import HQQWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
-    default = {"bits": 4, "block_size": cfg.block_size, "is_symmetric": cfg.is_symmetric,
-               "accuracy_level": cfg.accuracy_level or None, "nodes_to_exclude": exclude}
-    if cfg.algorithm == "hqq":  # HQQ quantizes MatMuls only; the Gather goes through the default quantizer
+    from edgepress.compress.gptq import write_nbits
+
+    if linears is not None:
+        return write_nbits(model, linears, exclude, cfg.accuracy_level, cfg.is_symmetric)
+    if cfg.algorithm == "hqq":
         quantizer = MatMulNBitsQuantizer(model, nodes_to_exclude=exclude,
                                          algo_config=HQQWeightOnlyQuantConfig(block_size=cfg.block_size, bits=4))
-        quantizer.process()
-        model = quantizer.model.model
-        for node in model.graph.node:  # HQQ writes no accuracy_level
-            if node.op_type == "MatMulNBits" and cfg.accuracy_level:
-                node.attribute.append(_attribute("accuracy_level", cfg.accuracy_level))
-        if not gathers:
-            return model
-        quantizer = MatMulNBitsQuantizer(model, **default, op_types_to_quantize=("Gather",))
     else:
-        quantizer = MatMulNBitsQuantizer(model, **default,
-                                         op_types_to_quantize=("MatMul", "Gather") if gathers else ("MatMul",))
+        quantizer = MatMulNBitsQuantizer(model, bits=4, block_size=cfg.block_size, is_symmetric=cfg.is_symmetric,
+                                         accuracy_level=cfg.accuracy_level or None, nodes_to_exclude=exclude)
+    quantizer.process()
+    model = quantizer.model.model
+    if cfg.algorithm == "hqq" and cfg.accuracy_level:  # HQQ writes no accuracy_level
+        for node in model.graph.node:
+            if node.op_type == "MatMulNBits":
+                node.attribute.append(onnx.helper.make_attribute("accuracy_level", cfg.accuracy_level))
+    return model
+
+
+def _word_table(model, cfg: Int4Config, exclude: list[str]):
+    """`model` with the word-embedding Gather as GatherBlockQuantized (ONNX Runtime's min/max rounding, whatever
+    the algorithm: it quantizes MatMuls only), unless it is in `exclude` with the other Gathers."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    quantizer = MatMulNBitsQuantizer(model, bits=4, block_size=cfg.block_size, is_symmetric=cfg.is_symmetric,
+                                     nodes_to_exclude=exclude, op_types_to_quantize=("Gather",))
     quantizer.process()
     return quantizer.model.model
 
 
-def _attribute(name: str, value: int):
-    import onnx
+def _inc_linears(cfg: Int4Config, texts: tuple[str, ...]) -> dict:
+    from edgepress.compress.gptq import calibration_batches, inc_quantize, quantized_linears
 
-    return onnx.helper.make_attribute(name, value)
+    if cfg.torch_model is None:
+        raise ConfigError(f"int4 {cfg.algorithm} quantizes the torch model the graph was exported from. Fix: set "
+                          f"torch_model to that model dir (a pipeline sets it to the export stage's input)")
+    batches = calibration_batches(cfg.torch_model, texts, cfg.calibration_size, cfg.max_length)
+    original, quantized = inc_quantize(cfg.torch_model, cfg.algorithm, cfg.block_size, cfg.is_symmetric, batches)
+    return quantized_linears(original, quantized)
 
 
 def int4(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Int4Config = Int4Config()) -> dict:
@@ -118,10 +137,12 @@ def int4(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Int4Config =
     candidates = [n.name for n in graph.node if n.op_type == "MatMul" and any(i in weights for i in n.input)]
     candidates += [word] if cfg.embeddings else []
 
+    linears = _inc_linears(cfg, texts) if cfg.algorithm in ("gptq", "awq") else None
+
     def quantize(out: Path, only: list[str] | None = None, exclude: tuple[str, ...] = ()) -> None:
-        skip = [n for n in candidates if n not in only] if only else list(exclude)
-        model = _quantize(onnx.load(str(src)), cfg, [*others, *skip], cfg.embeddings)
-        onnx.save_model(model, str(out))
+        skip = [*others, *([n for n in candidates if n not in only] if only else exclude)]
+        model = _matmuls(onnx.load(str(src)), cfg, skip, linears)
+        onnx.save_model(_word_table(model, cfg, skip) if cfg.embeddings else model, str(out))
 
     keep, ranking = kept_float(cfg.keep_float, candidates,
                                lambda: rank_sensitivity(Path(src_dir), candidates, quantize, texts, cfg.max_length))

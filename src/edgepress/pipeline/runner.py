@@ -66,6 +66,7 @@ class RunState:
     previous: dict = field(default_factory=dict)
     source: Path | None = None
     source_sha256: str = ""
+    torch_source: Path | None = None  # the last torch model dir of the chain (what an ONNX graph was exported from)
     meta: dict = field(default_factory=dict)  # run.json: id, start time, config, environment
 
     def measure(self, artifact: Path) -> tuple[dict, np.ndarray]:
@@ -101,6 +102,8 @@ class RunState:
 
     def advance(self, artifact: Path, sha256: str, metrics: dict) -> None:
         self.source, self.source_sha256, self.previous = artifact, sha256, metrics
+        if onnx_path(artifact) is None:
+            self.torch_source = artifact
 
 
 def runtime_key(runtime: RuntimeConfig) -> dict:
@@ -119,10 +122,12 @@ def _with_parity_limits(params: dict, gate: ParityGate | None, config_type) -> d
 
 
 def _method_params(state: RunState, stage: StageConfig, params: dict, config_type) -> dict:
-    """The params a method runs with: the stage's, `data.max_length` unless the stage sets its own, and the
-    parity gate's limits."""
+    """The params a method runs with: the stage's, `data.max_length` unless the stage sets its own, the torch model
+    the graph came from for a method that reads it (`torch_model`), and the parity gate's limits."""
     if "max_length" in config_type.model_fields and "max_length" not in params:
         params = {**params, "max_length": state.cfg.data.max_length}
+    if "torch_model" in config_type.model_fields and "torch_model" not in params:
+        params = {**params, "torch_model": str(state.torch_source)}
     return _with_parity_limits(params, stage.gates.parity, config_type)
 
 
@@ -211,7 +216,7 @@ def _reuse(state: RunState, index: int, hit: dict) -> None:
 
 
 def _baseline(state: RunState, model_dir: Path) -> None:
-    state.source, state.source_sha256 = model_dir, tree_sha256(model_dir)
+    state.source, state.source_sha256, state.torch_source = model_dir, tree_sha256(model_dir), model_dir
     key = state.reuse_key({"model": state.cfg.model, "model_dir": str(model_dir)})
     hit = state.reusable(0, "baseline", key, model_dir)
     if hit:

@@ -1,0 +1,155 @@
+"""`int4` with `algorithm: gptq | awq`: neural-compressor 3.x quantizes the torch model the graph was exported from
+(GPTQ, Frantar et al. 2023: each layer's rounding error compensated on calibration activations; AWQ, Lin et al.
+2024: per-input-channel scales chosen on them), and its integer weights, scales and zero points are written into
+`MatMulNBits` nodes as they are: re-deriving them from min/max would throw the GPTQ solution away.
+
+The graph's MatMuls are matched to the torch Linears by weight content (the export writes Linear.weight.T as the
+MatMul's initializer, bit for bit), not by name, so any exporter's naming serves. AWQ on a post-LayerNorm BERT finds
+no layer to fold its input scales into (every LayerNorm output also feeds a residual), so each quantized Linear
+computes linear(x * input_scale): the graph gets that Mul in front of the MatMulNBits.
+
+Layout (onnxruntime's MatMulNBits, bits 4): B uint8 [N, K/bs, bs/2], two weights a byte along K, low nibble first;
+scales [N, K/bs]; zero points uint8 [N, ceil(K/bs / 2)], two blocks a byte; W[k, n] = (q - zp) * scale.
+"""
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from edgepress.errors import ConfigError, ModelError
+
+
+def _pack(values: np.ndarray) -> np.ndarray:
+    """Pairs along the last axis (even length) into one byte each, the first in the low nibble."""
+    return ((values[..., 0::2] & 0xF) | ((values[..., 1::2] & 0xF) << 4)).astype(np.uint8)
+
+
+def _key(weight: np.ndarray) -> str:
+    return hashlib.sha1(np.ascontiguousarray(weight, dtype=np.float32).tobytes()).hexdigest()
+
+
+def calibration_batches(model_dir: Path, texts: tuple[str, ...], size: int, max_length: int) -> list[dict]:
+    """Batches of 8 validation sentences, padded to their longest, as torch tensors."""
+    import torch
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    picked = list(texts[:size])
+    return [{k: torch.as_tensor(v) for k, v in tokenizer(picked[i : i + 8], padding=True, truncation=True,
+                                                          max_length=max_length, return_tensors="np").items()}
+            for i in range(0, len(picked), 8)]
+
+
+def inc_quantize(model_dir: Path, algorithm: str, block_size: int, symmetric: bool, batches: list[dict]):
+    """The classifier in `model_dir` quantized by neural-compressor (the encoder's Linears; pooler and classifier,
+    Gemm nodes in the graph, stay float)."""
+    import torch
+
+    try:
+        from neural_compressor.torch.quantization import AWQConfig, GPTQConfig, convert, prepare
+    except ImportError as e:
+        raise ConfigError("int4 gptq/awq needs neural-compressor's torch half. Fix: pip install "
+                          "'edgepress[int4]' (neural-compressor-pt)") from e
+    from edgepress.models.loading import load_classifier
+
+    model, _ = load_classifier(model_dir)
+    head = [".*pooler.*", ".*classifier.*"]
+    # layer-wise mode off: it unpickles checkpoints (neural-compressor#2461); model_path, a local dir, is then only
+    # looked at, never loaded (an empty one would be looked up on the Hub)
+    common = {"bits": 4, "group_size": block_size, "use_sym": symmetric, "use_layer_wise": False,
+              "model_path": str(model_dir)}
+    if algorithm == "gptq":  # act_order off: its channel permutation has no place in MatMulNBits
+        cfg = GPTQConfig(**common, act_order=False)
+        cfg.set_local(head, GPTQConfig(dtype="fp32", model_path=str(model_dir)))
+        model = prepare(model, cfg)
+    else:
+        cfg = AWQConfig(**common)
+        cfg.set_local(head, AWQConfig(dtype="fp32", model_path=str(model_dir)))
+        model = prepare(model, cfg, example_inputs=batches[0]["input_ids"])
+    with torch.no_grad():
+        for batch in batches:
+            model(**batch)
+    return load_classifier(model_dir)[0], convert(model)
+
+
+def quantized_linears(original, quantized) -> dict[str, dict]:
+    """{weight sha1 of the float Linear.weight.T: q [K, N], scale [K/bs, N], zp [K/bs, N], input scale or None}."""
+    from neural_compressor.torch.algorithms.weight_only.modules import INCWeightOnlyLinear, MulLinear
+
+    floats = dict(original.named_modules())
+    out, inside = {}, set()
+    for name, module in quantized.named_modules():
+        pre = None
+        if isinstance(module, MulLinear):  # AWQ: linear(x * input_scale); its `.linear` child is handled here
+            pre, module = module.input_scale.float().numpy(), module.linear
+            inside.add(f"{name}.linear")
+        if not isinstance(module, INCWeightOnlyLinear) or name in inside:
+            continue
+        unpacked = module.unpack()  # int_weight [N, K] 0..15, scales and zp [N, K/bs]
+        out[_key(floats[name].weight.detach().numpy().T)] = {
+            "q": unpacked["int_weight"].numpy().astype(np.uint8).T, "scale": unpacked["scales"].float().numpy().T,
+            "zp": unpacked["zp"].numpy().astype(np.uint8).T, "input_scale": pre, "block_size": module.group_size}
+    return out
+
+
+def _nbits_node(graph, node, weight: str, found: dict, accuracy_level: int, symmetric: bool) -> list:
+    """The MatMulNBits (after AWQ's Mul) replacing `node`, its initializers added to `graph`."""
+    from onnx import helper, numpy_helper
+
+    q, scale, zp, bs = found["q"], found["scale"], found["zp"], found["block_size"]
+    (k, n), blocks = q.shape, scale.shape[0]
+    padded = np.zeros((blocks * bs, n), np.uint8)
+    padded[:k] = q
+    graph.initializer.extend([numpy_helper.from_array(_pack(padded.T.reshape(n, blocks, bs)), f"{weight}_q4"),
+                              numpy_helper.from_array(np.ascontiguousarray(scale.T, np.float32), f"{weight}_scales")])
+    inputs, nodes = [node.input[0], f"{weight}_q4", f"{weight}_scales"], []
+    if not (symmetric and (zp == 8).all()):  # MatMulNBits takes 8 when no zero points are given
+        zeros = np.zeros((n, blocks + blocks % 2), np.uint8)
+        zeros[:, :blocks] = zp.T
+        graph.initializer.append(numpy_helper.from_array(_pack(zeros), f"{weight}_zp"))
+        inputs.append(f"{weight}_zp")
+    if found["input_scale"] is not None:  # AWQ: linear(x * input_scale)
+        graph.initializer.append(numpy_helper.from_array(found["input_scale"].astype(np.float32), f"{weight}_awq"))
+        nodes.append(helper.make_node("Mul", [node.input[0], f"{weight}_awq"], [f"{weight}_awq_x"],
+                                      name=f"{node.name}_awq_scale"))
+        inputs[0] = f"{weight}_awq_x"
+    levels = {"accuracy_level": accuracy_level} if accuracy_level else {}
+    nodes.append(helper.make_node("MatMulNBits", inputs, list(node.output), name=f"{node.name}_Q4NBits",
+                                  domain="com.microsoft", K=k, N=n, bits=4, block_size=bs, **levels))
+    return nodes
+
+
+def write_nbits(model, linears: dict, exclude: list[str], accuracy_level: int, symmetric: bool):
+    """`model` (ModelProto) with every weighted MatMul not in `exclude` replaced by the MatMulNBits of its quantized
+    Linear; a MatMul with no quantized Linear is an error (the graph is not of this model)."""
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    weights = {t.name: t for t in graph.initializer}
+    nodes, missing, replaced = [], [], set()
+    for node in graph.node:
+        weight = next((i for i in node.input[1:] if i in weights), None) if node.op_type == "MatMul" else None
+        if weight is None or node.name in exclude:
+            nodes.append(node)
+            continue
+        found = linears.get(_key(numpy_helper.to_array(weights[weight])))
+        if found is None:
+            missing.append(node.name)
+            nodes.append(node)
+            continue
+        nodes.extend(_nbits_node(graph, node, weight, found, accuracy_level, symmetric))
+        replaced.add(weight)
+    if missing:
+        raise ModelError(f"{len(missing)} MatMul(s) of the graph have no quantized Linear of the same weights in the "
+                         f"torch model: {', '.join(missing[:4])}. Fix: torch_model must be the model the graph was "
+                         f"exported from")
+    graph.ClearField("node")
+    graph.node.extend(nodes)
+    used = {i for n in nodes for i in n.input}
+    kept = [t for t in graph.initializer if t.name not in replaced or t.name in used]
+    graph.ClearField("initializer")
+    graph.initializer.extend(kept)
+    if not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model
