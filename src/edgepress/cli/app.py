@@ -228,6 +228,10 @@ def main() -> None:
     # reports what matters itself (a missing head is a ModelError). Set either variable to see them again.
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    # transformers imports torchao (neural-compressor's dependency) on every model load; its import logs CUDA-only
+    # kernels it could not load, and torch a deprecation of torchao's pytree registration: neither concerns a run
+    for noisy in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
 
     handler = RichHandler(console=err, show_path=False, show_level=False)
     logging.getLogger("edgepress").addHandler(handler)
