@@ -32,9 +32,9 @@ def main() -> None:
     data = load_data(DataConfig())
     work = Path(tempfile.mkdtemp(prefix="edgepress-bench-"))
     parity = export_onnx(model_dir, work / "onnx", data.validation.texts)["parity"]
-    fused = optimize_onnx(work / "onnx", work / "fused", data.validation.texts)
+    fused = optimize_onnx(work / "onnx", work / "fused", data.validation.texts, OptimizeConfig(fusions="all"))
     no_sln = optimize_onnx(work / "onnx", work / "fused-no-sln", data.validation.texts,
-                           OptimizeConfig(disable=("skip_layer_norm", "bias_skip_layer_norm")))
+                           OptimizeConfig(fusions="all", disable=("skip_layer_norm", "bias_skip_layer_norm")))
     candidates = {"torch_fp32": model_dir, "onnx_fp32": work / "onnx", "onnx_fused": work / "fused",
                   "onnx_fused_no_skip_layer_norm": work / "fused-no-sln"}
     result = {"environment": environment(), "machine": platform.node(), "threads": args.threads,

@@ -16,7 +16,7 @@ from pathlib import Path
 from edgepress.compress.quantize import int8_dynamic
 from edgepress.data import DataConfig, load_data
 from edgepress.export.onnx import export_onnx
-from edgepress.export.optimize import optimize_onnx
+from edgepress.export.optimize import OptimizeConfig, optimize_onnx
 from edgepress.files import write_json
 from edgepress.models.introspect import size_metrics
 from edgepress.models.teacher import resolve_model
@@ -28,7 +28,7 @@ from edgepress.pipeline.measure import onnx_param_counts
 def variants(name: str, model_dir: Path, work: Path, texts: tuple[str, ...]) -> dict[str, Path]:
     """The torch dir, its fused ONNX and its int8 ONNX."""
     export_onnx(model_dir, work / f"{name}-onnx", texts)
-    optimize_onnx(work / f"{name}-onnx", work / f"{name}-fused", texts)
+    optimize_onnx(work / f"{name}-onnx", work / f"{name}-fused", texts, OptimizeConfig(fusions="all"))
     int8_dynamic(work / f"{name}-fused", work / f"{name}-int8", texts)
     return {f"{name}_torch": model_dir, f"{name}_fused": work / f"{name}-fused", f"{name}_int8": work / f"{name}-int8"}
 

@@ -11,6 +11,7 @@ from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, opt
 from edgepress.export.parity import ParityConfig, check_parity
 from edgepress.models.heads import remove_heads
 from edgepress.registry import METHODS
+from edgepress.runtime.latency import LatencyConfig
 from edgepress.runtime.session import open_session
 from tests.conftest import save, tiny_bert, tiny_distilbert, tiny_roberta
 
@@ -21,6 +22,7 @@ def tiny_pruned_heads(tokenizer):
     return model
 
 
+ALL = OptimizeConfig(fusions="all")  # every fusion, no timing: the fused ops are known
 BUILDERS = {"bert": tiny_bert, "distilbert": tiny_distilbert, "roberta": tiny_roberta,
             "bert-pruned-heads": tiny_pruned_heads}
 
@@ -36,7 +38,7 @@ def test_export_matches_torch_and_fuses(arch, tmp_path, tokenizer, movie_data):
     assert names[:2] == ["input_ids", "attention_mask"]
     assert ("token_type_ids" in names) == (arch != "distilbert")  # what the tokenizer gives and forward takes
     assert all(isinstance(d, str) for d in session.get_inputs()[0].shape)  # dynamic batch and sequence axes
-    fused = optimize_onnx(tmp_path / "onnx", tmp_path / "fused", movie_data.validation.texts)
+    fused = optimize_onnx(tmp_path / "onnx", tmp_path / "fused", movie_data.validation.texts, ALL)
     assert fused["parity"]["max_abs_diff"] <= 1e-3
     if arch.startswith("bert"):
         assert fused["fused_ops"]["Attention"] == 2
@@ -60,7 +62,7 @@ def test_per_layer_ffn_widths_export_and_fuse(tmp_path, tokenizer, movie_data):
     assert parity["max_abs_diff"] <= 1e-4
     shapes = {tuple(t.dims) for t in onnx.load(str(tmp_path / "onnx" / "model.onnx")).graph.initializer}
     assert {(32, 48), (32, 16)} <= shapes  # the two widths survive export
-    fused = optimize_onnx(tmp_path / "onnx", tmp_path / "fused", movie_data.validation.texts)
+    fused = optimize_onnx(tmp_path / "onnx", tmp_path / "fused", movie_data.validation.texts, ALL)
     assert fused["fused_ops"]["Attention"] == 2 and fused["parity"]["agreement"] == 1.0
 
 
@@ -75,7 +77,7 @@ def test_dynamic_axes(tiny_onnx_dir):
 
 def test_switched_off_fusion_is_not_applied_and_is_recorded(tiny_onnx_dir, tmp_path, movie_data):
     fused = optimize_onnx(tiny_onnx_dir, tmp_path / "f", movie_data.validation.texts,
-                          OptimizeConfig(disable=("skip_layer_norm", "bias_skip_layer_norm")))
+                          OptimizeConfig(fusions="all", disable=("skip_layer_norm", "bias_skip_layer_norm")))
     assert "SkipLayerNormalization" not in fused["fused_ops"]
     assert fused["fused_ops"]["LayerNormalization"] == 4
     assert fused["disabled"] == ["skip_layer_norm", "bias_skip_layer_norm"]
@@ -170,3 +172,28 @@ def test_each_reshape_gets_its_own_layers_head_count(tmp_path, tokenizer, movie_
     feeds = encode(load_tokenizer(tmp_path / "dir", 128), list(movie_data.test.texts[:8]),
                    model_inputs(model, tokenizer))
     np.testing.assert_allclose(ort_runner(open_session(path))(feeds), torch_runner(model)(feeds), atol=1e-5)
+
+
+FAST = LatencyConfig(warmup=1, runs=5)
+
+
+def test_auto_fusions_keep_the_fastest_candidate_and_record_every_timing(tiny_onnx_dir, tmp_path, movie_data):
+    fused = optimize_onnx(tiny_onnx_dir, tmp_path / "f", movie_data.validation.texts, OptimizeConfig(latency=FAST))
+    timing = fused["timing"]
+    candidates = timing["candidates"]
+    assert list(candidates) == ["all", "no attention", "no skip_layer_norm", "no bias_gelu", "no embed_layer_norm",
+                                "none"]
+    assert all(len(c["p50_ms"]) == 3 and c["median_p50_ms"] == sorted(c["p50_ms"])[1] for c in candidates.values())
+    chosen = timing["chosen"]
+    assert candidates[chosen]["median_p50_ms"] == min(c["median_p50_ms"] for c in candidates.values())
+    assert fused["disabled"] == candidates[chosen]["left_out"]  # the graph written is the one that won
+    assert ("Attention" in fused["fused_ops"]) == (chosen not in ("no attention", "none"))
+    assert timing["timed_int8"] is False and timing["shape"] == [1, 128]
+
+
+def test_auto_fusions_time_the_int8_graph_when_int8_follows(tiny_onnx_dir, tmp_path, movie_data):
+    cfg = OptimizeConfig(latency=FAST, disable=("attention",), quantized_with={"per_channel": True}, threads=1)
+    timing = optimize_onnx(tiny_onnx_dir, tmp_path / "f", movie_data.validation.texts, cfg)["timing"]
+    assert timing["timed_int8"] is True and timing["threads"] == 1
+    assert "no attention" not in timing["candidates"]  # never used: not a candidate
+    assert all("attention" in c["left_out"] for c in timing["candidates"].values())

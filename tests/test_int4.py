@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from edgepress.compress.int4 import Int4Config, int4
 from edgepress.errors import ConfigError, ModelError
-from edgepress.export.optimize import optimize_onnx
+from edgepress.export.optimize import OptimizeConfig, optimize_onnx
 from edgepress.runtime.predictor import Predictor
 
 
@@ -74,7 +74,7 @@ def test_keep_float_keeps_the_most_sensitive_nodes_float(tiny_onnx_dir, tmp_path
 
 
 def test_int4_refuses_a_fused_graph(tiny_onnx_dir, tmp_path, movie_data):
-    optimize_onnx(tiny_onnx_dir, tmp_path / "fused", movie_data.validation.texts)
+    optimize_onnx(tiny_onnx_dir, tmp_path / "fused", movie_data.validation.texts, OptimizeConfig(fusions="all"))
     with pytest.raises(ConfigError, match=r"int4 needs the unfused graph of an export stage; .* has fused ops "
                                           r"\(Attention, .*\)\. Fix: put int4 right after export"):
         int4(tmp_path / "fused", tmp_path / "q", movie_data.validation.texts)

@@ -223,3 +223,17 @@ def test_an_int4_gptq_stage_quantizes_the_model_the_graph_was_exported_from(tmp_
     assert stage["details"]["quantized_ops"] == {"MatMulNBits": 12}
     ops = {n.op_type for n in onnx.load(str(tmp_path / "run" / "final" / "model.onnx")).graph.node}
     assert "MatMulNBits" in ops and "MatMul" in ops  # the attention products stay float
+
+
+def test_optimize_times_its_candidates_as_the_next_stage_will_quantize_them(tmp_path, tiny_model_dir):
+    path = run_config(tmp_path, [
+        {"name": "export", "method": "export"},
+        {"name": "fuse", "method": "optimize"},
+        {"name": "int8", "method": "int8-dynamic", "params": {"per_channel": True}},
+    ], tiny_model_dir)
+    runner.run_pipeline(load_config(path), tmp_path / "run")
+    params = json.loads((tmp_path / "run" / "stages" / "02-fuse" / "config.json").read_text())["params"]
+    assert params["quantized_with"] == {"per_channel": True} and params["threads"] == 1
+    assert params["latency"]["runs"] == 5  # the run's latency section
+    timing = json.loads((tmp_path / "run" / "stages" / "02-fuse" / "stage.json").read_text())["details"]["timing"]
+    assert timing["timed_int8"] is True and timing["chosen"] in timing["candidates"]

@@ -6,7 +6,7 @@ import pytest
 
 from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
 from edgepress.errors import ConfigError
-from edgepress.export.optimize import optimize_onnx
+from edgepress.export.optimize import OptimizeConfig, optimize_onnx
 from edgepress.runtime.predictor import Predictor
 
 
@@ -17,7 +17,7 @@ def op_counts(path) -> Counter:
 @pytest.fixture(scope="module")
 def fused_dir(tmp_path_factory, tiny_onnx_dir, movie_data):
     path = tmp_path_factory.mktemp("fused") / "f"
-    optimize_onnx(tiny_onnx_dir, path, movie_data.validation.texts)
+    optimize_onnx(tiny_onnx_dir, path, movie_data.validation.texts, OptimizeConfig(fusions="all"))
     return path
 
 

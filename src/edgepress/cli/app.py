@@ -152,7 +152,8 @@ def export_command(
     from edgepress.pipeline.inputs import check_artifact_out
 
     _call(check_artifact_out, out_dir, "model.onnx")
-    fusion = _call(build, OptimizeConfig, where="fusion options", disable=disable_fusion or []) if optimize else None
+    fusion = _call(build, OptimizeConfig, where="fusion options", fusions="all",
+                   disable=disable_fusion or []) if optimize else None
     steps = _call(export_model, model, out_dir, fusion)
     parity = steps["export"]["parity"]
     out.print(f"exported to {out_dir / 'model.onnx'}: torch vs ONNX max |Δlogit| {parity['max_abs_diff']:.2e}, "

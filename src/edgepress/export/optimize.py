@@ -1,15 +1,28 @@
 """Graph fusion with ONNX Runtime's transformer optimizer (Attention, SkipLayerNormalization, BiasGelu,
-EmbedLayerNormalization, ...), and fp16 conversion for CUDA. Each result is parity-checked against its input."""
+EmbedLayerNormalization, ...), and fp16 conversion for CUDA. Each result is parity-checked against its input.
+
+Which fusions make a graph faster depends on the CPU and on what follows (on one machine of this project's kind
+SkipLayerNormalization made the int8 teacher 20% slower, on another slightly faster), so `fusions: auto` times the
+candidate sets on this machine, side by side, at the run's latency shape, and keeps the fastest. When `int8-dynamic`
+follows (the one quantizer that takes a fused graph; `int8-static` and `int4` take the unfused one and ONNX Runtime
+fuses what it can when their session starts), a run fills in `quantized_with` and every candidate is timed as it
+will ship: quantized.
+"""
 
 import logging
+import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files
+from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files, ort_runner
 from edgepress.files import atomic_dir
-from edgepress.runtime.session import SessionConfig
+from edgepress.models.loading import read_model_config
+from edgepress.runtime.latency import LatencyConfig, fixed_shape_feeds, time_runner
+from edgepress.runtime.session import SessionConfig, open_session
+from edgepress.runtime.tokenize import load_tokenizer, position_limit
 
 log = logging.getLogger(__name__)
 
@@ -18,16 +31,27 @@ Fusion = Literal["attention", "skip_layer_norm", "bias_skip_layer_norm", "embed_
                  "layer_norm"]
 FUSED_OPS = ("Attention", "MultiHeadAttention", "EmbedLayerNormalization", "SkipLayerNormalization",
              "LayerNormalization", "BiasGelu", "FastGelu", "Gelu")
+ALL_FUSIONS: tuple[str, ...] = get_args(Fusion)
+# auto's candidates: everything, everything but one of the fusions that change the big kernels, nothing
+LEFT_OUT_ONE_AT_A_TIME = ("attention", "skip_layer_norm", "bias_gelu", "embed_layer_norm")
+TIMING_ROUNDS = 3
 
 
 class OptimizeConfig(BaseModel):
-    """The `optimize` method: which fusions to leave out, and the parity tolerance of the fused graph."""
+    """The `optimize` method: which fusions (chosen by timing, or all), which never, and the parity tolerance of
+    the fused graph. `threads`, `latency` and `quantized_with` are what a run fills in from its runtime section and
+    the stage that follows."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    disable: tuple[Fusion, ...] = Field((), description="fusions to switch off, e.g. [skip_layer_norm]")
+    fusions: Literal["auto", "all"] = Field("auto", description="auto: time the candidate sets, keep the fastest")
+    disable: tuple[Fusion, ...] = Field((), description="fusions never used, e.g. [skip_layer_norm]")
     max_length: int = Field(128, ge=8)
     parity: ParityConfig = ParityConfig(max_abs_diff=1e-3)
+    threads: int | None = Field(None, ge=1, description="auto: the intra-op threads the candidates are timed on")
+    latency: LatencyConfig = Field(LatencyConfig(), description="auto: the shape, warm-up and runs of the timing")
+    quantized_with: dict | None = Field(None, description="auto: int8-dynamic params each candidate is timed "
+                                                          "after (a run fills in the next stage's)")
 
 
 class Fp16Config(BaseModel):
@@ -49,20 +73,78 @@ def _fusion_options(disable: tuple[str, ...]):
     return options
 
 
-def optimize_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig = OptimizeConfig()) -> dict:
-    """Fuse `src_dir`/model.onnx into `out_dir`; returns {"fused_ops": {op: count}, "disabled": [...], "parity"}."""
+def _fuse(src: Path, dst: Path, disable: tuple[str, ...]) -> dict:
+    """`src` fused into `dst` (model.onnx) with every fusion but `disable`; returns the fused op counts."""
     from onnxruntime.transformers.optimizer import optimize_model
 
+    fused = optimize_model(str(src), model_type="bert", optimization_options=_fusion_options(disable), opt_level=0)
+    fused.save_model_to_file(str(dst / ONNX_FILE))
+    return {op: n for op, n in fused.get_fused_operator_statistics().items() if n and op in FUSED_OPS}
+
+
+def candidate_sets(disable: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """auto's candidates, by name -> the fusions each leaves out (always including `disable`)."""
+    sets = {"all": disable, **{f"no {name}": (*disable, name) for name in LEFT_OUT_ONE_AT_A_TIME
+                               if name not in disable}, "none": ALL_FUSIONS}
+    return {name: tuple(sorted(set(off))) for name, off in sets.items()}
+
+
+def _time_side_by_side(graphs: dict[str, Path], texts: tuple[str, ...], cfg: OptimizeConfig) -> dict[str, list]:
+    """p50 ms of each graph at the fixed latency shape, `TIMING_ROUNDS` rounds, every graph once a round in turn
+    (the machine drifts; interleaving spreads the drift over all of them)."""
+    any_dir = next(iter(graphs.values())).parent
+    limit = position_limit(read_model_config(any_dir))
+    runners = {name: ort_runner(open_session(path, SessionConfig(threads=cfg.threads)))
+               for name, path in graphs.items()}
+    names = tuple(i.name for i in open_session(next(iter(graphs.values())), SessionConfig()).get_inputs())
+    feeds = [fixed_shape_feeds(load_tokenizer(any_dir, limit), texts, cfg.latency, names, limit)]
+    timings = {name: [] for name in graphs}
+    for _ in range(TIMING_ROUNDS):
+        for name, run in runners.items():
+            timings[name].append(time_runner(run, feeds, cfg.latency.warmup, cfg.latency.runs)["p50_ms"])
+    return timings
+
+
+def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple[tuple[str, ...], dict]:
+    """The fastest candidate's left-out fusions, and every candidate's timings."""
+    from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+
+    sets = candidate_sets(cfg.disable)
+    with tempfile.TemporaryDirectory(prefix="edgepress-fusions-") as scratch:
+        graphs = {}
+        for k, (name, off) in enumerate(sets.items()):
+            fused = Path(scratch) / f"{k}"
+            fused.mkdir()
+            _fuse(Path(src_dir) / ONNX_FILE, fused, off)
+            copy_side_files(Path(src_dir), fused)
+            if cfg.quantized_with is not None:  # timed as it ships; keep_float's measured choice is left out here
+                params = {**cfg.quantized_with, "keep_float": 0, "max_length": cfg.max_length}
+                int8_dynamic(fused, Path(scratch) / f"{k}-int8", texts, Int8DynamicConfig(**params))
+                fused = Path(scratch) / f"{k}-int8"
+            graphs[name] = fused / ONNX_FILE
+        timings = _time_side_by_side(graphs, texts, cfg)
+    medians = {name: float(np.median(t)) for name, t in timings.items()}
+    best = min(medians, key=medians.get)
+    table = {name: {"left_out": list(sets[name]), "p50_ms": timings[name], "median_p50_ms": medians[name]}
+             for name in sets}
+    log.info("optimize: fusions timed (median p50 ms%s): %s; keeping '%s'",
+             ", int8" if cfg.quantized_with is not None else "",
+             ", ".join(f"{n} {m:.2f}" for n, m in medians.items()), best)
+    return sets[best], {"chosen": best, "candidates": table, "timed_int8": cfg.quantized_with is not None,
+                        "shape": [cfg.latency.batch_size, cfg.latency.sequence_length], "threads": cfg.threads}
+
+
+def optimize_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig = OptimizeConfig()) -> dict:
+    """Fuse `src_dir`/model.onnx into `out_dir` (with `fusions: auto`, the fastest candidate set); returns
+    {"fused_ops": {op: count}, "disabled": [...], "parity", and with auto "timing"}."""
+    off, timing = _choose(Path(src_dir), texts, cfg) if cfg.fusions == "auto" else (cfg.disable, None)
     with atomic_dir(Path(out_dir)) as tmp:
-        fused = optimize_model(str(Path(src_dir) / ONNX_FILE), model_type="bert",
-                               optimization_options=_fusion_options(cfg.disable), opt_level=0)
-        fused.save_model_to_file(str(tmp / ONNX_FILE))
+        ops = _fuse(Path(src_dir) / ONNX_FILE, tmp, off)
         copy_side_files(Path(src_dir), tmp)
-        ops = {op: n for op, n in fused.get_fused_operator_statistics().items() if n and op in FUSED_OPS}
         parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the fused graph",
-                          SessionConfig(optimization="disable"))
-    log.info("optimize: fused %s (disabled: %s), parity %s", ops, list(cfg.disable), parity)
-    return {"fused_ops": ops, "disabled": list(cfg.disable), "parity": parity}
+                                    SessionConfig(optimization="disable"))
+    log.info("optimize: fused %s (left out: %s), parity %s", ops, list(off), parity)
+    return {"fused_ops": ops, "disabled": list(off), "parity": parity, **({"timing": timing} if timing else {})}
 
 
 def fp16_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Fp16Config = Fp16Config()) -> dict:

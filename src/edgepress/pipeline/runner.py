@@ -123,11 +123,19 @@ def _with_parity_limits(params: dict, gate: ParityGate | None, config_type) -> d
 
 def _method_params(state: RunState, stage: StageConfig, params: dict, config_type) -> dict:
     """The params a method runs with: the stage's, `data.max_length` unless the stage sets its own, the torch model
-    the graph came from for a method that reads it (`torch_model`), and the parity gate's limits."""
+    the graph came from for a method that reads it (`torch_model`), the runtime's threads and latency shape and the
+    next stage's int8-dynamic params for `optimize`, and the parity gate's limits."""
     if "max_length" in config_type.model_fields and "max_length" not in params:
         params = {**params, "max_length": state.cfg.data.max_length}
     if "torch_model" in config_type.model_fields and "torch_model" not in params:
         params = {**params, "torch_model": str(state.torch_source)}
+    if "quantized_with" in config_type.model_fields:  # optimize's fusions: auto times what ships
+        runtime, stages = state.cfg.runtime, state.cfg.stages
+        position = stages.index(stage)
+        after = stages[position + 1] if position + 1 < len(stages) else None
+        filled = {"threads": runtime.threads, "latency": runtime.latency.model_dump(),
+                  "quantized_with": after.params if after is not None and after.method == "int8-dynamic" else None}
+        params = {**filled, **params}
     return _with_parity_limits(params, stage.gates.parity, config_type)
 
 
