@@ -39,6 +39,7 @@ def test_embeddings_and_accuracy_level_4(tiny_onnx_dir, tmp_path, movie_data):
     result = int4(tiny_onnx_dir, tmp_path / "q", movie_data.validation.texts, cfg)
     graph = graph_of(tmp_path / "q")
     assert result["quantized_ops"] == {"MatMulNBits": 12, "GatherBlockQuantized": 1}
+    assert result["ort_kernels"] == {"GatherBlockQuantized": 1, "MatMulNBits": 12}  # what the session runs
     gathered = next(n for n in graph.node if n.op_type == "GatherBlockQuantized")
     assert gathered.input[1] == "input_ids"  # the word table; position and token-type tables stay float
     tables = {t.name for t in graph.initializer if t.data_type == onnx.TensorProto.FLOAT}

@@ -26,6 +26,8 @@ def test_dynamic_int8_on_the_fused_graph_uses_integer_kernels(fused_dir, tmp_pat
     ops = op_counts(tmp_path / "q")
     # per layer: attention output, FFN in, FFN out; then pooler and classifier
     assert ops["QAttention"] == 2 and ops["MatMulInteger"] == 2 * 3 + 2 and ops["DynamicQuantizeLinear"] > 0
+    # what ONNX Runtime runs: the attentions, and the 8 other MatMuls fused with their activation quantization
+    assert result["ort_kernels"] == {"DynamicQuantizeMatMul": 8, "QAttention": 2}
     assert "Attention" not in ops  # every attention became QAttention
     graph = onnx.load(str(tmp_path / "q" / "model.onnx")).graph
     types = {t.name: t.data_type for t in graph.initializer}
@@ -57,6 +59,7 @@ def test_static_int8_keeps_activation_products_and_the_head_float(tiny_onnx_dir,
     assert len([n for n in result["float_matmuls"] if "attention" in n]) == 4  # 2 layers x (scores, context)
     assert result["float_matmuls"][-1] == "/classifier/Gemm"
     assert result["quantized_ops"]["QuantizeLinear"] > 0
+    assert result["ort_kernels"] == {"QLinearMatMul": 2 * 6}  # ONNX Runtime turned every QDQ MatMul integer
     texts = list(movie_data.test.texts[:64])
     quantized, float_ = Predictor(tmp_path / "q").logits(texts), Predictor(tiny_onnx_dir).logits(texts)
     assert np.abs(quantized - float_).max() < 1.5 and not np.array_equal(quantized, float_)  # int8, and close

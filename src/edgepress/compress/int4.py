@@ -21,7 +21,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from edgepress.compress.quantize import KEEP_FLOAT, KeepFloat, kept_float, rank_sensitivity, require_unfused
+from edgepress.compress.quantize import (
+    KEEP_FLOAT,
+    KeepFloat,
+    kept_float,
+    low_bit_kernels,
+    rank_sensitivity,
+    require_unfused,
+)
 from edgepress.errors import ConfigError
 from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files
 from edgepress.files import atomic_dir
@@ -152,7 +159,9 @@ def int4(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Int4Config =
         counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
         parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the 4-bit graph",
                                     SessionConfig())
+        kernels = low_bit_kernels(tmp / ONNX_FILE)
     ops = {op: counts[op] for op in INT4_OPS if counts[op]}
-    log.info("int4 (%s): %s, %d node(s) kept float, parity %s", cfg.algorithm, ops, len(keep), parity)
-    return {"quantized_ops": ops, "kept_float": keep, "sensitivity": ranking, "symmetric": cfg.is_symmetric,
-            "parity": parity}
+    log.info("int4 (%s): %s, %d node(s) kept float, ONNX Runtime runs %s, parity %s", cfg.algorithm, ops,
+             len(keep), kernels, parity)
+    return {"quantized_ops": ops, "ort_kernels": kernels, "kept_float": keep, "sensitivity": ranking,
+            "symmetric": cfg.is_symmetric, "parity": parity}

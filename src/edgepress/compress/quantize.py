@@ -16,6 +16,7 @@ goes into the details. Or a list of node names, kept as given.
 """
 
 import logging
+import re
 import tempfile
 from collections import Counter
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from edgepress.export.parity import (
     spread_by_length,
 )
 from edgepress.files import atomic_dir
-from edgepress.runtime.session import SessionConfig, open_session
+from edgepress.runtime.session import SessionConfig, open_session, session_op_counts
 from edgepress.runtime.tokenize import encode, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,16 @@ def _keep_float(value):
 KeepFloat = Annotated[int | tuple[str, ...], BeforeValidator(_keep_float)]
 KEEP_FLOAT = Field(0, description="the N most sensitive nodes stay float (measured), or a list of node names")
 SENSITIVITY_TEXTS = 64  # validation sentences each candidate is measured on
+
+
+# op types of ONNX Runtime's integer and low-bit kernels, as they appear in the graph a session runs
+LOW_BIT_KERNEL = re.compile(r"Integer|QLinear|QAttention|QGemm|QuantizeMatMul|MatMulNBits|BlockQuantized")
+
+
+def low_bit_kernels(path: Path) -> dict[str, int]:
+    """The integer / low-bit kernels ONNX Runtime runs for the graph at `path` on CPU (its optimized graph: QDQ
+    pairs it fused into integer ops, or left as float work)."""
+    return {op: n for op, n in session_op_counts(path).items() if LOW_BIT_KERNEL.search(op)}
 
 
 def _weighted(graph, op_types: tuple[str, ...]) -> list[str]:
@@ -146,8 +157,11 @@ def int8_dynamic(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
         ops = {op: counts[op] for op in INT8_OPS if counts[op]}
         parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the int8 graph",
                                     SessionConfig())
-    log.info("int8-dynamic: %s, %d node(s) kept float, parity %s", ops, len(keep), parity)
-    return {"quantized_ops": ops, "kept_float": keep, "sensitivity": ranking, "parity": parity}
+        kernels = low_bit_kernels(tmp / ONNX_FILE)
+    log.info("int8-dynamic: %s, %d node(s) kept float, ONNX Runtime runs %s, parity %s", ops, len(keep), kernels,
+             parity)
+    return {"quantized_ops": ops, "ort_kernels": kernels, "kept_float": keep, "sensitivity": ranking,
+            "parity": parity}
 
 
 class Int8StaticConfig(BaseModel):
@@ -243,8 +257,9 @@ def int8_static(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
             counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
             parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity,
                                         "the static int8 graph", SessionConfig())
+            kernels = low_bit_kernels(tmp / ONNX_FILE)
     ops = {"QuantizeLinear": counts["QuantizeLinear"], "DequantizeLinear": counts["DequantizeLinear"]}
-    log.info("int8-static: %s, %d MatMul/Gemm kept float, %d more by keep_float, parity %s", ops, len(excluded),
-             len(keep), parity)
-    return {"quantized_ops": ops, "float_matmuls": excluded, "kept_float": keep, "sensitivity": ranking,
-            "parity": parity}
+    log.info("int8-static: %s, %d MatMul/Gemm kept float, %d more by keep_float, ONNX Runtime runs %s, parity %s",
+             ops, len(excluded), len(keep), kernels, parity)
+    return {"quantized_ops": ops, "ort_kernels": kernels, "float_matmuls": excluded, "kept_float": keep,
+            "sensitivity": ranking, "parity": parity}

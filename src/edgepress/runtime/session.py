@@ -6,6 +6,7 @@ import contextlib
 import os
 import re
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -119,6 +120,22 @@ def open_session(path: str | Path, cfg: SessionConfig = SessionConfig()):
     _require(cfg.providers, session.get_providers(), logged)
     check_io(session, Path(path))
     return session
+
+
+def session_op_counts(path: str | Path, cfg: SessionConfig = SessionConfig()) -> dict[str, int]:
+    """Op counts of the graph ONNX Runtime actually runs, after its own optimizations (it writes that graph out):
+    which integer kernels a quantized model ends up on, say, rather than what the file asks for."""
+    import onnx
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="edgepress-optimized-") as scratch:
+        optimized = Path(scratch) / "optimized.onnx"
+        options = _options(cfg)
+        options.optimized_model_filepath = str(optimized)
+        options.log_severity_level = 3  # not the warning that such a graph is for this machine only: it is not kept
+        ort.InferenceSession(str(path), options, providers=list(provider_names(cfg.providers)))
+        counts = Counter(node.op_type for node in onnx.load(str(optimized), load_external_data=False).graph.node)
+    return dict(sorted(counts.items()))
 
 
 def _require(asked: tuple[str, ...], in_use: list[str], logged: list[str]) -> None:
