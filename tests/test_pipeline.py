@@ -237,3 +237,17 @@ def test_optimize_times_its_candidates_as_the_next_stage_will_quantize_them(tmp_
     assert params["latency"]["runs"] == 5  # the run's latency section
     timing = json.loads((tmp_path / "run" / "stages" / "02-fuse" / "stage.json").read_text())["details"]["timing"]
     assert timing["timed_int8"] is True and timing["chosen"] in timing["candidates"]
+
+
+def test_a_qat_stage_then_export_gives_the_int8_graph(tmp_path, tiny_model_dir):
+    path = run_config(tmp_path, [
+        {"name": "qat", "method": "qat", "params": {"epochs": 1, "max_length": 32}},
+        {"name": "export", "method": "export"},
+    ], tiny_model_dir)
+    runner.run_pipeline(load_config(path), tmp_path / "run")
+    stages = tmp_path / "run" / "stages"
+    records = [json.loads((stages / d / "stage.json").read_text()) for d in ("01-qat", "02-export")]
+    assert [r["kind"] for r in records] == ["torch-qat", "onnx-int8"]
+    assert records[1]["details"]["ort_kernels"] == {"MatMulIntegerToFloat": 12}
+    ops = {n.op_type for n in onnx.load(str(tmp_path / "run" / "final" / "model.onnx")).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops

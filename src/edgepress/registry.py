@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from edgepress.compress.distill import DistillConfig, distill
 from edgepress.compress.int4 import Int4Config, int4
 from edgepress.compress.magnitude import LotteryConfig, MagnitudeConfig, lottery, magnitude
+from edgepress.compress.qat import QatConfig, qat
 from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
 from edgepress.compress.structured import FfnConfig, HeadsConfig, ffn, heads
 from edgepress.compress.vocab import VocabConfig, vocab_prune
@@ -23,9 +24,10 @@ from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, opt
 
 # What an artifact is: each method declares the kinds it takes and the kind it gives; the pipeline validator
 # chains them, so an impossible order is refused before anything runs.
-Kind = Literal["torch", "onnx", "onnx-fused", "onnx-fp16", "onnx-int8", "onnx-int4"]
+Kind = Literal["torch", "torch-qat", "onnx", "onnx-fused", "onnx-fp16", "onnx-int8", "onnx-int4"]
 KIND_WORDS: dict[str, str] = {
     "torch": "a torch model dir",
+    "torch-qat": "a quantization-aware-trained torch model (what qat gives)",
     "onnx": "an unfused ONNX graph (what export gives)",
     "onnx-fused": "a fused ONNX graph (what optimize gives)",
     "onnx-fp16": "a float16 ONNX graph",
@@ -33,6 +35,7 @@ KIND_WORDS: dict[str, str] = {
     "onnx-int4": "a 4-bit ONNX graph",
 }
 FLOAT_ONNX: tuple[Kind, ...] = ("onnx", "onnx-fused")
+TORCH: tuple[Kind, ...] = ("torch", "torch-qat")  # torch model dirs: measured (and timed) with torch, on cpu
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,11 @@ class Method:
     gives: Kind
     summary: str
     inputs: Literal["texts", "splits"] = "texts"
+    gives_from: tuple[tuple[Kind, Kind], ...] = ()  # (kind taken, kind given) where it is not `gives`
+
+    def output(self, taken: str) -> str:
+        """The kind of artifact this method makes from one of kind `taken`."""
+        return dict(self.gives_from).get(taken, self.gives)
 
     @property
     def trains(self) -> bool:
@@ -69,8 +77,12 @@ METHODS: dict[str, Method] = {
     "lottery": Method(LotteryConfig, lottery, ("torch",), "torch",
                       "lottery ticket: iterative magnitude pruning, survivors rewound, optional random control",
                       inputs="splits"),
-    "export": Method(ExportConfig, export_onnx, ("torch",), "onnx",
-                     "torch -> ONNX (torch.onnx), parity-checked against torch on real sentences"),
+    "qat": Method(QatConfig, qat, ("torch",), "torch-qat",
+                  "quantization-aware training (Q8BERT): int8 fake quantization through a distilled fine-tune; "
+                  "export writes its int8 graph", inputs="splits"),
+    "export": Method(ExportConfig, export_onnx, TORCH, "onnx",
+                     "torch -> ONNX (torch.onnx), parity-checked against torch on real sentences (a qat model: its "
+                     "int8 QDQ graph)", gives_from=(("torch-qat", "onnx-int8"),)),
     "optimize": Method(OptimizeConfig, optimize_onnx, ("onnx",), "onnx-fused",
                        "ONNX Runtime transformer fusions (Attention, SkipLayerNorm, BiasGelu, EmbedLayerNorm)"),
     "fp16": Method(Fp16Config, fp16_onnx, FLOAT_ONNX, "onnx-fp16",

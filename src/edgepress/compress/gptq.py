@@ -25,7 +25,7 @@ def _pack(values: np.ndarray) -> np.ndarray:
     return ((values[..., 0::2] & 0xF) | ((values[..., 1::2] & 0xF) << 4)).astype(np.uint8)
 
 
-def _key(weight: np.ndarray) -> str:
+def weight_key(weight: np.ndarray) -> str:
     return hashlib.sha1(np.ascontiguousarray(weight, dtype=np.float32).tobytes()).hexdigest()
 
 
@@ -87,7 +87,7 @@ def quantized_linears(original, quantized) -> dict[str, dict]:
         if not isinstance(module, INCWeightOnlyLinear) or name in inside:
             continue
         unpacked = module.unpack()  # int_weight [N, K] 0..15, scales and zp [N, K/bs]
-        out[_key(floats[name].weight.detach().numpy().T)] = {
+        out[weight_key(floats[name].weight.detach().numpy().T)] = {
             "q": unpacked["int_weight"].numpy().astype(np.uint8).T, "scale": unpacked["scales"].float().numpy().T,
             "zp": unpacked["zp"].numpy().astype(np.uint8).T, "input_scale": pre, "block_size": module.group_size}
     return out
@@ -133,7 +133,7 @@ def write_nbits(model, linears: dict, exclude: list[str], accuracy_level: int, s
         if weight is None or node.name in exclude:
             nodes.append(node)
             continue
-        found = linears.get(_key(numpy_helper.to_array(weights[weight])))
+        found = linears.get(weight_key(numpy_helper.to_array(weights[weight])))
         if found is None:
             missing.append(node.name)
             nodes.append(node)

@@ -188,7 +188,7 @@ def _overall(model, weights: dict) -> dict:
             "all_params_sparsity": counts["sparsity"]}
 
 
-def _load_with_targets(src: Path, data: DataSplits, cfg: _Sparse):
+def load_with_kd_targets(src: Path, data: DataSplits, cfg):
     """The model, its tokenizer, the unpruned model's train logits (the recovery's distillation targets) and the
     hinton loss on them."""
     import torch
@@ -209,7 +209,7 @@ def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = Mag
     from edgepress.files import artifact_dir
     from edgepress.models.train import train_classifier
 
-    model, tokenizer, loss = _load_with_targets(src, data, cfg)
+    model, tokenizer, loss = load_with_kd_targets(src, data, cfg)
     weights = prunable_weights(model, cfg.include)
     masks = Masks(weights, {n: w.new_ones(w.shape, dtype=bool) for n, w in weights.items()})
     per_epoch = _steps_per_epoch(data, cfg)
@@ -293,7 +293,7 @@ def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = Lottery
         raise ConfigError(f"rewind_step {cfg.rewind_step} is past the {steps} optimizer steps of the first "
                           f"training ({cfg.epochs} epoch(s) of {len(data.train)} examples at batch "
                           f"{cfg.batch_size}). Fix: a rewind_step of at most {steps}")
-    model, tokenizer, loss = _load_with_targets(src, data, cfg)
+    model, tokenizer, loss = load_with_kd_targets(src, data, cfg)
     weights = prunable_weights(model, cfg.include)
     control = copy.deepcopy(model) if cfg.control == "random" else None
     generator = torch.Generator().manual_seed(cfg.seed)

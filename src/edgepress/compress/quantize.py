@@ -200,7 +200,7 @@ def require_unfused(src: Path, method: str):
     return model
 
 
-def _float_matmuls(graph) -> list[str]:
+def float_matmuls(graph) -> list[str]:
     """MatMul nodes to keep in float: activation x activation products, and a MatMul classifier (Gemm nodes are
     never quantized: `op_types_to_quantize` names MatMul only)."""
     weights = {t.name for t in graph.initializer}
@@ -235,7 +235,7 @@ def int8_static(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
     feeds = [encode(tokenizer, [t], names) for t in texts[: cfg.calibration_size]]
     method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
               "entropy": CalibrationMethod.Entropy}[cfg.calibration]
-    excluded = _float_matmuls(graph)
+    excluded = float_matmuls(graph)
     candidates = [n for n in _weighted(graph, ("MatMul",)) if n not in excluded]
     with tempfile.TemporaryDirectory(prefix="edgepress-calibration-") as scratch:
         cache = Path(scratch) / "ranges.json"  # calibrated once, by the first call; read back by the others

@@ -6,14 +6,15 @@ import numpy as np
 
 from edgepress.data import DataConfig, DataSplits, load_data
 from edgepress.models.evaluate import evaluate_classifier
+from edgepress.models.fakequant import load_for_inference
 from edgepress.models.introspect import param_counts, size_metrics
-from edgepress.models.loading import label2id_of, load_classifier
+from edgepress.models.loading import label2id_of
 from edgepress.models.teacher import resolve_model
 
 
 def measure_model_dir(model_dir: Path, data: DataSplits, max_length: int) -> tuple[dict, np.ndarray]:
     """(metrics, test predictions) of an HF model dir: accuracy with CI, macro-F1, params, size."""
-    model, tokenizer = load_classifier(model_dir)
+    model, tokenizer = load_for_inference(model_dir)  # a qat artifact runs as it was trained: fake-quantized
     metrics, preds = evaluate_classifier(model, tokenizer, data.test, max_length)
     return {**metrics, **param_counts(model), **size_metrics(model_dir)}, preds
 

@@ -171,17 +171,20 @@ def stage_order_problems(stages: list[StageConfig]) -> list[str]:
                 problems.append(f"stage '{stage.name}' ({method}) needs {takes} but gets {KIND_WORDS[wrong[0]]} "
                                 f"from {source}. Fix: order the stages torch → export → ONNX stages; see README for "
                                 f"what each method takes")
-        kinds, source = {METHODS[m].gives for m in _methods(stage)}, f"stage '{stage.name}'"
+        kinds = {METHODS[m].output(k) for m in _methods(stage) for k in kinds}
+        source = f"stage '{stage.name}'"
     return problems
 
 
 def latency_gate_problems(stages: list[StageConfig], providers: tuple[str, ...]) -> list[str]:
     """A latency gate must be on a provider the run measures; torch artifacts (and so the baseline, which
     `min_speedup` divides by) are timed on cpu only."""
+    from edgepress.registry import TORCH
+
     problems, kinds = [], {"torch"}
     for stage in stages:
         gate = stage.gates.latency
-        kinds = {METHODS[m].gives for m in _methods(stage)}
+        kinds = {METHODS[m].output(k) for m in _methods(stage) for k in kinds}
         if gate is None:
             continue
         if gate.provider not in providers:
@@ -192,7 +195,7 @@ def latency_gate_problems(stages: list[StageConfig], providers: tuple[str, ...])
             problems.append(f"stage '{stage.name}': min_speedup on {gate.provider} divides by the baseline's "
                             f"{gate.provider} latency, but the baseline (torch) is timed on cpu only. Fix: use "
                             f"max_p50_ms / max_p90_ms on {gate.provider}, or min_speedup on cpu")
-        elif gate.provider != "cpu" and "torch" in kinds:
+        elif gate.provider != "cpu" and kinds & set(TORCH):
             problems.append(f"stage '{stage.name}' gives a torch model, timed on cpu only; its latency gate is on "
                             f"{gate.provider}. Fix: gate latency on {gate.provider} after the export stage")
     return problems

@@ -23,11 +23,11 @@ def _torch_model(model_dir: Path, threads: int | None):
     import torch
 
     from edgepress.export.onnx import torch_runner
-    from edgepress.models.loading import load_classifier
+    from edgepress.models.fakequant import load_for_inference
 
     if threads:
         torch.set_num_threads(threads)
-    model, tokenizer = load_classifier(model_dir)
+    model, tokenizer = load_for_inference(model_dir)
     return torch_runner(model), tuple(tokenizer.model_input_names)
 
 

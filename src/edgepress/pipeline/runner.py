@@ -67,6 +67,7 @@ class RunState:
     source: Path | None = None
     source_sha256: str = ""
     torch_source: Path | None = None  # the last torch model dir of the chain (what an ONNX graph was exported from)
+    kind: str = "torch"  # what `source` is (registry kinds)
     meta: dict = field(default_factory=dict)  # run.json: id, start time, config, environment
 
     def measure(self, artifact: Path) -> tuple[dict, np.ndarray]:
@@ -207,7 +208,7 @@ def _run_stage(state: RunState, index: int, stage: StageConfig, key: dict) -> tu
     sha256 = tree_sha256(folder / "model") if outcome.status == "passed" else None
     record = {"name": stage.name, "method": outcome.method, "status": outcome.status,
               "artifact": str(folder / "model"), "artifact_sha256": sha256,
-              "kind": METHODS[outcome.method].gives, "gates": outcome.gates,
+              "kind": METHODS[outcome.method].output(state.kind), "gates": outcome.gates,
               "details": {**outcome.details, "attempts": attempts}, "run_id": state.run_id}
     config = {"stage": stage.model_dump(mode="json"), "method": outcome.method, "params": outcome.config,
               "reuse": key}
@@ -249,11 +250,13 @@ def _stages(state: RunState) -> tuple[str, Outcome] | None:
         if hit:
             _reuse(state, index, hit)
             state.advance(Path(hit["artifact"]), hit["artifact_sha256"], hit["metrics"])
+            state.kind = hit.get("kind", METHODS[hit["method"]].output(state.kind))
         else:
             outcome, sha256 = _run_stage(state, index, stage, key)
             if outcome.status != "passed":
                 return stage.name, outcome
             state.advance(state.run.stage_dir(index, stage.name) / "model", sha256, outcome.metrics)
+            state.kind = METHODS[outcome.method].output(state.kind)
         write_report(state.run)
     return None
 

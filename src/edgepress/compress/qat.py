@@ -1,0 +1,148 @@
+"""`qat`: quantization-aware training, Q8BERT-style (Zafrir et al. 2019): the encoder's Linears run int8 fake
+quantization (`models/fakequant.py`: weights per channel, inputs per tensor over ranges an EMA learns) through a
+fine-tune distilled from the stage's input model, so the weights settle where int8 rounding costs least.
+
+The artifact is the fine-tuned float model plus the learned input ranges (`edgepress-qat.json`); `export` turns it
+into the QDQ graph those ranges describe (ONNX Runtime runs it with integer kernels), so only `export` may follow.
+The pooler and classifier stay float, as in `int8-static`.
+"""
+
+import logging
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from pydantic import Field
+
+from edgepress.compress.distill import KdLoss
+from edgepress.data import DataSplits
+from edgepress.errors import ModelError
+from edgepress.export.parity import (
+    ONNX_FILE,
+    ParityConfig,
+    check_onnx_file,
+    copy_side_files,
+    input_names,
+    ort_runner,
+    spread_by_length,
+)
+from edgepress.files import atomic_dir, read_json, write_json
+from edgepress.models.train import TrainConfig
+from edgepress.runtime.session import SessionConfig, open_session
+from edgepress.runtime.tokenize import load_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+class QatConfig(TrainConfig, KdLoss):
+    """The `qat` method: the fine-tune's fields (`TrainConfig`, distilled from the input model with `KdLoss`) and
+    how fast the input ranges follow the batches."""
+
+    epochs: int = Field(1, ge=1)
+    learning_rate: float = Field(2e-5, gt=0, lt=1)
+    momentum: float = Field(0.01, gt=0, le=1, description="EMA weight of each batch's input min / max")
+
+
+def quantized_linears(model) -> list[str]:
+    """Module names of the encoder's Linears: what `qat` quantizes."""
+    from edgepress.compress.magnitude import prunable_weights
+
+    return [name.removesuffix(".weight") for name in prunable_weights(model)]
+
+
+def qat(src: Path, out: Path, data: DataSplits, cfg: QatConfig = QatConfig()) -> dict:
+    """Fine-tune the classifier in `src` under int8 fake quantization; the weights and learned ranges go to `out`."""
+    from edgepress.compress.magnitude import load_with_kd_targets
+    from edgepress.files import artifact_dir
+    from edgepress.models.fakequant import QAT_FILE, attach, detach
+    from edgepress.models.train import train_classifier
+
+    model, tokenizer, loss = load_with_kd_targets(src, data, cfg)
+    names = quantized_linears(model)
+    attach(model, names, momentum=cfg.momentum)
+    with tempfile.TemporaryDirectory(prefix="edgepress-qat-") as scratch:  # the loop saves the best epoch there
+        result = train_classifier(model, tokenizer, data.train, data.validation, cfg, Path(scratch), loss_fn=loss)
+    ranges = detach(model, names)  # the best epoch's weights and ranges: the loop restored its state
+    with artifact_dir(Path(out)) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        write_json(tmp / QAT_FILE, {"format": 1, "momentum": cfg.momentum, "input_ranges": ranges})
+    log.info("qat: %d Linears fake-quantized, validation accuracy %.4f", len(names), result.best_val_accuracy)
+    return {"quantized_linears": len(names), "val_accuracy": result.best_val_accuracy, "history": result.history,
+            "train_seconds": round(result.seconds, 1)}
+
+
+QDQ_PARITY = ParityConfig(max_abs_diff=0.1, min_agreement=0.99)  # the same int8 arithmetic, two implementations
+
+
+def _activation_ranges(onnx_file: Path, model, ranges: dict) -> dict:
+    """ONNX input tensor of each fake-quantized Linear's MatMul -> its learned [lo, hi]; the MatMuls are found by
+    weight content (the export writes Linear.weight.T bit for bit)."""
+    import onnx
+    from onnx import numpy_helper
+
+    from edgepress.compress.gptq import weight_key
+
+    by_weight = {weight_key(model.get_submodule(name).weight.detach().numpy().T): bounds
+                 for name, bounds in ranges.items()}
+    graph = onnx.load(str(onnx_file)).graph
+    weights = {t.name: t for t in graph.initializer}
+    tensors, matched = {}, set()
+    for node in graph.node:
+        if node.op_type == "MatMul" and node.input[1] in weights:
+            key = weight_key(numpy_helper.to_array(weights[node.input[1]]))
+            if key in by_weight:
+                tensors[node.input[0]] = by_weight[key]  # Q, K and V share an input, and so its range
+                matched.add(key)
+    if len(matched) != len(by_weight):
+        raise ModelError(f"{onnx_file}: {len(by_weight) - len(matched)} of the {len(by_weight)} quantized Linears "
+                         f"have no MatMul of their weights in the exported graph. Fix: export the QAT artifact as "
+                         f"qat wrote it (its weights and {len(ranges)} input ranges belong together)")
+    return tensors
+
+
+def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg) -> dict:
+    """The QDQ int8 graph of a QAT artifact: the float model exported (hard parity against torch), then quantized by
+    onnxruntime.quantization with the learned input ranges as its calibration (nothing is re-calibrated), inputs
+    only (`OpTypesToExcludeOutputQuantization`), checked against the fake-quantized torch model."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
+
+    from edgepress.compress.quantize import float_matmuls, low_bit_kernels
+    from edgepress.export.onnx import export_model_object, torch_runner
+    from edgepress.export.parity import check_parity, parity_feeds
+    from edgepress.models.fakequant import QAT_FILE, load_for_inference
+    from edgepress.models.loading import load_classifier
+
+    model, tokenizer = load_classifier(model_dir)
+    ranges = read_json(Path(model_dir) / QAT_FILE)["input_ranges"]
+    with tempfile.TemporaryDirectory(prefix="edgepress-qat-export-") as scratch:
+        float_dir = Path(scratch) / "float"
+        exported = export_model_object(model, tokenizer, float_dir, texts, cfg, f"ONNX export of {model_dir}")
+        tensors = _activation_ranges(float_dir / ONNX_FILE, model, ranges)
+        cache = Path(scratch) / "ranges.json"
+        save_tensors_data(TensorsData(CalibrationMethod.MinMax, {
+            name: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for name, (lo, hi) in tensors.items()
+        }), cache)
+        graph = onnx.load(str(float_dir / ONNX_FILE)).graph
+        with atomic_dir(Path(out_dir)) as tmp:
+            quantize_static(float_dir / ONNX_FILE, tmp / ONNX_FILE, None, quant_format=QuantFormat.QDQ,
+                            op_types_to_quantize=["MatMul"], per_channel=True, activation_type=QuantType.QUInt8,
+                            weight_type=QuantType.QInt8, nodes_to_exclude=float_matmuls(graph),
+                            calibrate_method=CalibrationMethod.MinMax, calibration_cache_path=cache,
+                            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT,
+                                           "OpTypesToExcludeOutputQuantization": ["MatMul"]})
+            copy_side_files(float_dir, tmp)
+            check_onnx_file(tmp / ONNX_FILE)
+            session = open_session(tmp / ONNX_FILE, SessionConfig())
+            feeds = parity_feeds(load_tokenizer(tmp, cfg.max_length), spread_by_length(texts, QDQ_PARITY.n_texts),
+                                 input_names(session), QDQ_PARITY.batch_size)
+            quantized = load_for_inference(model_dir)[0]
+            parity = check_parity(torch_runner(quantized), ort_runner(session), feeds, QDQ_PARITY,
+                                  "the QDQ graph of the QAT model")
+            kernels = low_bit_kernels(tmp / ONNX_FILE)
+    log.info("export (qat): %d activation ranges carried, ONNX Runtime runs %s, parity vs fake quant %s",
+             len(tensors), kernels, parity)
+    return {"parity": exported["parity"], "qdq_parity": parity, "ort_kernels": kernels,
+            "carried_ranges": len(tensors)}
