@@ -78,7 +78,7 @@ def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads:
                     cfg: LatencyConfig = LatencyConfig(warmup=20, runs=100)) -> dict[str, dict]:
     """Candidates timed side by side on CPU: `rounds` rounds, each timing every artifact once in turn (the machine
     drifts; interleaving spreads the drift over all of them). Per name: the medians over rounds of the fixed-shape
-    and natural-length p50, natural_mean_tokens and providers_used."""
+    p50 and p90 and the natural-length p50, natural_mean_tokens and providers_used."""
     import time
 
     import numpy as np
@@ -89,6 +89,7 @@ def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads:
             runs[name].append(measure_latency(Path(artifact), texts, "cpu", threads, cfg))
             time.sleep(0.2)  # ORT's worker threads spin a while after a run: let them idle before the next one
     return {name: {"fixed_p50_ms": float(np.median([r["fixed"]["p50_ms"] for r in results])),
+                   "fixed_p90_ms": float(np.median([r["fixed"]["p90_ms"] for r in results])),
                    "natural_p50_ms": float(np.median([r["natural"]["p50_ms"] for r in results])),
                    "natural_mean_tokens": results[0]["natural"]["mean_tokens"],
                    "providers_used": results[0]["providers_used"]} for name, results in runs.items()}
