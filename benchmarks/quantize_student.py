@@ -63,7 +63,8 @@ def recipes(model_dir: Path, work: Path, data, threads: int) -> dict:
 
 def _auto_then_int8(onnx_dir: Path, work: Path, out: Path, texts, threads: int) -> dict:
     """optimize with fusions: auto, timing each candidate quantized (as a run does before int8-dynamic), then it."""
-    fused = optimize_onnx(onnx_dir, work / "fused-auto", texts, OptimizeConfig(quantized_with={}, threads=threads))
+    cfg = OptimizeConfig(quantized_with=Int8DynamicConfig(), threads=threads)
+    fused = optimize_onnx(onnx_dir, work / "fused-auto", texts, cfg)
     return {"timing": fused["timing"], **int8_dynamic(work / "fused-auto", out, texts)}
 
 

@@ -4,6 +4,7 @@ import numpy as np
 import onnx
 import pytest
 
+from edgepress.compress.quantize import Int8DynamicConfig
 from edgepress.errors import ExportParityError
 from edgepress.export import onnx as onnx_export
 from edgepress.export.onnx import ExportConfig, export_onnx
@@ -192,7 +193,8 @@ def test_auto_fusions_keep_the_fastest_candidate_and_record_every_timing(tiny_on
 
 
 def test_auto_fusions_time_the_int8_graph_when_int8_follows(tiny_onnx_dir, tmp_path, movie_data):
-    cfg = OptimizeConfig(latency=FAST, disable=("attention",), quantized_with={"per_channel": True}, threads=1)
+    cfg = OptimizeConfig(latency=FAST, disable=("attention",), quantized_with=Int8DynamicConfig(per_channel=True),
+                         threads=1)
     timing = optimize_onnx(tiny_onnx_dir, tmp_path / "f", movie_data.validation.texts, cfg)["timing"]
     assert timing["timed_int8"] is True and timing["threads"] == 1
     assert "no attention" not in timing["candidates"]  # never used: not a candidate

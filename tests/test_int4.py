@@ -88,7 +88,10 @@ def test_int4_refuses_a_fused_graph(tiny_onnx_dir, tmp_path, movie_data):
     ({"algorithm": "hqq", "symmetric": True}, "hqq fits a zero point per block: it is asymmetric. Fix: remove "
                                               "symmetric, or use algorithm: rtn"),
     ({"accuracy_level": 2}, "accuracy_level"),
-    ({"keep_float": -1}, "keep_float takes a number of nodes (0, 1, 2, ...) or a list of node names"),
+    ({"keep_float": -1}, "keep_float takes a number of nodes (0, 1, 2, ...; 0 keeps none) or a non-empty list"),
+    ({"keep_float": []}, "keep_float takes a number of nodes"),
+    ({"calibration_size": 64}, "calibration_size serve(s) gptq and awq only; remove it or set algorithm: gptq or awq"),
+    ({"algorithm": "hqq", "torch_model": "/m"}, "torch_model serve(s) gptq and awq only"),
     ({"keep_float": [1, 2]}, "keep_float takes a number of nodes"),
     ({"keep_float": True}, "keep_float takes a number of nodes"),
 ])
@@ -127,8 +130,8 @@ def test_gptq_awq_carry_neural_compressors_integers_into_the_graph(tiny_model_di
 
 
 def test_gptq_needs_the_torch_model(tiny_onnx_dir, tmp_path, movie_data):
-    with pytest.raises(ConfigError, match=r"int4 gptq quantizes the torch model the graph was exported from\. Fix: "
-                                          r"set torch_model"):
+    with pytest.raises(ConfigError, match=r"int4 gptq quantizes the torch model the graph was exported from; "
+                                          r"torch_model is not set\. Fix: set torch_model"):
         int4(tiny_onnx_dir, tmp_path / "q", movie_data.validation.texts, Int4Config(algorithm="gptq"))
 
 

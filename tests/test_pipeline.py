@@ -41,8 +41,8 @@ def test_validate_lists_every_problem(tmp_path):
     assert "(3 problem(s))" in message
     assert "✗ data.max_len: unknown key" in message
     assert "params of int8-dynamic: per_chanel: unknown key (check its spelling" in message
-    assert ("unknown method 'prune-everything': choose from distill, heads, ffn, vocab, magnitude, lottery, export, "
-            "optimize, fp16, int8-dynamic, int8-static") in message
+    assert ("unknown method 'prune-everything': choose from distill, heads, ffn, vocab, magnitude, lottery, qat, "
+            "export, optimize, fp16, int8-dynamic, int8-static, int4") in message
 
 
 def test_stage_order_and_names_are_checked():
@@ -233,7 +233,7 @@ def test_optimize_times_its_candidates_as_the_next_stage_will_quantize_them(tmp_
     ], tiny_model_dir)
     runner.run_pipeline(load_config(path), tmp_path / "run")
     params = json.loads((tmp_path / "run" / "stages" / "02-fuse" / "config.json").read_text())["params"]
-    assert params["quantized_with"] == {"per_channel": True} and params["threads"] == 1
+    assert params["quantized_with"]["per_channel"] is True and params["threads"] == 1
     assert params["latency"]["runs"] == 5  # the run's latency section
     timing = json.loads((tmp_path / "run" / "stages" / "02-fuse" / "stage.json").read_text())["details"]["timing"]
     assert timing["timed_int8"] is True and timing["chosen"] in timing["candidates"]

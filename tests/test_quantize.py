@@ -115,9 +115,10 @@ def test_static_keep_float_measures_each_matmul_on_one_calibration(tiny_onnx_dir
 
 
 @pytest.mark.parametrize("keep, message", [
-    (99, r"keep_float 99 is more than the 17 nodes this method quantizes\. Fix: keep_float of at most 17"),
-    (("/no/such/MatMul",), r"keep_float names nodes this method does not quantize: /no/such/MatMul\. Fix: name "
-                           r"nodes of the graph among: /bert/"),
+    (99, r"keep_float 99 would keep all 17 nodes this method quantizes float\. Fix: keep_float of at most 16"),
+    (17, r"keep_float 17 would keep all 17 nodes"),
+    (("/no/such/MatMul",), r"keep_float names nodes this method does not quantize, or all of them: /no/such/MatMul\. "
+                           r"Fix: name some of the nodes of the graph among: /bert/"),
 ])
 def test_keep_float_refuses_what_it_cannot_keep(tiny_onnx_dir, tmp_path, movie_data, keep, message):
     with pytest.raises(ConfigError, match=message):

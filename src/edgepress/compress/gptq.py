@@ -13,6 +13,7 @@ scales [N, K/bs]; zero points uint8 [N, ceil(K/bs / 2)], two blocks a byte; W[k,
 """
 
 import hashlib
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -47,11 +48,14 @@ def inc_quantize(model_dir: Path, algorithm: str, block_size: int, symmetric: bo
     import torch
 
     try:
+        from neural_compressor.common.utils.utility import set_workspace
         from neural_compressor.torch.quantization import AWQConfig, GPTQConfig, convert, prepare
     except ImportError as e:
         raise ConfigError("int4 gptq/awq needs neural-compressor's torch half. Fix: pip install "
                           "'edgepress[int4]' (neural-compressor-pt)") from e
     from edgepress.models.loading import load_classifier
+
+    set_workspace(tempfile.mkdtemp(prefix="edgepress-inc-"))  # not ./nc_workspace in the user's directory
 
     model, _ = load_classifier(model_dir)
     head = [".*pooler.*", ".*classifier.*"]

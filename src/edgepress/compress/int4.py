@@ -24,11 +24,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from edgepress.compress.quantize import (
     KEEP_FLOAT,
     KeepFloat,
+    check_keep_float,
+    float_matmuls,
     kept_float,
     low_bit_kernels,
     rank_sensitivity,
     require_unfused,
 )
+from edgepress.configs import changed
 from edgepress.errors import ConfigError
 from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files
 from edgepress.files import atomic_dir
@@ -36,6 +39,7 @@ from edgepress.runtime.session import SessionConfig
 
 log = logging.getLogger(__name__)
 INT4_OPS = ("MatMulNBits", "GatherBlockQuantized")
+TORCH_ALGORITHMS = ("gptq", "awq")  # computed on the torch model the graph was exported from (`torch_model`)
 
 
 class Int4Config(BaseModel):
@@ -63,10 +67,14 @@ class Int4Config(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _hqq_is_asymmetric(self) -> "Int4Config":
+    def _fits_the_algorithm(self) -> "Int4Config":
         if self.algorithm == "hqq" and self.symmetric:
             raise ValueError("hqq fits a zero point per block: it is asymmetric. Fix: remove symmetric, or use "
                              "algorithm: rtn")
+        unused = changed(self, ("torch_model", "calibration_size")) if self.algorithm not in TORCH_ALGORITHMS else []
+        if unused:
+            raise ValueError(f"{' and '.join(unused)} serve(s) gptq and awq only; remove it or set algorithm: gptq "
+                             f"or awq")
         return self
 
     @property
@@ -120,9 +128,11 @@ def _word_table(model, cfg: Int4Config, exclude: list[str]):
 def _inc_linears(cfg: Int4Config, texts: tuple[str, ...]) -> dict:
     from edgepress.compress.gptq import calibration_batches, inc_quantize, quantized_linears
 
-    if cfg.torch_model is None:
-        raise ConfigError(f"int4 {cfg.algorithm} quantizes the torch model the graph was exported from. Fix: set "
-                          f"torch_model to that model dir (a pipeline sets it to the export stage's input)")
+    if cfg.torch_model is None or not (cfg.torch_model / "config.json").is_file():
+        what = "is not set" if cfg.torch_model is None else f"({cfg.torch_model}) is not a model dir"
+        raise ConfigError(f"int4 {cfg.algorithm} quantizes the torch model the graph was exported from; torch_model "
+                          f"{what}. Fix: set torch_model to that model dir (a pipeline sets it to the export "
+                          f"stage's input)")
     batches = calibration_batches(cfg.torch_model, texts, cfg.calibration_size, cfg.max_length)
     original, quantized = inc_quantize(cfg.torch_model, cfg.algorithm, cfg.block_size, cfg.is_symmetric, batches)
     return quantized_linears(original, quantized)
@@ -140,11 +150,13 @@ def int4(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Int4Config =
     if cfg.embeddings and word is None:
         raise ConfigError(f"{src} has no Gather of input_ids from an embedding table to quantize. Fix: remove "
                           f"embeddings: true")
-    others = [n.name for n in graph.node if n.op_type == "Gather" and n.name != word]  # small tables stay float
-    candidates = [n.name for n in graph.node if n.op_type == "MatMul" and any(i in weights for i in n.input)]
+    # float: the small position / token-type tables, and a MatMul classifier (the head, as in int8-static)
+    others = [n.name for n in graph.node if n.op_type == "Gather" and n.name != word] + float_matmuls(graph)
+    candidates = [n.name for n in graph.node
+                  if n.op_type == "MatMul" and any(i in weights for i in n.input) and n.name not in others]
     candidates += [word] if cfg.embeddings else []
-
-    linears = _inc_linears(cfg, texts) if cfg.algorithm in ("gptq", "awq") else None
+    check_keep_float(cfg.keep_float, candidates)  # before neural-compressor's calibration, not after
+    linears = _inc_linears(cfg, texts) if cfg.algorithm in TORCH_ALGORITHMS else None
 
     def quantize(out: Path, only: list[str] | None = None, exclude: tuple[str, ...] = ()) -> None:
         skip = [*others, *([n for n in candidates if n not in only] if only else exclude)]

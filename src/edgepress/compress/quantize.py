@@ -49,7 +49,8 @@ def _keep_float(value):
         return value
     if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
         return tuple(value)
-    raise ValueError("keep_float takes a number of nodes (0, 1, 2, ...) or a list of node names")
+    raise ValueError("keep_float takes a number of nodes (0, 1, 2, ...; 0 keeps none) or a non-empty list of node "
+                     "names")
 
 
 KeepFloat = Annotated[int | tuple[str, ...], BeforeValidator(_keep_float)]
@@ -104,19 +105,24 @@ def rank_sensitivity(src_dir: Path, candidates: list[str], quantize_only: Callab
     return sorted(rows, key=lambda r: -r["mean_abs_diff"])
 
 
+def check_keep_float(keep: KeepFloat, candidates: list[str]) -> None:
+    """`keep` must leave something to quantize and name only nodes the method quantizes."""
+    if isinstance(keep, int) and keep >= len(candidates):
+        raise ConfigError(f"keep_float {keep} would keep all {len(candidates)} nodes this method quantizes float. "
+                          f"Fix: keep_float of at most {len(candidates) - 1}")
+    unknown = [] if isinstance(keep, int) else [n for n in keep if n not in candidates]
+    if unknown or (not isinstance(keep, int) and len(set(keep)) >= len(candidates)):
+        raise ConfigError(f"keep_float names nodes this method does not quantize, or all of them: "
+                          f"{', '.join(unknown) or 'all'}. Fix: name some of the nodes of the graph among: "
+                          f"{', '.join(candidates[:12])}{' ...' if len(candidates) > 12 else ''}")
+
+
 def kept_float(keep: KeepFloat, candidates: list[str], rank: Callable[[], list[dict]]) -> tuple[list[str], list]:
     """(node names to keep float, the sensitivity ranking or [] when none was measured)."""
+    check_keep_float(keep, candidates)
     if isinstance(keep, int):
-        if keep > len(candidates):
-            raise ConfigError(f"keep_float {keep} is more than the {len(candidates)} nodes this method quantizes. "
-                              f"Fix: keep_float of at most {len(candidates)}")
         ranking = rank() if keep else []
         return [r["node"] for r in ranking[:keep]], ranking
-    unknown = [n for n in keep if n not in candidates]
-    if unknown:
-        raise ConfigError(f"keep_float names nodes this method does not quantize: {', '.join(unknown)}. Fix: "
-                          f"name nodes of the graph among: {', '.join(candidates[:12])}"
-                          f"{' ...' if len(candidates) > 12 else ''}")
     return list(keep), []
 
 

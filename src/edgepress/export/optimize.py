@@ -17,6 +17,7 @@ from typing import Literal, get_args
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgepress.compress.quantize import Int8DynamicConfig
 from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files, ort_runner
 from edgepress.files import atomic_dir
 from edgepress.models.loading import read_model_config
@@ -50,8 +51,8 @@ class OptimizeConfig(BaseModel):
     parity: ParityConfig = ParityConfig(max_abs_diff=1e-3)
     threads: int | None = Field(None, ge=1, description="auto: the intra-op threads the candidates are timed on")
     latency: LatencyConfig = Field(LatencyConfig(), description="auto: the shape, warm-up and runs of the timing")
-    quantized_with: dict | None = Field(None, description="auto: int8-dynamic params each candidate is timed "
-                                                          "after (a run fills in the next stage's)")
+    quantized_with: Int8DynamicConfig | None = Field(None, description="auto: the int8-dynamic each candidate is "
+                                                     "timed after (a run fills in the next stage's params)")
 
 
 class Fp16Config(BaseModel):
@@ -107,7 +108,7 @@ def _time_side_by_side(graphs: dict[str, Path], texts: tuple[str, ...], cfg: Opt
 
 def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple[tuple[str, ...], dict]:
     """The fastest candidate's left-out fusions, and every candidate's timings."""
-    from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+    from edgepress.compress.quantize import int8_dynamic
 
     sets = candidate_sets(cfg.disable)
     with tempfile.TemporaryDirectory(prefix="edgepress-fusions-") as scratch:
@@ -118,8 +119,8 @@ def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple
             _fuse(Path(src_dir) / ONNX_FILE, fused, off)
             copy_side_files(Path(src_dir), fused)
             if cfg.quantized_with is not None:  # timed as it ships; keep_float's measured choice is left out here
-                params = {**cfg.quantized_with, "keep_float": 0, "max_length": cfg.max_length}
-                int8_dynamic(fused, Path(scratch) / f"{k}-int8", texts, Int8DynamicConfig(**params))
+                int8 = cfg.quantized_with.model_copy(update={"keep_float": 0, "max_length": cfg.max_length})
+                int8_dynamic(fused, Path(scratch) / f"{k}-int8", texts, int8)
                 fused = Path(scratch) / f"{k}-int8"
             graphs[name] = fused / ONNX_FILE
         timings = _time_side_by_side(graphs, texts, cfg)

@@ -162,17 +162,20 @@ def stage_order_problems(stages: list[StageConfig]) -> list[str]:
     """Each stage's method (and every fallback) must take what the stage before gives (registry kinds)."""
     from edgepress.registry import KIND_WORDS
 
-    problems, kinds, source = [], {"torch"}, "the model"
+    problems, kinds, source, qat = [], {"torch"}, "the model", None
     for stage in stages:
         for method in _methods(stage):
             wrong = sorted(kinds - set(METHODS[method].takes))
             if wrong:
                 takes = " or ".join(KIND_WORDS[k] for k in METHODS[method].takes)
+                fix = ("order the stages torch → export → ONNX stages; see README for what each method takes"
+                       if qat is None else
+                       f"only export may follow qat (stage '{qat}', as its method or a fallback), and its export is "
+                       f"the int8 graph already: remove {method} or the qat")
                 problems.append(f"stage '{stage.name}' ({method}) needs {takes} but gets {KIND_WORDS[wrong[0]]} "
-                                f"from {source}. Fix: order the stages torch → export → ONNX stages; see README for "
-                                f"what each method takes")
+                                f"from {source}. Fix: {fix}")
         kinds = {METHODS[m].output(k) for m in _methods(stage) for k in kinds}
-        source = f"stage '{stage.name}'"
+        source, qat = f"stage '{stage.name}'", stage.name if "torch-qat" in kinds else qat
     return problems
 
 

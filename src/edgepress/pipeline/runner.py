@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgepress.compress.int4 import TORCH_ALGORITHMS
 from edgepress.configs import build
 from edgepress.data import DataSplits
 from edgepress.data.metrics import accuracy_drop_ci95
@@ -128,16 +129,24 @@ def _method_params(state: RunState, stage: StageConfig, params: dict, config_typ
     next stage's int8-dynamic params for `optimize`, and the parity gate's limits."""
     if "max_length" in config_type.model_fields and "max_length" not in params:
         params = {**params, "max_length": state.cfg.data.max_length}
-    if "torch_model" in config_type.model_fields and "torch_model" not in params:
+    if "torch_model" in config_type.model_fields and "torch_model" not in params \
+            and params.get("algorithm") in TORCH_ALGORITHMS:
         params = {**params, "torch_model": str(state.torch_source)}
     if "quantized_with" in config_type.model_fields:  # optimize's fusions: auto times what ships
-        runtime, stages = state.cfg.runtime, state.cfg.stages
-        position = stages.index(stage)
-        after = stages[position + 1] if position + 1 < len(stages) else None
-        filled = {"threads": runtime.threads, "latency": runtime.latency.model_dump(),
-                  "quantized_with": after.params if after is not None and after.method == "int8-dynamic" else None}
+        runtime = state.cfg.runtime
+        filled = {"threads": runtime.threads, "latency": runtime.latency.model_dump(), "quantized_with": None,
+                  **next_stage_params(state.cfg.stages, stage)}
         params = {**filled, **params}
     return _with_parity_limits(params, stage.gates.parity, config_type)
+
+
+def next_stage_params(stages: list[StageConfig], stage: StageConfig) -> dict:
+    """What an `optimize` stage that times its fusions takes from the stage after it: that int8-dynamic's params
+    (`quantized_with`). Part of the stage's reuse key too: timings made for another quantization are not reused."""
+    position = stages.index(stage)
+    after = stages[position + 1] if position + 1 < len(stages) else None
+    timed = "quantized_with" in METHODS[stage.method].config.model_fields and stage.params.get("fusions") != "all"
+    return {"quantized_with": after.params} if timed and after is not None and after.method == "int8-dynamic" else {}
 
 
 def _parity_gates(error: ExportParityError, cfg) -> list[dict]:
@@ -245,7 +254,7 @@ def _baseline(state: RunState, model_dir: Path) -> None:
 def _stages(state: RunState) -> tuple[str, Outcome] | None:
     """Run (or reuse) every stage in order; (name, outcome) of the first one that failed, or None."""
     for index, stage in enumerate(state.cfg.stages, start=1):
-        key = state.reuse_key(stage.model_dump(mode="json"))
+        key = state.reuse_key({**stage.model_dump(mode="json"), **next_stage_params(state.cfg.stages, stage)})
         hit = state.reusable(index, stage.name, key, state.run.stage_dir(index, stage.name) / "model")
         if hit:
             _reuse(state, index, hit)
