@@ -62,6 +62,9 @@ def test_export_of_a_qat_model_is_the_int8_graph_of_its_learned_ranges(qat_dir, 
     graph = onnx.load(str(tmp_path / "onnx" / "model.onnx")).graph
     consts = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     ranges = json.loads((qat_dir / QAT_FILE).read_text())["input_ranges"]
+    dequantized = {o for n in graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    readers = {n.op_type for n in graph.node if set(n.input) & dequantized}
+    assert readers == {"MatMul"}  # as in training: residual Adds and LayerNorms read the float tensors
     activations = {(float(consts[n.input[1]]), int(consts[n.input[2]])) for n in graph.node
                    if n.op_type == "QuantizeLinear" and n.input[0] not in consts}
     # the learned scales and zero points, carried exactly (Q, K and V share theirs)

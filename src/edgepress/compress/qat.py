@@ -101,6 +101,23 @@ def _activation_ranges(onnx_file: Path, model, ranges: dict) -> dict:
     return tensors
 
 
+def _float_beside_matmuls(path: Path) -> None:
+    """Give every reader of a quantized activation but the MatMuls the float tensor back, as in training. ONNX
+    Runtime's quantizer hands its dequantized copy to every reader (with `DedicatedQDQPair`, only where several
+    quantized nodes share it): the residual Add after each FFN would then add a rounded tensor."""
+    import onnx
+
+    model = onnx.load(str(path))
+    nodes = model.graph.node
+    quantized = {n.output[0]: n.input[0] for n in nodes if n.op_type == "QuantizeLinear"}
+    original = {n.output[0]: quantized[n.input[0]] for n in nodes
+                if n.op_type == "DequantizeLinear" and n.input[0] in quantized}
+    for node in nodes:
+        if node.op_type != "MatMul":
+            node.input[:] = [original.get(name, name) for name in node.input]
+    onnx.save(model, str(path))
+
+
 def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg) -> dict:
     """The QDQ int8 graph of a QAT artifact: the float model exported (hard parity against torch), then quantized by
     onnxruntime.quantization with the learned input ranges as its calibration (nothing is re-calibrated), inputs
@@ -136,6 +153,7 @@ def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg) -> d
                                            # each MatMul its own Q/DQ: the residual Adds beside it read the float
                                            # tensor, as in training (shared pairs would quantize them too)
                                            "DedicatedQDQPair": True})
+            _float_beside_matmuls(tmp / ONNX_FILE)
             copy_side_files(float_dir, tmp)
             check_onnx_file(tmp / ONNX_FILE)
             session = open_session(tmp / ONNX_FILE, SessionConfig())
