@@ -55,26 +55,26 @@ def inc_quantize(model_dir: Path, algorithm: str, block_size: int, symmetric: bo
                           "'edgepress[int4]' (neural-compressor-pt)") from e
     from edgepress.models.loading import load_classifier
 
-    set_workspace(tempfile.mkdtemp(prefix="edgepress-inc-"))  # not ./nc_workspace in the user's directory
-
     model, _ = load_classifier(model_dir)
     head = [".*pooler.*", ".*classifier.*"]
     # layer-wise mode off: it unpickles checkpoints (neural-compressor#2461); model_path, a local dir, is then only
     # looked at, never loaded (an empty one would be looked up on the Hub)
     common = {"bits": 4, "group_size": block_size, "use_sym": symmetric, "use_layer_wise": False,
               "model_path": str(model_dir)}
-    if algorithm == "gptq":  # act_order off: its channel permutation has no place in MatMulNBits
-        cfg = GPTQConfig(**common, act_order=False)
-        cfg.set_local(head, GPTQConfig(dtype="fp32", model_path=str(model_dir)))
-        model = prepare(model, cfg)
-    else:
-        cfg = AWQConfig(**common)
-        cfg.set_local(head, AWQConfig(dtype="fp32", model_path=str(model_dir)))
-        model = prepare(model, cfg, example_inputs=batches[0]["input_ids"])
-    with torch.no_grad():
-        for batch in batches:
-            model(**batch)
-    return load_classifier(model_dir)[0], convert(model)
+    with tempfile.TemporaryDirectory(prefix="edgepress-inc-") as workspace:
+        set_workspace(workspace)  # not ./nc_workspace in the user's directory
+        if algorithm == "gptq":  # act_order off: its channel permutation has no place in MatMulNBits
+            cfg = GPTQConfig(**common, act_order=False)
+            cfg.set_local(head, GPTQConfig(dtype="fp32", model_path=str(model_dir)))
+            model = prepare(model, cfg)
+        else:
+            cfg = AWQConfig(**common)
+            cfg.set_local(head, AWQConfig(dtype="fp32", model_path=str(model_dir)))
+            model = prepare(model, cfg, example_inputs=batches[0]["input_ids"])
+        with torch.no_grad():
+            for batch in batches:
+                model(**batch)
+        return load_classifier(model_dir)[0], convert(model)
 
 
 def quantized_linears(original, quantized) -> dict[str, dict]:
