@@ -34,8 +34,8 @@ from edgepress.models.loading import load_classifier
 from edgepress.models.teacher import encoder_dir, resolve_model
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.latency import compare_latency
+from edgepress.runtime.predictor import load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session
-from edgepress.runtime.tokenize import load_tokenizer
 
 
 def tiny_models():

@@ -26,8 +26,7 @@ from edgepress.data import DataConfig, load_data
 from edgepress.models.introspect import size_metrics
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.latency import compare_latency
-from edgepress.runtime.latency import cpu_flags
-from edgepress.runtime.predictor import Predictor
+from edgepress.runtime.predictor import Predictor, cpu_flags
 
 
 def peer_quantize(o2_dir: Path, out_dir: Path) -> str:

@@ -160,7 +160,7 @@ def test_each_reshape_gets_its_own_layers_head_count(tmp_path, tokenizer, movie_
     attention fusion reads it there). The dynamo exporter shares one shape between all layers: pinning must not."""
     from edgepress.export.onnx import model_inputs, pin_head_counts, torch_runner, write_onnx
     from edgepress.export.parity import ort_runner
-    from edgepress.runtime.tokenize import encode, load_tokenizer
+    from edgepress.runtime.predictor import encode, load_tokenizer
 
     model = tiny_pruned_heads(tokenizer)  # 2 heads in layer 0, 3 in layer 1
     path = tmp_path / "model.onnx"

@@ -12,10 +12,16 @@ from typer.testing import CliRunner
 
 from edgepress.cli.app import app
 from edgepress.errors import ConfigError, ModelError, ProviderUnavailable
-from edgepress.runtime.latency import LatencyConfig, fixed_shape_feeds, natural_feeds, summarize, time_runner
-from edgepress.runtime.predictor import Predictor
+from edgepress.runtime.latency import LatencyConfig
+from edgepress.runtime.predictor import (
+    Predictor,
+    fixed_shape_feeds,
+    load_tokenizer,
+    natural_feeds,
+    summarize,
+    time_runner,
+)
 from edgepress.runtime.session import SessionConfig, open_session, provider_names
-from edgepress.runtime.tokenize import load_tokenizer
 from tests.conftest import cuda, has_cuda
 
 runner = CliRunner()
@@ -75,8 +81,7 @@ def test_time_runner_calls_warmup_plus_runs():
 def test_fixed_shape_is_filled_with_real_tokens(tiny_onnx_dir, movie_data):
     tokenizer = load_tokenizer(tiny_onnx_dir, 128)
     names = ("input_ids", "attention_mask", "token_type_ids")
-    feeds = fixed_shape_feeds(tokenizer, movie_data.test.texts, LatencyConfig(batch_size=2, sequence_length=64),
-                              names, 128)
+    feeds = fixed_shape_feeds(tokenizer, movie_data.test.texts, 2, 64, names, 128)
     assert feeds["input_ids"].shape == (2, 64) and feeds["attention_mask"].all()
     pad = tokenizer.token_to_id("[PAD]")
     assert not (feeds["input_ids"] == pad).any()
@@ -88,8 +93,7 @@ def test_fixed_shape_is_filled_with_real_tokens(tiny_onnx_dir, movie_data):
 
 def test_sequence_longer_than_the_position_limit(tiny_onnx_dir, movie_data):
     with pytest.raises(ConfigError, match=r"sequence_length 256 is longer than the model's position limit 128"):
-        fixed_shape_feeds(load_tokenizer(tiny_onnx_dir, 128), movie_data.test.texts,
-                          LatencyConfig(sequence_length=256), ("input_ids",), 128)
+        fixed_shape_feeds(load_tokenizer(tiny_onnx_dir, 128), movie_data.test.texts, 1, 256, ("input_ids",), 128)
 
 
 def test_predictor_matches_the_session(tiny_onnx_dir, movie_data):
@@ -224,7 +228,7 @@ def test_device_side_packages_import_without_torch_or_transformers():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert {"predictor", "session", "latency", "tokenize", "bundle"} <= set(done.stdout.split())
+    assert {"predictor", "session", "latency", "bundle", "targets"} <= set(done.stdout.split())
 
 
 def test_compare_latency_times_every_candidate_in_each_round(monkeypatch, tiny_onnx_dir, tiny_model_dir, movie_data):

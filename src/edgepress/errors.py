@@ -1,28 +1,12 @@
-"""The typed errors of edgepress. The CLI maps each to an exit code (see `EXIT_CODES`)."""
+"""The typed errors of edgepress. Each carries the exit code the CLI returns for it (`exit_code`).
 
+The base and the errors a device can meet (bad config value, data, model, provider) live in the torch-free
+predictor, which every bundle carries as its own `predict.py`; they are the same classes here."""
 
-class EdgepressError(Exception):
-    """Base of every error edgepress raises on purpose. Its message names the fix."""
+from edgepress.runtime.predictor import ConfigError, DataError, EdgepressError, ModelError, ProviderUnavailable
 
-    exit_code = 1
-
-
-class ConfigError(EdgepressError):
-    """A config or a command-line value is wrong."""
-
-    exit_code = 2
-
-
-class DataError(EdgepressError):
-    """The data cannot be read or does not fit the model."""
-
-    exit_code = 2
-
-
-class ModelError(EdgepressError):
-    """A model directory cannot be loaded."""
-
-    exit_code = 2
+__all__ = ["ConfigError", "DataError", "EdgepressError", "ExportParityError", "GateFailed", "ModelError",
+           "ProviderUnavailable"]
 
 
 class ExportParityError(EdgepressError):
@@ -33,12 +17,6 @@ class ExportParityError(EdgepressError):
     def __init__(self, message: str, result: dict | None = None):
         super().__init__(message)
         self.result = result
-
-
-class ProviderUnavailable(EdgepressError):
-    """An ONNX Runtime execution provider was asked for but is not the one running."""
-
-    exit_code = 2
 
 
 class GateFailed(EdgepressError):

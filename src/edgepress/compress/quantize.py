@@ -36,8 +36,8 @@ from edgepress.export.parity import (
     spread_by_length,
 )
 from edgepress.files import atomic_dir
+from edgepress.runtime.predictor import encode, load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session, session_op_counts
-from edgepress.runtime.tokenize import encode, load_tokenizer
 
 log = logging.getLogger(__name__)
 INT8_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "QAttention", "DynamicQuantizeMatMul", "QGemm")
@@ -176,6 +176,7 @@ class Int8StaticConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     per_channel: bool = True
+    reduce_range: bool = Field(False, description="7-bit weights, for CPUs without VNNI that saturate otherwise")
     calibration: Literal["minmax", "percentile", "entropy"] = "minmax"
     calibration_size: int = Field(128, ge=8, description="real sentences the activation ranges come from")
     keep_float: KeepFloat = KEEP_FLOAT
@@ -249,7 +250,8 @@ def int8_static(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
         def quantize(out: Path, only: list[str] | None = None, exclude: tuple[str, ...] = ()) -> None:
             quantize_static(src, out, _Sentences(list(feeds)), quant_format=QuantFormat.QDQ,
                             op_types_to_quantize=["MatMul"], per_channel=cfg.per_channel,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_quantize=only,
+                            reduce_range=cfg.reduce_range, activation_type=QuantType.QUInt8,
+                            weight_type=QuantType.QInt8, nodes_to_quantize=only,
                             nodes_to_exclude=[*excluded, *exclude], calibrate_method=method,
                             calibration_cache_path=cache,
                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})

@@ -186,7 +186,7 @@ def check_tokenizers(directory: Path, spec: dict, texts: Sequence[str], limit: i
     included; no text gets [UNK] that had none. A ModelError lists the texts that fail."""
     from transformers import AutoTokenizer
 
-    from edgepress.runtime.tokenize import load_tokenizer
+    from edgepress.runtime.predictor import load_tokenizer
 
     runtime = load_tokenizer(directory, limit)
     runtime.no_padding()
@@ -228,7 +228,7 @@ def vocab_prune(src: Path, out: Path, data: DataSplits, cfg: VocabConfig = Vocab
     from edgepress.files import atomic_dir
     from edgepress.models.introspect import param_counts
     from edgepress.models.loading import load_classifier
-    from edgepress.runtime.tokenize import position_limit
+    from edgepress.runtime.predictor import position_limit
 
     model, tokenizer = load_classifier(src)
     spec = wordpiece_spec(tokenizer, src)

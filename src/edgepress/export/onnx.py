@@ -24,8 +24,8 @@ from edgepress.export.parity import (
     spread_by_length,
 )
 from edgepress.files import atomic_dir
+from edgepress.runtime.predictor import load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session
-from edgepress.runtime.tokenize import load_tokenizer
 
 log = logging.getLogger(__name__)
 

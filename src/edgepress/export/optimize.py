@@ -21,9 +21,9 @@ from edgepress.compress.quantize import Int8DynamicConfig
 from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files, ort_runner
 from edgepress.files import atomic_dir
 from edgepress.models.loading import read_model_config
-from edgepress.runtime.latency import LatencyConfig, fixed_shape_feeds, time_runner
+from edgepress.runtime.latency import LatencyConfig
+from edgepress.runtime.predictor import fixed_shape_feeds, load_tokenizer, position_limit, time_runner
 from edgepress.runtime.session import SessionConfig, open_session
-from edgepress.runtime.tokenize import load_tokenizer, position_limit
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,8 @@ def _time_side_by_side(graphs: dict[str, Path], texts: tuple[str, ...], cfg: Opt
     runners = {name: ort_runner(open_session(path, SessionConfig(threads=cfg.threads)))
                for name, path in graphs.items()}
     names = tuple(i.name for i in open_session(next(iter(graphs.values())), SessionConfig()).get_inputs())
-    feeds = [fixed_shape_feeds(load_tokenizer(any_dir, limit), texts, cfg.latency, names, limit)]
+    feeds = [fixed_shape_feeds(load_tokenizer(any_dir, limit), texts, cfg.latency.batch_size,
+                               cfg.latency.sequence_length, names, limit)]
     timings = {name: [] for name in graphs}
     for _ in range(TIMING_ROUNDS):
         for name, run in runners.items():

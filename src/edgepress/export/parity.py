@@ -9,8 +9,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.errors import ExportParityError
+from edgepress.runtime.predictor import encode, load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session
-from edgepress.runtime.tokenize import encode, load_tokenizer
 
 ONNX_FILE = "model.onnx"
 

@@ -4,7 +4,7 @@ import os
 import platform
 from importlib import metadata
 
-from edgepress.runtime.latency import cpu_model
+from edgepress.runtime.predictor import cpu_model
 
 
 def _version(*packages: str) -> str | None:

@@ -10,8 +10,8 @@ from edgepress.errors import ConfigError
 from edgepress.models.loading import label2id_of, load_classifier, read_model_config
 from edgepress.models.teacher import TEACHER, encoder_dir, resolve_model
 from edgepress.pipeline.config import PipelineConfig
+from edgepress.runtime.predictor import position_limit
 from edgepress.runtime.session import check_providers
-from edgepress.runtime.tokenize import position_limit
 
 
 def check_out_dir(out: Path) -> None:

@@ -4,9 +4,16 @@ from pathlib import Path
 
 from edgepress.errors import ConfigError
 from edgepress.models.loading import read_model_config
-from edgepress.runtime.latency import LatencyConfig, cpu_model, fixed_shape_feeds, natural_feeds, time_runner
+from edgepress.runtime.latency import LatencyConfig
+from edgepress.runtime.predictor import (
+    cpu_model,
+    fixed_shape_feeds,
+    load_tokenizer,
+    natural_feeds,
+    position_limit,
+    time_runner,
+)
 from edgepress.runtime.session import SessionConfig, cuda_iobinding_runner, open_session
-from edgepress.runtime.tokenize import load_tokenizer, position_limit
 
 NATURAL_SENTENCES = 200
 
@@ -50,7 +57,7 @@ def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu
         names, providers = tuple(i.name for i in session.get_inputs()), session.get_providers()
     limit = position_limit(read_model_config(model_dir))
     tokenizer = load_tokenizer(model_dir, limit)
-    fixed = fixed_shape_feeds(tokenizer, texts, cfg, names, limit)
+    fixed = fixed_shape_feeds(tokenizer, texts, cfg.batch_size, cfg.sequence_length, names, limit)
     natural = natural_feeds(tokenizer, texts[:NATURAL_SENTENCES], names)
     if path is not None:
         run = cuda_iobinding_runner(session, [fixed, *natural]) if provider == "cuda" else ort_runner(session)

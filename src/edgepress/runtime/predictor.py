@@ -1,19 +1,312 @@
 """The torch-free predictor: a bundle dir (model.onnx, tokenizer.json, config.json with id2label) classified with
-onnxruntime, tokenizers and numpy alone."""
+onnxruntime, tokenizers and numpy alone.
 
+This module imports nothing but those three and the standard library: `edgepress bundle` copies it into every bundle
+as `predict.py`, so the code a device runs is the code edgepress tests. It holds what a device needs and edgepress
+shares: the error tree's base, sessions on checked providers, tokenization, the timing loop.
+
+    python predict.py "a gripping, funny film" "two hours I will not get back"
+    python predict.py --file texts.txt --json
+    python predict.py --file texts.txt --bench
+"""
+
+import argparse
+import contextlib
 import json
+import os
+import platform
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from edgepress.errors import ConfigError, DataError, ModelError
-from edgepress.runtime.session import SessionConfig, open_session
-from edgepress.runtime.tokenize import load_tokenizer, position_limit
-
 BUNDLE_FILES = ("model.onnx", "tokenizer.json", "config.json")
 MANIFEST = "edgepress.json"
+BATCH = 32  # texts per call from the command line: a long --file is not padded to its longest line as one batch
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+          "all": "ORT_ENABLE_ALL"}
+PAD_CANDIDATES = ("[PAD]", "<pad>")
+# RoBERTa-style models number positions from pad_token_id + 1: that many rows of the position table are never used
+OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+Feeds = dict[str, np.ndarray]
 
+
+class EdgepressError(Exception):
+    """Base of every error edgepress raises on purpose. Its message names the fix."""
+
+    exit_code = 1
+
+
+class ConfigError(EdgepressError):
+    """A config or a command-line value is wrong."""
+
+    exit_code = 2
+
+
+class DataError(EdgepressError):
+    """The data cannot be read or does not fit the model."""
+
+    exit_code = 2
+
+
+class ModelError(EdgepressError):
+    """A model directory cannot be loaded."""
+
+    exit_code = 2
+
+
+class ProviderUnavailable(EdgepressError):
+    """An ONNX Runtime execution provider was asked for but is not the one running."""
+
+    exit_code = 2
+
+
+# --- sessions: a provider asked for and not running is an error, never a silent CPU run (onnxruntime-gpu on a
+# machine without a GPU lists CUDA as available, logs an error and falls back to CPU; only
+# `session.get_providers()` tells the truth)
+
+def provider_names(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """ORT provider names for edgepress' short names; an unknown name is a ConfigError naming the choices."""
+    unknown = [n for n in names if n not in PROVIDERS]
+    if unknown:
+        raise ConfigError(f"unknown provider {', '.join(map(repr, unknown))}: choose from {', '.join(PROVIDERS)}")
+    return tuple(PROVIDERS[n] for n in names)
+
+
+@contextlib.contextmanager
+def captured_stderr() -> Iterator[list[str]]:
+    """Collect what native code writes to fd 2 (ONNX Runtime logs provider failures there)."""
+    lines: list[str] = []
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode("utf-8", errors="replace")
+            lines.extend(line for line in text.splitlines() if line.strip())
+
+
+def _clean(line: str) -> str:
+    """An ORT log line without colour codes, timestamps and source locations."""
+    line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+    line = re.sub(r"^.*\] ", "", line)  # "2026-.. [E:onnxruntime:Default, file.cc:123 Func] message"
+    return re.sub(r"^.*FAIL : ", "", line).strip()
+
+
+def _cuda_reason(logged: list[str]) -> str:
+    """Why CUDA is not running: the driver check, then what ONNX Runtime logged."""
+    import ctypes
+
+    reasons = []
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        reasons.append("no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded)")
+    reasons += [_clean(line) for line in logged if "CUDA" in line or "cuda" in line][:2]
+    return " / ".join(reasons) or "ONNX Runtime did not say why (check the CUDA and cuDNN versions it needs)"
+
+
+def require_providers(asked: tuple[str, ...], in_use: list[str], logged: list[str]) -> None:
+    """ProviderUnavailable, with ONNX Runtime's reason, when CUDA was asked for and is not running."""
+    if "cuda" in asked and PROVIDERS["cuda"] not in in_use:
+        raise ProviderUnavailable(
+            f"the CUDA execution provider is not usable: {_cuda_reason(logged)}. ONNX Runtime is running on "
+            f"{', '.join(in_use)} instead. Fix: run on a machine with an NVIDIA GPU and onnxruntime-gpu, or measure on "
+            f"the CPU (runtime.providers: [cpu] in a config, --provider cpu, or no --device cuda)"
+        )
+
+
+def session_options(threads: int | None, optimization: str = "all", spinning: bool = False):
+    """ORT session options: `threads` intra-op threads (one inter-op), the graph optimization level, and whether idle
+    worker threads spin (faster alone, unfair to whatever runs beside them)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[optimization])
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    return options
+
+
+def check_io(session, path: Path) -> None:
+    """The session must take the classifier inputs edgepress feeds and return `logits`."""
+    inputs = [i.name for i in session.get_inputs()]
+    outputs = [o.name for o in session.get_outputs()]
+    problems = []
+    if not {"input_ids", "attention_mask"} <= set(inputs) or not set(inputs) <= set(MODEL_INPUTS):
+        problems.append(f"inputs are {', '.join(inputs)}; expected input_ids, attention_mask[, token_type_ids]")
+    if "logits" not in outputs:
+        problems.append(f"outputs are {', '.join(outputs)}; expected logits")
+    if problems:
+        raise ModelError(f"{path} is not a text-classifier graph: {'; '.join(problems)}. "
+                         f"Fix: export a sequence-classification model with edgepress or optimum")
+
+
+def load_session(path: str | Path, providers: tuple[str, ...] = ("cpu",), options=None):
+    """An `onnxruntime.InferenceSession` of a classifier graph running on exactly the providers asked for (CPU may be
+    added after CUDA by ONNX Runtime for the ops CUDA lacks)."""
+    import onnxruntime as ort
+    from onnxruntime.capi.onnxruntime_pybind11_state import (
+        Fail,
+        InvalidArgument,
+        InvalidGraph,
+        InvalidProtobuf,
+        NoSuchFile,
+    )
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path} does not exist. Fix: export the model first (edgepress export stage)")
+    with captured_stderr() as logged:
+        try:
+            session = ort.InferenceSession(str(path), options or session_options(None),
+                                           providers=list(provider_names(providers)))
+        except (InvalidProtobuf, InvalidGraph, InvalidArgument, NoSuchFile, Fail) as e:  # e.g. an empty file
+            raise ModelError(f"{path} is not a loadable ONNX model (truncated or corrupt?): {str(e).strip()[:300]}. "
+                             f"Fix: export it again") from e
+    require_providers(providers, session.get_providers(), logged)
+    check_io(session, path)
+    return session
+
+
+# --- tokenization with the `tokenizers` library alone (what a device has): tokenizer.json + special tokens
+
+def position_limit(config: dict) -> int:
+    """The longest token sequence a model's config.json allows."""
+    limit = int(config.get("max_position_embeddings", 512))
+    if config.get("model_type") in OFFSET_POSITIONS:
+        limit -= int(config.get("pad_token_id", 1)) + 1
+    return limit
+
+
+def _pad_token(directory: Path, tokenizer) -> str:
+    special = directory / "special_tokens_map.json"
+    if special.is_file():
+        pad = json.loads(special.read_text(encoding="utf-8")).get("pad_token")
+        if pad:
+            return pad["content"] if isinstance(pad, dict) else pad
+    for candidate in PAD_CANDIDATES:
+        if tokenizer.token_to_id(candidate) is not None:
+            return candidate
+    raise ModelError(f"{directory}: the tokenizer has no padding token. Fix: set pad_token and save it again")
+
+
+def load_tokenizer(directory: str | Path, max_length: int):
+    """A `tokenizers.Tokenizer` from DIR/tokenizer.json, truncating to `max_length`, padding to the longest."""
+    from tokenizers import Tokenizer
+
+    directory = Path(directory)
+    path = directory / "tokenizer.json"
+    if not path.is_file():
+        raise ModelError(
+            f"{directory} has no tokenizer.json. Fix: save a fast tokenizer into it "
+            f"(AutoTokenizer.from_pretrained(MODEL).save_pretrained(DIR))"
+        )
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
+        raise ModelError(f"{path} is not a readable tokenizer ({e}). Fix: save the tokenizer again "
+                         f"(AutoTokenizer.from_pretrained(MODEL).save_pretrained(DIR))") from None
+    pad = _pad_token(directory, tokenizer)
+    tokenizer.enable_truncation(max_length)
+    tokenizer.enable_padding(pad_id=tokenizer.token_to_id(pad), pad_token=pad)
+    return tokenizer
+
+
+def encode(tokenizer, texts: list[str] | tuple[str, ...], input_names: tuple[str, ...]) -> Feeds:
+    """Model feeds (batch, seq) int64 for `texts`, only the inputs the model takes."""
+    encodings = tokenizer.encode_batch(list(texts))
+    columns = {
+        "input_ids": [e.ids for e in encodings],
+        "attention_mask": [e.attention_mask for e in encodings],
+        "token_type_ids": [e.type_ids for e in encodings],
+    }
+    return {name: np.asarray(columns[name], dtype=np.int64) for name in input_names}
+
+
+# --- timing: one loop for every runner, so that ratios are like for like
+
+def _cpuinfo(field: str) -> str | None:
+    """The first `field` line of /proc/cpuinfo (Linux), None elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(field):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (Linux), else what the platform module knows."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (avx2, avx512_vnni, amx_int8, ...) on Linux; empty elsewhere."""
+    return set((_cpuinfo("flags") or "").split())
+
+
+def summarize(seconds: list[float]) -> dict:
+    ms = np.asarray(seconds) * 1e3
+    return {"p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
+            "p99_ms": float(np.percentile(ms, 99)), "mean_ms": float(ms.mean()), "runs": int(len(ms))}
+
+
+def time_runner(run: Callable[[Feeds], object], feeds: list[Feeds], warmup: int, runs: int) -> dict:
+    """Time `run` over `feeds` cyclically: `warmup` untimed calls, then `runs` timed ones."""
+    for i in range(warmup):
+        run(feeds[i % len(feeds)])
+    seconds = []
+    for i in range(runs):
+        batch = feeds[i % len(feeds)]
+        start = time.perf_counter()
+        run(batch)
+        seconds.append(time.perf_counter() - start)
+    return summarize(seconds)
+
+
+def fixed_shape_feeds(tokenizer, texts: tuple[str, ...], batch_size: int, sequence_length: int,
+                      input_names: tuple[str, ...], limit: int) -> Feeds:
+    """(batch_size, sequence_length) of real tokens: consecutive sentences concatenated until each row is full."""
+    if sequence_length > limit:
+        raise ConfigError(f"sequence_length {sequence_length} is longer than the model's position limit {limit}. "
+                          f"Fix: ask for at most {limit}")
+    need = batch_size * sequence_length
+    stream: list[int] = []
+    for text in texts:
+        stream.extend(tokenizer.encode(text).ids)  # [CLS] tokens [SEP] of each sentence, untruncated
+        if len(stream) >= need:
+            break
+    if len(stream) < need:
+        raise ConfigError(f"the sentences given hold {len(stream)} tokens; {need} are needed for the fixed shape "
+                          f"{batch_size} x {sequence_length}. Fix: a smaller batch_size or sequence_length, or more "
+                          f"sentences")
+    ids = np.asarray(stream[:need], dtype=np.int64).reshape(batch_size, sequence_length)
+    columns = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+    return {name: columns[name] for name in input_names}
+
+
+def natural_feeds(tokenizer, texts: tuple[str, ...], input_names: tuple[str, ...]) -> list[Feeds]:
+    """Each sentence alone at its own length (batch 1)."""
+    return [encode(tokenizer, [t], input_names) for t in texts]
+
+
+# --- the predictor
 
 @dataclass(frozen=True)
 class Prediction:
@@ -30,7 +323,8 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
-def _json_object(path: Path) -> dict:
+def json_object(path: Path) -> dict:
+    """A JSON file that must hold an object; anything else is a ModelError naming the fix."""
     try:
         value = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -55,14 +349,15 @@ def _check_texts(texts: list[str] | tuple[str, ...]) -> None:
                             f"encoding") from None
 
 
-def _read_bundle(bundle: Path) -> tuple[dict, dict]:
+def read_bundle(bundle: Path) -> tuple[dict, dict]:
+    """(config.json, edgepress.json or {}) of a bundle or exported model dir."""
     missing = [name for name in BUNDLE_FILES if not (bundle / name).is_file()]
     if missing:
         raise ModelError(f"{bundle} is not a model bundle: missing {', '.join(missing)}. Fix: point at the final/ "
-                         f"dir of a run, or a dir written by `edgepress export`")
-    config = _json_object(bundle / "config.json")
+                         f"dir of a run, a dir written by `edgepress bundle`, or one written by `edgepress export`")
+    config = json_object(bundle / "config.json")
     manifest_path = bundle / MANIFEST
-    manifest = _json_object(manifest_path) if manifest_path.is_file() else {}
+    manifest = json_object(manifest_path) if manifest_path.is_file() else {}
     if "id2label" not in config:
         raise ModelError(f"{bundle}/config.json has no id2label. Fix: save the model with its label names")
     return config, manifest
@@ -74,21 +369,19 @@ class Predictor:
     def __init__(self, bundle_dir: str | Path, providers: tuple[str, ...] = ("cpu",), threads: int | None = None,
                  max_length: int | None = None):
         self.bundle = Path(bundle_dir)
-        config, manifest = _read_bundle(self.bundle)
-        limit = position_limit(config)
-        self.max_length = max_length or int(manifest.get("max_length", limit))
-        if self.max_length > limit:
-            raise ConfigError(f"max_length {self.max_length} is longer than the model's position limit {limit}. "
-                              f"Fix: use at most {limit}")
+        config, manifest = read_bundle(self.bundle)
+        self.limit = position_limit(config)
+        self.max_length = max_length or int(manifest.get("max_length", self.limit))
+        if self.max_length > self.limit:
+            raise ConfigError(f"max_length {self.max_length} is longer than the model's position limit "
+                              f"{self.limit}. Fix: use at most {self.limit}")
         self.id2label = {int(k): v for k, v in config["id2label"].items()}
-        self.session = open_session(self.bundle / "model.onnx", SessionConfig(providers=providers, threads=threads))
+        self.session = load_session(self.bundle / "model.onnx", providers, session_options(threads))
         self.tokenizer = load_tokenizer(self.bundle, self.max_length)
         self.input_names = tuple(i.name for i in self.session.get_inputs())
 
     def logits(self, texts: list[str] | tuple[str, ...]) -> np.ndarray:
         """(len(texts), num_labels) float32 logits, padded to the longest text of the call; empty text is refused."""
-        from edgepress.runtime.tokenize import encode
-
         if not texts:
             return np.zeros((0, len(self.id2label)), dtype=np.float32)
         _check_texts(texts)
@@ -102,3 +395,96 @@ class Predictor:
                        {self.id2label[i]: float(v) for i, v in enumerate(p)})
             for text, p in zip(texts, probs, strict=True)
         ]
+
+    def bench(self, texts: tuple[str, ...], runs: int = 100, warmup: int = 10, sequence_length: int = 128) -> dict:
+        """Latency here: batch 1 × `sequence_length` real tokens (the texts' tokens end to end), and each text alone
+        at its natural length; p50/p90/p99 in ms."""
+        _check_texts(texts)
+        length = min(sequence_length, self.max_length)
+        stream = texts * (1 + length // max(1, sum(len(self.tokenizer.encode(t).ids) for t in texts)))
+        fixed = fixed_shape_feeds(self.tokenizer, stream, 1, length, self.input_names, self.limit)
+        natural = natural_feeds(self.tokenizer, texts, self.input_names)
+
+        def run(feeds: Feeds) -> object:
+            return self.session.run(["logits"], feeds)
+
+        return {"fixed": {**time_runner(run, [fixed], warmup, runs), "batch_size": 1, "sequence_length": length},
+                "natural": {**time_runner(run, natural, warmup, max(runs, len(natural))),
+                            "mean_tokens": float(np.mean([f["input_ids"].shape[1] for f in natural]))},
+                "providers_used": self.session.get_providers(), "cpu": cpu_model(), "machine": platform.machine()}
+
+
+# --- `python predict.py`: the bundle's own command line
+
+def _texts(args: argparse.Namespace) -> tuple[str, ...]:
+    texts = list(args.texts)
+    if args.file is not None:
+        try:
+            lines = Path(args.file).read_bytes().decode("utf-8").splitlines()
+        except OSError as e:
+            raise DataError(f"cannot read {args.file}: {e.strerror}. Fix: pass a readable text file, one text a "
+                            f"line") from None
+        except UnicodeDecodeError:
+            raise DataError(f"{args.file} is not UTF-8 text. Fix: save it in the UTF-8 encoding") from None
+        texts += [line for line in lines if line.strip()]  # blank lines (a trailing newline) are not texts
+    if not texts:
+        raise DataError("no text to classify. Fix: pass texts as arguments or --file FILE (one text a line)")
+    return tuple(texts)
+
+
+def _parser() -> argparse.ArgumentParser:
+    here = Path(__file__).resolve().parent
+    parser = argparse.ArgumentParser(prog="predict.py", description="Classify texts with an edgepress bundle "
+                                     "(onnxruntime, tokenizers and numpy only).")
+    parser.add_argument("texts", nargs="*", help="texts to classify")
+    parser.add_argument("--file", help="a UTF-8 file of texts, one a line (blank lines skipped)")
+    parser.add_argument("--bundle", type=Path, default=here, help="the bundle dir (default: this file's dir)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per text (per result with --bench)")
+    parser.add_argument("--bench", action="store_true", help="time the model on the texts: p50/p90/p99 ms at "
+                        "batch 1 x 128 tokens and at each text's natural length")
+    parser.add_argument("--runs", type=int, default=100, help="timed runs per shape with --bench (default 100)")
+    parser.add_argument("--provider", choices=tuple(PROVIDERS), default="cpu", help="execution provider")
+    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ONNX Runtime's)")
+    return parser
+
+
+def _print_bench(result: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result))
+        return
+    for shape in ("fixed", "natural"):
+        r = result[shape]
+        what = f"batch 1 x {r['sequence_length']} tokens" if shape == "fixed" else \
+            f"natural lengths ({r['mean_tokens']:.1f} tokens mean)"
+        print(f"{what}: p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms "
+              f"({r['runs']} runs)")
+    print(f"{result['cpu']} ({result['machine']}), {', '.join(result['providers_used'])}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Classify (or time) texts; exit 2 with the error's fix on bad input."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.runs < 1 or (args.threads is not None and args.threads < 1):
+            raise ConfigError("--runs and --threads must be at least 1. Fix: pass a positive number")
+        texts = _texts(args)
+        predictor = Predictor(args.bundle, providers=(args.provider,), threads=args.threads)
+        if args.bench:
+            _print_bench(predictor.bench(texts, runs=args.runs), args.json)
+            return 0
+        for start in range(0, len(texts), BATCH):
+            _print_predictions(predictor.predict(texts[start : start + BATCH]), args.json)
+    except EdgepressError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    return 0
+
+
+def _print_predictions(predictions: list[Prediction], as_json: bool) -> None:
+    for p in predictions:
+        print(json.dumps({"text": p.text, "label": p.label, "score": p.score, "scores": p.scores})
+              if as_json else f"{p.label}\t{p.score:.3f}\t{p.text}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
