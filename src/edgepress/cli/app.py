@@ -22,6 +22,10 @@ class Provider(StrEnum):
     cuda = "cuda"
 
 
+Target = StrEnum("Target", {name.replace("-", "_"): name for name in ("x86-vnni", "x86-avx2", "arm64", "cuda",
+                                                                      "mobile", "web")})
+
+
 err = Console(stderr=True)
 out = Console()
 
@@ -86,15 +90,19 @@ def run(
                                                          "runtime.providers.")] = None,
     resume: Annotated[bool, typer.Option(help="Reuse the baseline and leading stages an earlier run in RUN_DIR "
                                               "passed with the same config and data.")] = False,
+    target: Annotated[Target | None, typer.Option(help="Where the bundle will run (instead of runtime.target; "
+                                                       "default: this machine).")] = None,
 ) -> None:
     """Run a pipeline: baseline, then every stage with its gates. Exit 0 all gates passed, 3 a gate failed,
     2 bad input, 1 internal error."""
-    from edgepress.pipeline.config import load_config, with_providers
+    from edgepress.pipeline.config import load_config, with_runtime
     from edgepress.pipeline.runner import run_pipeline
 
     cfg = _call(load_config, config)
     if device is not None:
-        cfg = _call(with_providers, cfg, (device.value,))
+        cfg = _call(with_runtime, cfg, f"--device {device.value}", providers=[device.value])
+    if target is not None:
+        cfg = _call(with_runtime, cfg, f"--target {target.value}", target=target.value)
     _summary(_call(run_pipeline, cfg, out_dir, resume=resume), out_dir)
 
 
@@ -195,6 +203,29 @@ def bench(
         table.add_row(label, *(f"{r[k]:.3f}" for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")), str(r["runs"]))
     out.print(table)
     out.print(f"{result['cpu']}, onnxruntime {result['onnxruntime']}", highlight=False)
+
+
+@app.command()
+def bundle(
+    source: Annotated[Path, typer.Argument(help="A run dir (its final/ model), or an ONNX model dir (model.onnx, "
+                                                "tokenizer.json, config.json).")],
+    out_dir: Annotated[Path, typer.Option("--out", help="The bundle dir to write.")],
+    target: Annotated[Target | None, typer.Option(help="Where it will run (default: this machine).")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace a non-empty --out.")] = False,
+) -> None:
+    """Write the device bundle: model, tokenizer, config.json, edgepress.json and predict.py, which runs with
+    onnxruntime, tokenizers and numpy alone (`python predict.py "text"`)."""
+    from edgepress.deploy.bundle import bundle_model
+
+    written = _call(bundle_model, source, out_dir, target.value if target else None, overwrite=overwrite)
+    out.print(f"bundle for {_target_of(written)}: {written} (run it: python {written / 'predict.py'} \"text\")",
+              highlight=False, soft_wrap=True)
+
+
+def _target_of(bundle_dir: Path) -> str:
+    import json
+
+    return json.loads((bundle_dir / "edgepress.json").read_text())["target"]["name"]
 
 
 @app.command()

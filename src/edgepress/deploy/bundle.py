@@ -1,25 +1,154 @@
-"""The bundle: the last model of a run that passed every gate, with its tokenizer, config.json and an
-`edgepress.json` manifest (what it is, where it came from, what it measured, a sha256 per file)."""
+"""The bundle: a model that passed every gate, shaped for the device it will run on. `model.onnx`, the tokenizer
+files, `config.json` with `id2label`, `predict.py` (the torch-free predictor module itself, copied in: onnxruntime,
+tokenizers and numpy are all it needs) and `edgepress.json`, the manifest: target, the onnxruntime it needs, opsets,
+every operator with its domain, inputs, max length, labels, what was measured on the build machine and where, and a
+sha256 per file. A run's last step and `edgepress bundle` both call `bundle_model`."""
 
 import shutil
 from pathlib import Path
 
 from edgepress import __version__
-from edgepress.errors import ModelError
+from edgepress.deploy.targets import check_artifact, detect_target, resolve_target
+from edgepress.errors import ConfigError, ModelError
 from edgepress.files import atomic_dir, file_sha256, write_json
-from edgepress.runtime.predictor import BUNDLE_FILES, MANIFEST
+from edgepress.runtime import predictor
+from edgepress.runtime.predictor import BUNDLE_FILES, MANIFEST, json_object
+
+PREDICT = "predict.py"
+GENERATED = (MANIFEST, PREDICT)
+# manifest fields a bundle derives itself: not carried over when a bundle is bundled again
+_DERIVED = ("edgepress", "target", "ir_version", "opsets", "operators", "inputs", "onnxruntime", "files")
+# The first onnxruntime release implementing each ai.onnx opset and reading each IR version (onnxruntime's
+# compatibility table, onnxruntime.ai/docs/reference/compatibility.html); contrib operators by the release that
+# added their CPU kernel. A graph using anything not listed here needs the release it was built with.
+ORT_FOR_OPSET = {14: "1.10", 15: "1.10", 16: "1.11", 17: "1.13", 18: "1.14", 19: "1.15", 20: "1.17", 21: "1.18"}
+ORT_FOR_IR = {7: "1.10", 8: "1.14", 9: "1.15", 10: "1.18"}
+ORT_FOR_CONTRIB = {op: "1.10" for op in ("Attention", "EmbedLayerNormalization", "SkipLayerNormalization",
+                                          "BiasGelu", "FastGelu", "Gelu", "QAttention", "DynamicQuantizeMatMul",
+                                          "MatMulIntegerToFloat", "QEmbedLayerNormalization")}
+ORT_FOR_CONTRIB["MatMulNBits"] = "1.17"
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def graph_facts(path: Path) -> dict:
+    """ir_version, opsets {domain: version}, operators [{domain, op_type}] sorted, inputs [{name, dtype}]."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    graph = model.graph
+    operators = sorted({(n.domain or "ai.onnx", n.op_type) for n in graph.node})
+    initializers = {t.name for t in graph.initializer}
+    return {
+        "ir_version": model.ir_version,
+        "opsets": {o.domain or "ai.onnx": o.version for o in model.opset_import},
+        "operators": [{"domain": d, "op_type": t} for d, t in operators],
+        "inputs": [{"name": i.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name}
+                   for i in graph.input if i.name not in initializers],
+    }
+
+
+def minimum_onnxruntime(facts: dict, built_with: str) -> str:
+    """The oldest onnxruntime the graph's opset, IR version and operators are known to need; `built_with` (the
+    release it was built and checked with) for anything the tables do not know."""
+    needs = [ORT_FOR_OPSET.get(facts["opsets"].get("ai.onnx", 0), built_with),
+             ORT_FOR_IR.get(facts["ir_version"], built_with)]
+    needs += [ORT_FOR_CONTRIB.get(o["op_type"], built_with) for o in facts["operators"]
+              if o["domain"] == "com.microsoft"]
+    return max(needs, key=_version)
+
+
+def operator_origins(run_root: Path | None) -> dict[str, str]:
+    """{op_type: the first stage of the run whose graph has it}: whom to blame for an operator a target lacks."""
+    import onnx
+
+    origins: dict[str, str] = {}
+    stages = sorted((run_root / "stages").glob("*/model/model.onnx")) if run_root else []
+    for path in stages:
+        for node in onnx.load(str(path), load_external_data=False).graph.node:
+            origins.setdefault(node.op_type, path.parent.parent.name.split("-", 1)[1])
+    return origins
+
+
+def _source(path: Path) -> tuple[Path, Path | None]:
+    """(the model dir to bundle, the run dir it came from or None): a run dir means its `final/` bundle."""
+    path = Path(path)
+    if (path / "run.json").is_file():
+        final = path / "final"
+        if not (final / "model.onnx").is_file():
+            raise ModelError(f"{path} is a run without a final/ bundle (a gate failed, or it stopped before an export "
+                             f"stage). Fix: finish the run, or bundle one stage's model: "
+                             f"{path}/stages/NN-NAME/model")
+        return final, path
+    missing = [name for name in BUNDLE_FILES if not (path / name).is_file()]
+    if missing:
+        raise ModelError(f"{path} cannot be bundled: missing {', '.join(missing)}. Fix: bundle a run dir, its "
+                         f"final/, or an ONNX model dir (an export stage's model/, or `edgepress export` output) "
+                         f"holding model.onnx, tokenizer.json and config.json")
+    return path, None
+
+
+def _check_out(out: Path, sources: tuple[Path, ...], overwrite: bool) -> None:
+    if out.resolve() in {s.resolve() for s in sources}:
+        raise ConfigError(f"--out {out} is the model being bundled. Fix: write the bundle to another dir")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file. Fix: choose a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise ConfigError(f"--out {out} exists and is not empty. Fix: choose a new dir, or pass --overwrite to "
+                          f"replace it")
 
 
 def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
-    """Copy an ONNX model dir (model.onnx + tokenizer + config.json) to `out` with `edgepress.json`."""
-    missing = [name for name in BUNDLE_FILES if not (model_dir / name).is_file()]
-    if missing:
-        raise ModelError(f"{model_dir} cannot be bundled: missing {', '.join(missing)}. "
-                         f"Fix: bundle an ONNX artifact (a run with an export stage)")
+    """Copy an ONNX model dir (model.onnx + tokenizer + config.json) to `out` with `predict.py` and the manifest
+    (`manifest` + graph facts + sha256 per file); `out` appears whole or not at all."""
+    import onnxruntime
+
+    model_dir = Path(model_dir)
+    if json_object(model_dir / "config.json").get("id2label") is None:
+        raise ModelError(f"{model_dir}/config.json has no id2label. Fix: save the model with its label names")
+    facts = graph_facts(model_dir / "model.onnx")
     with atomic_dir(Path(out)) as tmp:
         for f in sorted(model_dir.iterdir()):
-            if f.is_file():
+            if f.is_file() and f.name not in GENERATED:
                 shutil.copy2(f, tmp / f.name)
+        shutil.copyfile(predictor.__file__, tmp / PREDICT)
         files = {f.name: file_sha256(f) for f in sorted(tmp.iterdir())}
-        write_json(tmp / MANIFEST, {"edgepress": __version__, **manifest, "files": files})
+        write_json(tmp / MANIFEST, {
+            "edgepress": __version__, **manifest, **facts,
+            "onnxruntime": {"minimum": minimum_onnxruntime(facts, onnxruntime.__version__),
+                            "built_with": onnxruntime.__version__},
+            "files": files})
     return Path(out)
+
+
+def bundle_model(source: Path, out: Path, target: str | None = None, overwrite: bool = False,
+                 manifest: dict | None = None, run_root: Path | None = None) -> Path:
+    """The bundle of `source` (a run dir, its final/, or an ONNX model dir) for `target` (None: the build
+    machine's) in `out`. A graph the target does not suit is refused before anything is written. `manifest` (a
+    run's last step) gives what the run measured; otherwise it comes from the source's own edgepress.json."""
+    model_dir, found_run = _source(Path(source))
+    run_root = run_root or found_run
+    out = Path(out)
+    _check_out(out, (model_dir, *([run_root] if run_root else [])), overwrite)
+    earlier = json_object(model_dir / MANIFEST) if (model_dir / MANIFEST).is_file() else {}
+    base = manifest if manifest is not None else {k: v for k, v in earlier.items() if k not in _DERIVED}
+    resolved = resolve_target(target)
+    measured_on = base.get("measured_on")
+    facts = graph_facts(model_dir / "model.onnx")
+    check_artifact(resolved["name"], model_dir / "model.onnx", facts["operators"], measured_on,
+                   operator_origins(run_root))
+    return write_bundle(model_dir, out, {**base, "target": resolved})
+
+
+def run_manifest(run_root: Path, cfg, data, metrics: dict, meta: dict, source: Path) -> dict:
+    """What a run's bundle says of the run: model, data, stages, labels, max length, and what was measured
+    (accuracy and latency) on which machine (`environment`, `measured_on`: that machine's own target)."""
+    summary = {k: metrics[k] for k in ("accuracy", "accuracy_ci95", "n_test", "size_bytes")}
+    summary["latency_p50_ms"] = {p: m["p50_ms"] for p, m in metrics.get("latency", {}).items()}
+    return {"model": cfg.model, "data": data.source, "max_length": cfg.data.max_length,
+            "labels": {str(k): v for k, v in data.id2label.items()}, "stages": [s.name for s in cfg.stages],
+            "source_artifact": str(source), "metrics": summary, "environment": meta.get("environment"),
+            "measured_on": detect_target(), "run_id": meta.get("run_id"), "run": str(run_root)}
+

@@ -10,13 +10,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from edgepress.configs import build, describe_all
 from edgepress.data.config import DataConfig
+from edgepress.deploy.targets import TARGETS, refusals
 from edgepress.errors import ConfigError
 from edgepress.registry import METHODS
 from edgepress.runtime.latency import LatencyConfig
 
 Strict = ConfigDict(extra="forbid", frozen=True)
 MAX_THREADS = 1024
-Target = Literal["x86-vnni", "x86-avx2", "arm64", "cuda", "mobile", "web"]
+Target = Literal[tuple(TARGETS)]  # x86-vnni, x86-avx2, arm64, cuda, mobile, web
 
 
 class AccuracyGate(BaseModel):
@@ -149,6 +150,8 @@ class PipelineConfig(BaseModel):
     @model_validator(mode="after")
     def _runnable(self) -> "PipelineConfig":
         problems = [*stage_order_problems(self.stages), *latency_gate_problems(self.stages, self.runtime.providers)]
+        if self.runtime.target is not None:
+            problems += refusals(self.runtime.target, [(s.name, m) for s in self.stages for m in _methods(s)])
         if problems:
             raise ValueError("\n  ✗ ".join(problems))
         return self
@@ -282,8 +285,8 @@ def load_config(path: str | Path) -> PipelineConfig:
     return build(PipelineConfig, data, where=str(path))
 
 
-def with_providers(cfg: PipelineConfig, providers: tuple[str, ...]) -> PipelineConfig:
-    """`cfg` measured on other providers (`--device`), validated again: its gates must still make sense."""
-    runtime = {**cfg.runtime.model_dump(mode="json"), "providers": list(providers)}
-    return build(PipelineConfig, {**cfg.model_dump(mode="json"), "runtime": runtime},
-                 where=f"the config with --device {','.join(providers)}")
+def with_runtime(cfg: PipelineConfig, flag: str, **changes: Any) -> PipelineConfig:
+    """`cfg` with its runtime section changed from the command line (`--device`, `--target`), validated again:
+    its gates and stages must still make sense."""
+    runtime = {**cfg.runtime.model_dump(mode="json"), **changes}
+    return build(PipelineConfig, {**cfg.model_dump(mode="json"), "runtime": runtime}, where=f"the config with {flag}")

@@ -21,7 +21,8 @@ from edgepress.compress.int4 import TORCH_ALGORITHMS
 from edgepress.configs import build
 from edgepress.data import DataSplits
 from edgepress.data.metrics import accuracy_drop_ci95
-from edgepress.deploy.bundle import write_bundle
+from edgepress.deploy.bundle import bundle_model, run_manifest
+from edgepress.deploy.targets import resolve_target, target_params
 from edgepress.errors import ConfigError, EdgepressError, ExportParityError, GateFailed
 from edgepress.files import tree_sha256, write_json
 from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, RuntimeConfig, StageConfig
@@ -69,6 +70,7 @@ class RunState:
     source_sha256: str = ""
     torch_source: Path | None = None  # the last torch model dir of the chain (what an ONNX graph was exported from)
     kind: str = "torch"  # what `source` is (registry kinds)
+    target: dict = field(default_factory=dict)  # {"name", "detected"}: where the bundle will run
     meta: dict = field(default_factory=dict)  # run.json: id, start time, config, environment
 
     def measure(self, artifact: Path) -> tuple[dict, np.ndarray]:
@@ -77,7 +79,12 @@ class RunState:
                                 runtime.latency)
 
     def reuse_key(self, stage: dict) -> dict:
-        """Everything a stage's result depends on: a stage is reused only when all of it matches."""
+        """Everything a stage's result depends on: a stage is reused only when all of it matches (the target's
+        defaults for its methods too, when it has any)."""
+        if "method" in stage:
+            methods = [stage["method"], *(a["method"] for a in stage["on_fail"]["fallback"])]
+            defaults = {m: target_params(self.target["name"], m, {})[0] for m in methods}
+            stage = {**stage, **({"target_defaults": defaults} if any(defaults.values()) else {})}
         return {"stage": stage, "data": self.cfg.data.model_dump(mode="json"),
                 "runtime": runtime_key(self.cfg.runtime), "split_sha256": self.split_sha256,
                 "input_sha256": self.source_sha256}
@@ -126,7 +133,8 @@ def _with_parity_limits(params: dict, gate: ParityGate | None, config_type) -> d
 def _method_params(state: RunState, stage: StageConfig, params: dict, config_type) -> dict:
     """The params a method runs with: the stage's, `data.max_length` unless the stage sets its own, the torch model
     the graph came from for a method that reads it (`torch_model`), the runtime's threads and latency shape and the
-    next stage's int8-dynamic params for `optimize`, and the parity gate's limits."""
+    next stage's int8-dynamic params for `optimize`, and the parity gate's limits. (The target's defaults are
+    already in `params`: `_attempt`.)"""
     if "max_length" in config_type.model_fields and "max_length" not in params:
         params = {**params, "max_length": state.cfg.data.max_length}
     if "torch_model" in config_type.model_fields and "torch_model" not in params \
@@ -135,18 +143,21 @@ def _method_params(state: RunState, stage: StageConfig, params: dict, config_typ
     if "quantized_with" in config_type.model_fields:  # optimize's fusions: auto times what ships
         runtime = state.cfg.runtime
         filled = {"threads": runtime.threads, "latency": runtime.latency.model_dump(), "quantized_with": None,
-                  **next_stage_params(state.cfg.stages, stage)}
+                  **next_stage_params(state.cfg.stages, stage, state.target["name"])}
         params = {**filled, **params}
     return _with_parity_limits(params, stage.gates.parity, config_type)
 
 
-def next_stage_params(stages: list[StageConfig], stage: StageConfig) -> dict:
+def next_stage_params(stages: list[StageConfig], stage: StageConfig, target: str) -> dict:
     """What an `optimize` stage that times its fusions takes from the stage after it: that int8-dynamic's params
-    (`quantized_with`). Part of the stage's reuse key too: timings made for another quantization are not reused."""
+    with the target's defaults (`quantized_with`). Part of the stage's reuse key too: timings made for another
+    quantization are not reused."""
     position = stages.index(stage)
     after = stages[position + 1] if position + 1 < len(stages) else None
     timed = "quantized_with" in METHODS[stage.method].config.model_fields and stage.params.get("fusions") != "all"
-    return {"quantized_with": after.params} if timed and after is not None and after.method == "int8-dynamic" else {}
+    if not timed or after is None or after.method != "int8-dynamic":
+        return {}
+    return {"quantized_with": target_params(target, after.method, after.params)[0]}
 
 
 def _parity_gates(error: ExportParityError, cfg) -> list[dict]:
@@ -171,11 +182,15 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
     """Run one method on the stage's input, measure and gate what it gives; its EdgepressError is a failed
     attempt (a parity miss is recorded as the parity gate it is), never the end of the run."""
     spec = METHODS[method]
+    params, filled = target_params(state.target["name"], method, params)
     log.info("stage %s: %s %s", stage.name, method, json.dumps(params) if params else "(defaults)")
+    for param, default in filled.items():
+        log.info("stage %s: %s = %s for target %s: %s", stage.name, param, default["value"], state.target["name"],
+                 default["why"])
     cfg = None
     try:
         cfg = build(spec.config, _method_params(state, stage, params, spec.config), where=f"stage {stage.name}")
-        details = _call(state, method, cfg, dst)
+        details = {**_call(state, method, cfg, dst), **({"target_defaults": filled} if filled else {})}
         metrics, preds = state.measure(dst)
     except EdgepressError as e:
         log.error("stage %s: %s failed: %s", stage.name, method, e)
@@ -254,7 +269,8 @@ def _baseline(state: RunState, model_dir: Path) -> None:
 def _stages(state: RunState) -> tuple[str, Outcome] | None:
     """Run (or reuse) every stage in order; (name, outcome) of the first one that failed, or None."""
     for index, stage in enumerate(state.cfg.stages, start=1):
-        key = state.reuse_key({**stage.model_dump(mode="json"), **next_stage_params(state.cfg.stages, stage)})
+        key = state.reuse_key({**stage.model_dump(mode="json"), **next_stage_params(state.cfg.stages, stage,
+                                                                                 state.target["name"])})
         hit = state.reusable(index, stage.name, key, state.run.stage_dir(index, stage.name) / "model")
         if hit:
             _reuse(state, index, hit)
@@ -271,16 +287,12 @@ def _stages(state: RunState) -> tuple[str, Outcome] | None:
 
 
 def _final_bundle(state: RunState) -> None:
-    """RUN_DIR/final: the model that passed every gate, shaped for a device (only when every stage passed)."""
-    metrics, cfg, data = state.previous, state.cfg, state.data
-    summary = {k: metrics[k] for k in ("accuracy", "accuracy_ci95", "n_test", "size_bytes")}
-    summary["latency_p50_ms"] = {p: m["p50_ms"] for p, m in metrics.get("latency", {}).items()}
-    write_bundle(state.source, state.run.root / "final", {
-        "model": cfg.model, "data": data.source, "max_length": cfg.data.max_length,
-        "labels": {str(k): v for k, v in data.id2label.items()}, "stages": [s.name for s in cfg.stages],
-        "source_artifact": str(state.source), "metrics": summary, "target": cfg.runtime.target,
-        "run_id": state.run_id,
-    })
+    """RUN_DIR/final: the model that passed every gate, shaped for the run's target (only when every stage
+    passed); `edgepress bundle` calls the same function."""
+    root = state.run.root
+    manifest = run_manifest(root, state.cfg, state.data, state.previous, state.meta, state.source)
+    bundle_model(state.source, root / "final", state.target["name"], overwrite=True, manifest=manifest,
+                 run_root=root)
 
 
 def _now() -> str:
@@ -291,7 +303,7 @@ def _record_run(state: RunState, status: str, error: str | None = None) -> dict:
     """run.json (this run's id, status, config, environment), then the report built from the files."""
     if not state.meta:
         state.meta = {"run_id": state.run_id, "started": _now(), "config": state.cfg.model_dump(mode="json"),
-                      "environment": environment()}
+                      "environment": environment(), "target": state.target}
     finished = {} if status == "running" else {"finished": _now()}
     write_json(state.run.root / "run.json", {**state.meta, "status": status, "error": error, **finished})
     return write_report(state.run)
@@ -327,7 +339,7 @@ def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False) -> dict:
     model_dir, data = check_inputs(cfg, run.root)
     split_sha256 = data.manifest()["sha256"]
     state = RunState(cfg, run, uuid.uuid4().hex[:12], data, split_sha256,
-                     resume=resume and run.recorded_split() == split_sha256)
+                     resume=resume and run.recorded_split() == split_sha256, target=resolve_target(cfg.runtime.target))
     try:
         run.prepare([s.name for s in cfg.stages], state.resume)
     except OSError as e:

@@ -1,0 +1,208 @@
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy
+import onnxruntime
+import pytest
+import tokenizers
+from typer.testing import CliRunner
+
+from edgepress.cli.app import Target, app
+from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+from edgepress.deploy import targets
+from edgepress.deploy.bundle import bundle_model
+from edgepress.errors import ConfigError, ModelError
+from edgepress.files import file_sha256
+from edgepress.pipeline.config import PipelineConfig
+from edgepress.pipeline.measure import onnx_predictions
+from edgepress.runtime import predictor
+
+runner = CliRunner()
+RUNTIME_PACKAGES = {"numpy", "onnxruntime", "tokenizers"}
+
+
+@pytest.fixture(scope="module")
+def int8_dirs(tmp_path_factory, tiny_onnx_dir, movie_data) -> dict[str, Path]:
+    """The tiny graph quantized to int8 with full-range and with 7-bit (reduce_range) weights."""
+    root = tmp_path_factory.mktemp("int8")
+    texts = movie_data.validation.texts
+    int8_dynamic(tiny_onnx_dir, root / "full", texts)
+    int8_dynamic(tiny_onnx_dir, root / "reduced", texts, Int8DynamicConfig(reduce_range=True))
+    return {"full": root / "full", "reduced": root / "reduced"}
+
+
+def test_the_predictor_imports_only_the_runtime_and_the_standard_library():
+    tree = ast.parse(Path(predictor.__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported - set(sys.stdlib_module_names) == RUNTIME_PACKAGES
+
+
+def test_the_cli_offers_every_target():
+    assert [t.value for t in Target] == list(targets.TARGETS)
+
+
+def test_a_bundle_carries_the_model_the_predictor_and_a_manifest(tiny_onnx_dir, tmp_path):
+    out = bundle_model(tiny_onnx_dir, tmp_path / "bundle")
+    names = {p.name for p in out.iterdir()}
+    assert {"model.onnx", "tokenizer.json", "config.json", "predict.py", "edgepress.json"} <= names
+    assert (out / "predict.py").read_bytes() == Path(predictor.__file__).read_bytes()  # one source
+    manifest = json.loads((out / "edgepress.json").read_text())
+    assert manifest["target"] == {"name": targets.detect_target(), "detected": True}
+    assert {"domain": "ai.onnx", "op_type": "MatMul"} in manifest["operators"]
+    assert manifest["opsets"]["ai.onnx"] == 18 and manifest["ir_version"] == 8
+    assert manifest["onnxruntime"] == {"minimum": "1.14", "built_with": onnxruntime.__version__}
+    assert {i["name"]: i["dtype"] for i in manifest["inputs"]} == {
+        "input_ids": "int64", "attention_mask": "int64", "token_type_ids": "int64"}
+    assert set(manifest["files"]) == names - {"edgepress.json"}
+    assert all(file_sha256(out / name) == digest for name, digest in manifest["files"].items())
+    assert manifest.get("metrics") is None  # a model dir brings no measurements; a run's bundle does
+
+
+def test_minimum_onnxruntime_follows_the_newest_feature_used(int8_dirs, tmp_path):
+    from edgepress.deploy.bundle import graph_facts, minimum_onnxruntime
+
+    facts = graph_facts(int8_dirs["full"] / "model.onnx")
+    assert minimum_onnxruntime(facts, "1.31.1") == "1.14"
+    facts["operators"].append({"domain": "com.microsoft", "op_type": "MatMulNBits"})
+    assert minimum_onnxruntime(facts, "1.31.1") == "1.17"
+    facts["operators"].append({"domain": "com.microsoft", "op_type": "SomethingNew"})
+    assert minimum_onnxruntime(facts, "1.31.1") == "1.31.1"  # unknown: the release it was checked with
+
+
+def _script(bundle: Path, *args: str, python: str = sys.executable) -> subprocess.CompletedProcess:
+    return subprocess.run([python, str(bundle / "predict.py"), *args], capture_output=True, text=True, timeout=300)
+
+
+def test_predict_py_classifies_times_and_refuses_bad_input(tiny_onnx_dir, movie_data, tmp_path):
+    out = bundle_model(tiny_onnx_dir, tmp_path / "bundle")
+    texts = list(movie_data.test.texts[:20])
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n\n")
+    result = _script(out, "--file", str(tmp_path / "texts.txt"), "--json")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    expected = predictor.Predictor(out).predict(texts)
+    assert [r["label"] for r in rows] == [p.label for p in expected] and [r["text"] for r in rows] == texts
+    plain = _script(out, texts[0])
+    assert plain.returncode == 0 and plain.stdout.split("\t")[0] == expected[0].label
+    bench = _script(out, *texts[:3], "--bench", "--runs", "5", "--json")
+    timing = json.loads(bench.stdout)
+    assert timing["fixed"]["sequence_length"] == 128 and timing["fixed"]["runs"] == 5
+    assert 0 < timing["natural"]["p50_ms"] <= timing["natural"]["p90_ms"]
+    for args, message in [((), "no text to classify"), (("--file", str(tmp_path / "none.txt")), "cannot read"),
+                          (("",), "text 1 of 1 is empty"), (("x", "--runs", "0"), "must be at least 1"),
+                          (("x", "--bundle", str(tmp_path)), "is not a model bundle")]:
+        bad = _script(out, *args)
+        assert bad.returncode == 2 and message in bad.stderr and "Fix:" in bad.stderr, (args, bad.stderr)
+        assert "Traceback" not in bad.stderr
+
+
+def test_predict_py_runs_with_three_packages_and_agrees_with_edgepress(int8_dirs, movie_data, tmp_path):
+    """A fresh venv holding onnxruntime, tokenizers and numpy alone (no edgepress, no torch, not even their
+    declared dependencies) runs the bundle and gets the labels edgepress's evaluation got."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    pins = [f"{module.__name__}=={module.__version__}" for module in (numpy, onnxruntime, tokenizers)]
+    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps", *pins],
+                   check=True, timeout=600)
+    listed = subprocess.run([python, "-c", "import importlib.metadata as m; print(sorted(d.metadata['Name'].lower() "
+                             "for d in m.distributions()))"], capture_output=True, text=True, check=True)
+    assert listed.stdout.strip() == str(sorted(RUNTIME_PACKAGES))
+    out = bundle_model(int8_dirs["full"], tmp_path / "bundle", "x86-vnni")
+    texts = movie_data.test.texts[:200]
+    (tmp_path / "texts.txt").write_text("\n".join(texts))
+    result = _script(out, "--file", str(tmp_path / "texts.txt"), "--json", python=python)
+    assert result.returncode == 0, result.stderr
+    labels = [json.loads(line)["label"] for line in result.stdout.splitlines()]
+    evaluated = onnx_predictions(int8_dirs["full"], texts, 128, None)
+    assert labels == [("negative", "positive")[k] for k in evaluated]
+
+
+def test_bundle_refuses_bad_input_before_writing(tiny_onnx_dir, tiny_model_dir, int8_dirs, tmp_path):
+    out = tmp_path / "bundle"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=r"exists and is not empty. Fix: .* --overwrite"):
+        bundle_model(tiny_onnx_dir, out)
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    bundle_model(tiny_onnx_dir, out, overwrite=True)
+    assert not (out / "keep.txt").exists() and (out / "predict.py").is_file()
+    with pytest.raises(ModelError, match=r"missing model.onnx.*Fix: bundle a run dir"):
+        bundle_model(tiny_model_dir, tmp_path / "b2")
+    with pytest.raises(ConfigError, match=r"unknown target 'risc-v'. Fix: choose one of x86-vnni"):
+        bundle_model(tiny_onnx_dir, tmp_path / "b3", "risc-v")
+    with pytest.raises(ConfigError, match=r"runs DynamicQuantizeLinear, MatMulInteger\); target cuda: .* Fix: end "
+                                          r"the pipeline with the fp16 stage"):
+        bundle_model(int8_dirs["full"], tmp_path / "b4", "cuda")
+    assert not any((tmp_path / name).exists() for name in ("b2", "b3", "b4"))
+
+
+def test_full_range_int8_is_refused_for_x86_without_vnni_unless_measured_there(int8_dirs, tmp_path):
+    ranges = targets.int8_weight_ranges(int8_dirs["full"] / "model.onnx")
+    assert ranges and max(ranges.values()) == 127
+    assert max(targets.int8_weight_ranges(int8_dirs["reduced"] / "model.onnx").values()) <= 64
+    with pytest.raises(ConfigError, match=r"full-range int8 weights .* Fix: quantize again with reduce_range: true"):
+        bundle_model(int8_dirs["full"], tmp_path / "a", "x86-avx2")
+    bundle_model(int8_dirs["reduced"], tmp_path / "b", "x86-avx2")
+    measured = {"measured_on": "x86-avx2", "metrics": {"accuracy": 0.5}}
+    manifest = json.loads((bundle_model(int8_dirs["full"], tmp_path / "c", "x86-avx2", manifest=measured)
+                           / "edgepress.json").read_text())
+    assert manifest["target"] == {"name": "x86-avx2", "detected": False} and manifest["metrics"] == {"accuracy": 0.5}
+
+
+def test_a_bundle_of_a_bundle_keeps_what_was_measured(tiny_onnx_dir, tmp_path):
+    first = bundle_model(tiny_onnx_dir, tmp_path / "a", "x86-vnni", manifest={"metrics": {"accuracy": 0.7},
+                                                                                "measured_on": "x86-vnni"})
+    again = json.loads((bundle_model(first, tmp_path / "b", "web") / "edgepress.json").read_text())
+    assert again["metrics"] == {"accuracy": 0.7} and again["target"]["name"] == "web"
+    assert again["files"]["predict.py"] == file_sha256(Path(predictor.__file__))
+
+
+def test_targets_fill_params_and_refuse_stages():
+    params, filled = targets.target_params("x86-avx2", "int8-dynamic", {"per_channel": True})
+    assert params == {"per_channel": True, "reduce_range": True} and "vpmaddubsw" in filled["reduce_range"]["why"]
+    assert targets.target_params("x86-avx2", "int8-dynamic", {"reduce_range": False}) == ({"reduce_range": False},
+                                                                                          {})  # explicit wins
+    assert targets.target_params("web", "int8-dynamic", {}) == ({}, {})
+    stages = [{"name": "export", "method": "export"}, {"name": "int8", "method": "int8-dynamic"}]
+    with pytest.raises(ValueError, match=r"stage int8: int8-dynamic is refused by target cuda"):
+        PipelineConfig(runtime={"target": "cuda"}, stages=stages)
+
+
+def test_cli_bundle_and_run_target(tiny_onnx_dir, tmp_path):
+    result = runner.invoke(app, ["bundle", str(tiny_onnx_dir), "--out", str(tmp_path / "b"), "--target", "web"])
+    assert result.exit_code == 0, result.output
+    assert "bundle for web" in result.output and (tmp_path / "b" / "predict.py").is_file()
+    again = runner.invoke(app, ["bundle", str(tiny_onnx_dir), "--out", str(tmp_path / "b")])
+    assert again.exit_code == 2 and "--overwrite" in again.output
+    bad = runner.invoke(app, ["bundle", str(tiny_onnx_dir), "--out", str(tmp_path / "c"), "--target", "sparc"])
+    assert bad.exit_code == 2 and "sparc" in bad.output
+
+
+
+@pytest.mark.parametrize("target, reduced", [("x86-avx2", True), ("x86-vnni", False)])
+def test_a_run_applies_its_target_and_bundles_for_it(tmp_path, tiny_model_dir, target, reduced):
+    from edgepress.pipeline import runner
+
+    cfg = PipelineConfig.model_validate({
+        "model": str(tiny_model_dir), "runtime": {"threads": 1, "target": target, "latency": {"warmup": 1, "runs": 5}},
+        "stages": [{"name": "export", "method": "export"}, {"name": "int8", "method": "int8-dynamic",
+                                                            "params": {"per_channel": True}}]})
+    out = tmp_path / "run"
+    runner.run_pipeline(cfg, out)
+    stage = out / "stages" / "02-int8"
+    assert json.loads((stage / "config.json").read_text())["params"]["reduce_range"] is reduced
+    filled = json.loads((stage / "stage.json").read_text())["details"]["target_defaults"]
+    assert filled["reduce_range"]["value"] is reduced and filled["reduce_range"]["why"]
+    peak = max(targets.int8_weight_ranges(stage / "model" / "model.onnx").values())
+    assert (peak <= 64) is reduced
+    assert json.loads((out / "run.json").read_text())["target"] == {"name": target, "detected": False}
+    manifest = json.loads((out / "final" / "edgepress.json").read_text())
+    assert manifest["target"]["name"] == target and manifest["metrics"]["accuracy"] > 0
+    assert manifest["measured_on"] == targets.detect_target() and manifest["environment"]["onnxruntime"]
+    assert (out / "final" / "predict.py").is_file()
