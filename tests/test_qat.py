@@ -73,6 +73,20 @@ def test_export_of_a_qat_model_is_the_int8_graph_of_its_learned_ranges(qat_dir, 
     assert Predictor(tmp_path / "onnx").logits(texts).shape == (32, 2)
 
 
+def test_reduce_range_trains_and_exports_7_bit_weights(tiny_model_dir, small_data, tmp_path):
+    """For x86 without VNNI (the target's default): weights in [-64, 64] in training and in the QDQ graph."""
+    from edgepress.deploy.targets import int8_weight_ranges
+
+    trained = tmp_path / "qat"
+    qat(tiny_model_dir, trained, small_data, QatConfig(epochs=1, learning_rate=1e-4, max_length=64,
+                                                       reduce_range=True))
+    assert json.loads((trained / QAT_FILE).read_text())["weight_qmax"] == 64
+    assert load_for_inference(trained)[0].bert.encoder.layer[0].intermediate.dense.qat_weight_qmax == 64
+    details = export_onnx(trained, tmp_path / "onnx", small_data.validation.texts)
+    assert set(int8_weight_ranges(tmp_path / "onnx" / "model.onnx").values()) == {64}
+    assert details["parity"]["agreement"] >= 0.99
+
+
 def test_only_export_may_follow_qat():
     stages = [{"name": "q", "method": "qat"}, {"name": "p", "method": "magnitude"}]
     with pytest.raises(ValueError, match=r"stage 'p' \(magnitude\) needs a torch model dir but gets a quantization-"

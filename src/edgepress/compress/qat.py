@@ -28,8 +28,8 @@ from edgepress.export.parity import (
 )
 from edgepress.files import atomic_dir, read_json, write_json
 from edgepress.models.train import TrainConfig
+from edgepress.runtime.predictor import load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session
-from edgepress.runtime.tokenize import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,8 @@ class QatConfig(TrainConfig, KdLoss):
     epochs: int = Field(1, ge=1)
     learning_rate: float = Field(2e-5, gt=0, lt=1)
     momentum: float = Field(0.01, gt=0, le=1, description="EMA weight of each batch's input min / max")
+    reduce_range: bool = Field(False, description="7-bit weights ([-64, 64]), for CPUs without VNNI that saturate "
+                               "otherwise: trained as they will run")
 
 
 def quantized_linears(model) -> list[str]:
@@ -59,14 +61,16 @@ def qat(src: Path, out: Path, data: DataSplits, cfg: QatConfig = QatConfig()) ->
 
     model, tokenizer, loss = load_with_kd_targets(src, data, cfg)
     names = quantized_linears(model)
-    attach(model, names, momentum=cfg.momentum)
+    qmax = 64 if cfg.reduce_range else 127  # onnxruntime.quantization's symmetric int8 range, reduced or not
+    attach(model, names, momentum=cfg.momentum, weight_qmax=qmax)
     with tempfile.TemporaryDirectory(prefix="edgepress-qat-") as scratch:  # the loop saves the best epoch there
         result = train_classifier(model, tokenizer, data.train, data.validation, cfg, Path(scratch), loss_fn=loss)
     ranges = detach(model, names)  # the best epoch's weights and ranges: the loop restored its state
     with artifact_dir(Path(out)) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        write_json(tmp / QAT_FILE, {"format": 1, "momentum": cfg.momentum, "input_ranges": ranges})
+        write_json(tmp / QAT_FILE, {"format": 1, "momentum": cfg.momentum, "weight_qmax": qmax,
+                                    "input_ranges": ranges})
     log.info("qat: %d Linears fake-quantized, validation accuracy %.4f", len(names), result.best_val_accuracy)
     return {"quantized_linears": len(names), "val_accuracy": result.best_val_accuracy, "history": result.history,
             "train_seconds": round(result.seconds, 1)}
@@ -133,7 +137,8 @@ def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg) -> d
     from edgepress.models.loading import load_classifier
 
     model, tokenizer = load_classifier(model_dir)
-    ranges = read_json(Path(model_dir) / QAT_FILE)["input_ranges"]
+    recorded = read_json(Path(model_dir) / QAT_FILE)
+    ranges = recorded["input_ranges"]
     with tempfile.TemporaryDirectory(prefix="edgepress-qat-export-") as scratch:
         float_dir = Path(scratch) / "float"
         exported = export_model_object(model, tokenizer, float_dir, texts, cfg, f"ONNX export of {model_dir}")
@@ -146,7 +151,8 @@ def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg) -> d
         with atomic_dir(Path(out_dir)) as tmp:
             quantize_static(float_dir / ONNX_FILE, tmp / ONNX_FILE, None, quant_format=QuantFormat.QDQ,
                             op_types_to_quantize=["MatMul"], per_channel=True, activation_type=QuantType.QUInt8,
-                            weight_type=QuantType.QInt8, nodes_to_exclude=float_matmuls(graph),
+                            weight_type=QuantType.QInt8, reduce_range=recorded.get("weight_qmax", 127) == 64,
+                            nodes_to_exclude=float_matmuls(graph),
                             calibrate_method=CalibrationMethod.MinMax, calibration_cache_path=cache,
                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT,
                                            "OpTypesToExcludeOutputQuantization": ["MatMul"],

@@ -1,7 +1,8 @@
 """Int8 fake quantization of a classifier's Linear layers, as `qat` trains it and ONNX Runtime will run it.
 
 Each chosen Linear computes linear(fq_u8(x), fq_s8(W)) (Zafrir et al. 2019, "Q8BERT", section 3): weights symmetric
-int8 per output channel (scale max|W_c| / 127), inputs uint8 per tensor over the range [lo, hi] that an exponential
+int8 per output channel (scale max|W_c| / 127; / 64 in [-64, 64] with `reduce_range`, for CPUs without VNNI, as
+ONNX Runtime's quantizer computes them), inputs uint8 per tensor over the range [lo, hi] that an exponential
 moving average of each training batch's min and max learns. The formulas are ONNX Runtime's (`compute_scale_zp`:
 the range widened to hold 0, scale (hi - lo) / 255, zero point round(-lo / scale)), so that the QDQ graph an export
 writes from these ranges (`OpTypesToExcludeOutputQuantization: MatMul`: inputs quantized, outputs float, as here)
@@ -9,7 +10,8 @@ computes what training saw. Q8BERT quantizes inputs symmetrically; uint8 with a 
 fastest x86 kernels take (u8 activations x s8 weights).
 
 The QAT artifact is a plain Hugging Face model dir (the fine-tuned float weights) plus `edgepress-qat.json`:
-{"format": 1, "momentum": m, "input_ranges": {"<Linear module name>": [lo, hi], ...}} (JSON: no pickle).
+{"format": 1, "momentum": m, "weight_qmax": 127 or 64, "input_ranges": {"<Linear module name>": [lo, hi], ...}}
+(JSON: no pickle; an artifact without `weight_qmax` has 127).
 `load_for_inference` applies it; `load_classifier` alone gives the float model (what `export` starts from).
 """
 
@@ -44,22 +46,24 @@ def _forward(self, x):
             bounds.copy_(seen if torch.isnan(bounds).any() else bounds + self.qat_momentum * (seen - bounds))
     scale, zero = input_qparams(*bounds.tolist())
     x = torch.fake_quantize_per_tensor_affine(x, scale, zero, 0, 255)
-    weight_scale = (self.weight.detach().abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
+    qmax = self.qat_weight_qmax
+    weight_scale = (self.weight.detach().abs().amax(dim=1) / qmax).clamp(min=torch.finfo(torch.float32).tiny)
     zeros = torch.zeros(self.weight.shape[0], dtype=torch.int32, device=self.weight.device)
-    weight = torch.fake_quantize_per_channel_affine(self.weight, weight_scale, zeros, 0, -127, 127)
+    weight = torch.fake_quantize_per_channel_affine(self.weight, weight_scale, zeros, 0, -qmax, qmax)
     return F.linear(x, weight, self.bias)
 
 
-def attach(model, names: list[str], ranges: dict | None = None, momentum: float = 0.01) -> None:
-    """Fake-quantize the Linears `names` of `model` (in place); `ranges` fixes their input ranges (else the first
-    training batch sets them and later ones move them by `momentum`)."""
+def attach(model, names: list[str], ranges: dict | None = None, momentum: float = 0.01,
+           weight_qmax: int = 127) -> None:
+    """Fake-quantize the Linears `names` of `model` (in place), weights in [-weight_qmax, weight_qmax]; `ranges`
+    fixes their input ranges (else the first training batch sets them and later ones move them by `momentum`)."""
     import torch
 
     for name in names:
         module = model.get_submodule(name)
         start = ranges[name] if ranges else [float("nan"), float("nan")]
         module.register_buffer(RANGE, torch.tensor(start, dtype=torch.float32, device=module.weight.device))
-        module.qat_momentum = momentum
+        module.qat_momentum, module.qat_weight_qmax = momentum, weight_qmax
         module.forward = types.MethodType(_forward, module)
 
 
@@ -69,7 +73,7 @@ def detach(model, names: list[str]) -> dict[str, list[float]]:
     for name in names:
         module = model.get_submodule(name)
         ranges[name] = [float(v) for v in module._buffers.pop(RANGE).tolist()]
-        del module.forward, module.qat_momentum
+        del module.forward, module.qat_momentum, module.qat_weight_qmax
     return ranges
 
 
@@ -80,6 +84,7 @@ def load_for_inference(path: str | Path):
     model, tokenizer = load_classifier(path)
     qat = Path(path) / QAT_FILE
     if qat.is_file():
-        ranges = read_json(qat)["input_ranges"]
-        attach(model, list(ranges), ranges)
+        recorded = read_json(qat)
+        ranges = recorded["input_ranges"]
+        attach(model, list(ranges), ranges, weight_qmax=recorded.get("weight_qmax", 127))
     return model, tokenizer
