@@ -15,11 +15,12 @@ built in --work are reused. Writes benchmarks/results/quantize_student.json and 
 import argparse
 import json
 import platform
+import re
 from pathlib import Path
 
-from edgepress.compress.int4 import Int4Config, int4
+from edgepress.compress.int4 import TORCH_ALGORITHMS, Int4Config, int4
 from edgepress.compress.qat import QatConfig, qat
-from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic, int8_static
+from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
 from edgepress.data import DataConfig, load_data
 from edgepress.data.metrics import accuracy_drop_ci95, classification_metrics
 from edgepress.export.onnx import export_onnx
@@ -44,21 +45,35 @@ def recipes(model_dir: Path, work: Path, data, threads: int) -> dict:
         "int8-dynamic per-tensor": lambda d: int8_dynamic(fused, d, texts),
         "int8-dynamic per-channel": lambda d: int8_dynamic(fused, d, texts, Int8DynamicConfig(per_channel=True)),
         "int8-static": lambda d: int8_static(onnx_dir, d, texts),
-        "qat": lambda d: {**qat(model_dir, work / "qat-torch", data, QatConfig()),
-                          **export_onnx(work / "qat-torch", d, texts)},
+        "qat": lambda d: _qat_then_export(model_dir, work / "qat-torch", d, data, QatConfig()),
+        "qat reduce_range": lambda d: _qat_then_export(model_dir, work / "qat-rr-torch", d, data,
+                                                       QatConfig(reduce_range=True)),
+        "int8-dynamic per-channel reduce_range": lambda d: int8_dynamic(
+            fused, d, texts, Int8DynamicConfig(per_channel=True, reduce_range=True)),
+        "int8-static reduce_range": lambda d: int8_static(onnx_dir, d, texts, Int8StaticConfig(reduce_range=True)),
         "fusions auto, then int8-dynamic": lambda d: _auto_then_int8(onnx_dir, work, d, texts, threads),
     }
     for algorithm in ("rtn", "hqq", "gptq", "awq"):
         for embeddings in (False, True):
             for level in (0, 4):
-                cfg = Int4Config(algorithm=algorithm, embeddings=embeddings, accuracy_level=level,
-                                 torch_model=model_dir)
+                torch_model = {"torch_model": model_dir} if algorithm in TORCH_ALGORITHMS else {}
+                cfg = Int4Config(algorithm=algorithm, embeddings=embeddings, accuracy_level=level, **torch_model)
                 name = f"int4 {algorithm}{' +embeddings' if embeddings else ''} acc{level}"
                 out[name] = lambda d, cfg=cfg: int4(onnx_dir, d, texts, cfg)
+    for algorithm, block in (("rtn", 64), ("rtn", 128), ("gptq", 64), ("hqq", 64)):
+        torch_model = {"torch_model": model_dir} if algorithm in TORCH_ALGORITHMS else {}
+        cfg = Int4Config(algorithm=algorithm, embeddings=True, accuracy_level=4, block_size=block, **torch_model)
+        out[f"int4 {algorithm} +embeddings acc4 block {block}"] = lambda d, cfg=cfg: int4(onnx_dir, d, texts, cfg)
     for keep in (2, 4):
         cfg = Int4Config(embeddings=True, accuracy_level=4, keep_float=keep)
         out[f"int4 rtn +embeddings acc4 keep_float {keep}"] = lambda d, cfg=cfg: int4(onnx_dir, d, texts, cfg)
     return out
+
+
+def _qat_then_export(model_dir: Path, trained: Path, out: Path, data, cfg: QatConfig) -> dict:
+    """qat into `trained` (kept: an export that fails does not cost the training again), then its export."""
+    details = {} if trained.exists() else qat(model_dir, trained, data, cfg)
+    return {**details, **export_onnx(trained, out, data.validation.texts)}
 
 
 def _auto_then_int8(onnx_dir: Path, work: Path, out: Path, texts, threads: int) -> dict:
@@ -97,10 +112,10 @@ def main() -> None:
                               **size_metrics(model_dir)}}
     artifacts = {"float (torch)": model_dir, "float fused": args.work / "fused"}
     rows["float fused"] = measure(args.work / "fused", data, max_length, base_preds)[0]
-    for k, (name, build) in enumerate(recipes(model_dir, args.work, data, args.threads).items()):
+    for name, build in recipes(model_dir, args.work, data, args.threads).items():
         if args.only not in name:
             continue
-        path = args.work / f"v{k:02d}"
+        path = args.work / re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
         try:
             details = build(path) if not path.exists() else json.loads((path / "details.json").read_text())
         except Exception as e:  # a variant this onnxruntime cannot build or run is a row that says so

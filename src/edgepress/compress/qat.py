@@ -76,7 +76,11 @@ def qat(src: Path, out: Path, data: DataSplits, cfg: QatConfig = QatConfig()) ->
             "train_seconds": round(result.seconds, 1)}
 
 
-QDQ_PARITY = ParityConfig(max_abs_diff=0.1, min_agreement=0.99)  # the same int8 arithmetic, two implementations
+# The same int8 arithmetic, two implementations: where a float sum lands on the other side of an activation's
+# rounding boundary the next layer sees one step more or less. On the demo's 3-layer student (7-bit weights) that
+# gave max |Δlogit| 0.0997 on the 128 parity sentences, and 0.071 on 64 test sentences with ORT's integer kernels and
+# with its float ones alike; full-range weights on AVX2 without VNNI, where the integer kernel saturates, 0.45-0.69.
+QDQ_PARITY = ParityConfig(max_abs_diff=0.25, min_agreement=0.99)
 
 
 def _activation_ranges(onnx_file: Path, model, ranges: dict) -> dict:
