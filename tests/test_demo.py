@@ -83,6 +83,7 @@ def test_demo_records_the_split_and_each_stage(tiny_demo):
 
 
 def test_final_bundle_is_the_gated_model_with_a_manifest(tiny_demo, movie_data):
+    from edgepress.deploy.targets import detect_target
     from edgepress.runtime.predictor import Predictor
 
     demo.run_demo(tiny_demo, quick=True)
@@ -90,6 +91,7 @@ def test_final_bundle_is_the_gated_model_with_a_manifest(tiny_demo, movie_data):
     manifest = json.loads((final / "edgepress.json").read_text())
     assert manifest["stages"] == ["distill", "export", "fuse", "int8"] and manifest["max_length"] == 128
     assert manifest["labels"] == {"0": "negative", "1": "positive"}
+    assert manifest["target"] == {"name": detect_target(), "detected": True}  # no target set: this machine's
     assert {"model.onnx", "tokenizer.json", "config.json"} <= set(manifest["files"])
     gated = tiny_demo / "stages" / "04-int8" / "model" / "model.onnx"
     assert (final / "model.onnx").read_bytes() == gated.read_bytes()

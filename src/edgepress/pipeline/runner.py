@@ -291,7 +291,7 @@ def _final_bundle(state: RunState) -> None:
     passed); `edgepress bundle` calls the same function."""
     root = state.run.root
     manifest = run_manifest(root, state.cfg, state.data, state.previous, state.meta, state.source)
-    bundle_model(state.source, root / "final", state.target["name"], overwrite=True, manifest=manifest,
+    bundle_model(state.source, root / "final", state.cfg.runtime.target, overwrite=True, manifest=manifest,
                  run_root=root)
 
 
