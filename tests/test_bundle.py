@@ -206,3 +206,21 @@ def test_a_run_applies_its_target_and_bundles_for_it(tmp_path, tiny_model_dir, t
     assert manifest["target"] == {"name": target, "detected": False} and manifest["metrics"]["accuracy"] > 0
     assert manifest["measured_on"] == targets.detect_target() and manifest["environment"]["onnxruntime"]
     assert (out / "final" / "predict.py").is_file()
+
+
+def test_a_mobile_bundle_adds_the_ort_format_and_the_usability_report(int8_dirs, movie_data, tmp_path):
+    import onnxruntime as ort
+
+    out = bundle_model(int8_dirs["full"], tmp_path / "mobile", "mobile")
+    manifest = json.loads((out / "edgepress.json").read_text())
+    mobile = manifest["mobile"]
+    assert mobile["ort_vs_onnx_max_abs_diff"] <= 1e-4 and mobile["optimization_style"] == "Fixed"
+    assert {"model.ort", "model.required_operators.config", "mobile_usability.txt"} <= set(manifest["files"])
+    config = (out / "model.required_operators.config").read_text()
+    assert "MatMulInteger" in config and "DynamicQuantizeLinear" in config  # what a reduced build must keep
+    assert "NNAPI" in (out / "mobile_usability.txt").read_text()
+    feeds = predictor.encode(predictor.load_tokenizer(out, 128), movie_data.test.texts[:64],
+                             ("input_ids", "attention_mask", "token_type_ids"))
+    onnx_logits, ort_logits = (ort.InferenceSession(str(out / name)).run(["logits"], feeds)[0]
+                               for name in ("model.onnx", "model.ort"))
+    assert (onnx_logits.argmax(1) == ort_logits.argmax(1)).all() and abs(onnx_logits - ort_logits).max() <= 1e-4

@@ -4,7 +4,10 @@ tokenizers and numpy are all it needs) and `edgepress.json`, the manifest: targe
 every operator with its domain, inputs, max length, labels, what was measured on the build machine and where, and a
 sha256 per file. A run's last step and `edgepress bundle` both call `bundle_model`."""
 
+import io
+import logging
 import shutil
+import tempfile
 from pathlib import Path
 
 from edgepress import __version__
@@ -15,7 +18,8 @@ from edgepress.runtime import predictor
 from edgepress.runtime.predictor import BUNDLE_FILES, MANIFEST, json_object
 
 PREDICT = "predict.py"
-GENERATED = (MANIFEST, PREDICT)
+ORT_MODEL, ORT_OPERATORS, USABILITY = "model.ort", "model.required_operators.config", "mobile_usability.txt"
+GENERATED = (MANIFEST, PREDICT, ORT_MODEL, ORT_OPERATORS, USABILITY)
 # manifest fields a bundle derives itself: not carried over when a bundle is bundled again
 _DERIVED = ("edgepress", "target", "ir_version", "opsets", "operators", "inputs", "onnxruntime", "files")
 # The first onnxruntime release implementing each ai.onnx opset and reading each IR version (onnxruntime's
@@ -100,6 +104,51 @@ def _check_out(out: Path, sources: tuple[Path, ...], overwrite: bool) -> None:
                           f"replace it")
 
 
+def _same_logits(onnx_file: Path, ort_file: Path) -> float:
+    """max |Δlogit| of the two files on 4 seeded random sequences of 32 token ids; a ModelError when they disagree
+    beyond float noise or on any argmax."""
+    import numpy as np
+
+    from edgepress.runtime.predictor import load_session
+
+    sessions = [load_session(onnx_file), load_session(ort_file)]
+    ids = np.random.default_rng(0).integers(5, 100, (4, 32), dtype=np.int64)  # (batch, seq); any vocabulary has these
+    columns = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+    feeds = {i.name: columns[i.name] for i in sessions[0].get_inputs()}
+    first, second = (s.run(["logits"], feeds)[0] for s in sessions)
+    diff = float(np.abs(first - second).max())
+    if diff > 1e-4 or (first.argmax(1) != second.argmax(1)).any():
+        raise ModelError(f"{ort_file} does not compute what {onnx_file} does (max |Δlogit| {diff:.3g}). Fix: report "
+                         f"it; bundle for another target meanwhile")
+    return diff
+
+
+def _mobile_files(tmp: Path) -> dict:
+    """ONNX Runtime's mobile formats beside model.onnx: `model.ort` (optimized for ARM, `Fixed` style), the operator
+    config a size-reduced custom build takes, and the mobile usability checker's report (NNAPI / CoreML)."""
+    from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
+    from onnxruntime.tools.mobile_helpers.usability_checker import analyze_model
+
+    with tempfile.TemporaryDirectory(prefix="edgepress-ort-") as scratch:
+        convert_onnx_models_to_ort(tmp / "model.onnx", output_dir=Path(scratch),
+                                   optimization_styles=[OptimizationStyle.Fixed], target_platform="arm")
+        for name in (ORT_MODEL, ORT_OPERATORS):
+            shutil.move(Path(scratch) / name, tmp / name)
+    report, logger = io.StringIO(), logging.getLogger("edgepress.deploy.usability")
+    handler = logging.StreamHandler(report)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # the report is the file, not the run's log
+    try:
+        accelerated = analyze_model(tmp / "model.onnx", logger=logger)
+    finally:
+        logger.removeHandler(handler)
+    (tmp / USABILITY).write_text(report.getvalue(), encoding="utf-8")
+    return {"ort_model": ORT_MODEL, "required_operators": ORT_OPERATORS, "optimization_style": "Fixed",
+            "target_platform": "arm", "ort_vs_onnx_max_abs_diff": _same_logits(tmp / "model.onnx", tmp / ORT_MODEL),
+            "nnapi_or_coreml_recommended": bool(accelerated), "usability_report": USABILITY}
+
+
 def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
     """Copy an ONNX model dir (model.onnx + tokenizer + config.json) to `out` with `predict.py` and the manifest
     (`manifest` + graph facts + sha256 per file); `out` appears whole or not at all."""
@@ -114,6 +163,8 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
             if f.is_file() and f.name not in GENERATED:
                 shutil.copy2(f, tmp / f.name)
         shutil.copyfile(predictor.__file__, tmp / PREDICT)
+        if manifest.get("target", {}).get("name") == "mobile":
+            manifest = {**manifest, "mobile": _mobile_files(tmp)}
         files = {f.name: file_sha256(f) for f in sorted(tmp.iterdir())}
         write_json(tmp / MANIFEST, {
             "edgepress": __version__, **manifest, **facts,
