@@ -7,7 +7,9 @@ RUN    ?= runs/demo
 
 PEER   ?= .venv-peer
 
-.PHONY: setup peer-env demo demo-quick test test-slow lint clean
+WEB    := web/node_modules/.installed
+
+.PHONY: setup peer-env web demo demo-quick test test-slow lint clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -35,13 +37,22 @@ $(PEER)/.installed: pyproject.toml Makefile
 
 peer-env: $(PEER)/.installed
 
+# What a web bundle runs on (transformers.js with onnxruntime-web) and what its tests drive it with (puppeteer-core),
+# from web/package-lock.json. --ignore-scripts: onnxruntime-node's install script fetches CUDA libraries from a host
+# outside the package registries; its CPU binaries are in the package. Without npm the web tests skip.
+$(WEB): web/package.json web/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then cd web && npm ci --ignore-scripts --no-audit --no-fund && touch node_modules/.installed; \
+	else echo "npm not found: web bundles and their tests need it (Debian: apt-get install nodejs npm chromium)"; fi
+
+web: $(WEB)
+
 demo: setup
 	$(VENV)/bin/edgepress demo --out $(RUN)
 
 demo-quick: setup
 	$(VENV)/bin/edgepress demo --quick --out $(RUN)
 
-test: setup
+test: setup web
 	$(PY) -m pytest
 
 test-slow: setup peer-env
@@ -51,4 +62,4 @@ lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
 
 clean:
-	rm -rf $(VENV) $(PEER) runs .pytest_cache
+	rm -rf $(VENV) $(PEER) runs .pytest_cache web/node_modules

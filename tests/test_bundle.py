@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from edgepress.cli.app import Target, app
 from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
-from edgepress.deploy import targets
+from edgepress.deploy import bundle, targets
 from edgepress.deploy.bundle import bundle_model
 from edgepress.errors import ConfigError, ModelError
 from edgepress.files import file_sha256
@@ -224,3 +224,65 @@ def test_a_mobile_bundle_adds_the_ort_format_and_the_usability_report(int8_dirs,
     onnx_logits, ort_logits = (ort.InferenceSession(str(out / name)).run(["logits"], feeds)[0]
                                for name in ("model.onnx", "model.ort"))
     assert (onnx_logits.argmax(1) == ort_logits.argmax(1)).all() and abs(onnx_logits - ort_logits).max() <= 1e-4
+
+
+def _web_ready() -> str | None:
+    """Why the web tests cannot run here, or None."""
+    import shutil
+
+    if shutil.which("node") is None:
+        return "node is not installed (Debian: apt-get install nodejs npm; then make web)"
+    try:
+        bundle.web_modules()
+    except ConfigError:
+        return "web/node_modules is missing: make web (npm ci --ignore-scripts in web/)"
+    return None
+
+
+web = pytest.mark.skipif(_web_ready() is not None, reason=str(_web_ready()))
+
+
+@web
+def test_transformers_js_under_node_gives_the_predictors_labels(int8_dirs, movie_data, tmp_path):
+    out = bundle_model(int8_dirs["reduced"], tmp_path / "web-bundle", "web")
+    manifest = json.loads((out / "edgepress.json").read_text())
+    assert manifest["web"]["dtype"] == "q8" and manifest["model_file"] == "onnx/model_quantized.onnx"
+    assert (out / "onnx" / "model_quantized.onnx").is_file() and not (out / "model.onnx").exists()
+    assert json.loads((out / "tokenizer_config.json").read_text())["model_max_length"] == 128
+    texts = list(movie_data.test.texts[:200])
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    script = Path(__file__).resolve().parents[1] / "web" / "classify.mjs"
+    done = subprocess.run(["node", str(script), str(out), str(tmp_path / "texts.json")], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    python = predictor.Predictor(out)  # the same bundle, read through its manifest
+    assert result["dtype"] == "q8"
+    assert [p["label"] for p in result["predictions"]] == [python.predict([t])[0].label for t in texts]
+
+
+@web
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="chromium is not installed (apt-get install "
+                    "chromium)")
+def test_the_page_classifies_a_typed_sentence_in_headless_chromium(int8_dirs, tmp_path):
+    import http.server
+    import threading
+    from functools import partial
+
+    out = bundle_model(int8_dirs["reduced"], tmp_path / "site", "web")
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    text = "a gripping, funny and beautifully acted film"
+    try:
+        script = Path(__file__).resolve().parents[1] / "web" / "page.mjs"
+        done = subprocess.run(["node", str(script), f"http://127.0.0.1:{server.server_port}/index.html", text,
+                               str(tmp_path / "page.png")], capture_output=True, text=True, timeout=600)
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["label"] == predictor.Predictor(out).predict([text])[0].label
+    assert result["shown"].startswith(result["label"])
+    assert all(url.startswith("http://127.0.0.1:") for url in result["requests"])  # nothing from the network
+    assert (tmp_path / "page.png").stat().st_size > 1000

@@ -5,7 +5,9 @@ every operator with its domain, inputs, max length, labels, what was measured on
 sha256 per file. A run's last step and `edgepress bundle` both call `bundle_model`."""
 
 import io
+import json
 import logging
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -15,13 +17,21 @@ from edgepress.deploy.targets import check_artifact, detect_target, resolve_targ
 from edgepress.errors import ConfigError, ModelError
 from edgepress.files import atomic_dir, file_sha256, write_json
 from edgepress.runtime import predictor
-from edgepress.runtime.predictor import BUNDLE_FILES, MANIFEST, json_object
+from edgepress.runtime.predictor import BUNDLE_FILES, MANIFEST, json_object, model_file, position_limit
 
 PREDICT = "predict.py"
 ORT_MODEL, ORT_OPERATORS, USABILITY = "model.ort", "model.required_operators.config", "mobile_usability.txt"
-GENERATED = (MANIFEST, PREDICT, ORT_MODEL, ORT_OPERATORS, USABILITY)
+INDEX, VENDOR = "index.html", "vendor"
+GENERATED = (MANIFEST, PREDICT, ORT_MODEL, ORT_OPERATORS, USABILITY, INDEX)
+# What the page loads, from the npm packages `make web` installs (web/package-lock.json): transformers.js with
+# onnxruntime-web inlined, and onnxruntime-web's WebAssembly binary (the page points `wasmPaths` at it)
+WEB_ASSETS = {"transformers.min.js": "@huggingface/transformers/dist/transformers.min.js",
+              "ort-wasm-simd-threaded.asyncify.wasm": "onnxruntime-web/dist/ort-wasm-simd-threaded.asyncify.wasm"}
+INT8_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention",
+            "QEmbedLayerNormalization", "QLinearMatMul", "QuantizeLinear", "DequantizeLinear")
 # manifest fields a bundle derives itself: not carried over when a bundle is bundled again
-_DERIVED = ("edgepress", "target", "ir_version", "opsets", "operators", "inputs", "onnxruntime", "files")
+_DERIVED = ("edgepress", "target", "ir_version", "opsets", "operators", "inputs", "onnxruntime", "files", "mobile",
+            "web", "model_file")
 # The first onnxruntime release implementing each ai.onnx opset and reading each IR version (onnxruntime's
 # compatibility table, onnxruntime.ai/docs/reference/compatibility.html); contrib operators by the release that
 # added their CPU kernel. A graph using anything not listed here needs the release it was built with.
@@ -76,17 +86,24 @@ def operator_origins(run_root: Path | None) -> dict[str, str]:
     return origins
 
 
+def _graph(model_dir: Path) -> Path:
+    """The ONNX file of a model dir or bundle (a web bundle keeps it in onnx/, its manifest says where)."""
+    manifest = model_dir / MANIFEST
+    return model_dir / model_file(json_object(manifest) if manifest.is_file() else {})
+
+
 def _source(path: Path) -> tuple[Path, Path | None]:
     """(the model dir to bundle, the run dir it came from or None): a run dir means its `final/` bundle."""
     path = Path(path)
     if (path / "run.json").is_file():
         final = path / "final"
-        if not (final / "model.onnx").is_file():
+        if not _graph(final).is_file():
             raise ModelError(f"{path} is a run without a final/ bundle (a gate failed, or it stopped before an export "
                              f"stage). Fix: finish the run, or bundle one stage's model: "
                              f"{path}/stages/NN-NAME/model")
         return final, path
-    missing = [name for name in BUNDLE_FILES if not (path / name).is_file()]
+    missing = [name for name in BUNDLE_FILES[1:] if not (path / name).is_file()]
+    missing = ([] if _graph(path).is_file() else [BUNDLE_FILES[0]]) + missing
     if missing:
         raise ModelError(f"{path} cannot be bundled: missing {', '.join(missing)}. Fix: bundle a run dir, its "
                          f"final/, or an ONNX model dir (an export stage's model/, or `edgepress export` output) "
@@ -149,6 +166,47 @@ def _mobile_files(tmp: Path) -> dict:
             "nnapi_or_coreml_recommended": bool(accelerated), "usability_report": USABILITY}
 
 
+def web_modules() -> Path:
+    """The node_modules holding transformers.js: $EDGEPRESS_WEB_MODULES, else web/node_modules of this checkout."""
+    found = os.environ.get("EDGEPRESS_WEB_MODULES") or Path(__file__).resolve().parents[3] / "web" / "node_modules"
+    found = Path(found)
+    if not all((found / path).is_file() for path in WEB_ASSETS.values()):
+        raise ConfigError(f"a web bundle needs transformers.js and onnxruntime-web's files, not found in {found}. "
+                          f"Fix: `make web` in the edgepress checkout (npm ci --ignore-scripts in web/; Debian: "
+                          f"apt-get install nodejs npm), or set EDGEPRESS_WEB_MODULES to a node_modules holding "
+                          f"@huggingface/transformers 4.x")
+    return found
+
+
+def _web_dtype(operators: list[dict]) -> tuple[str, str]:
+    """(transformers.js dtype, the file name it loads from onnx/) of the graph."""
+    types = {o["op_type"] for o in operators}
+    if "MatMulNBits" in types:
+        return "q4", "model_q4.onnx"
+    return ("q8", "model_quantized.onnx") if types & set(INT8_OPS) else ("fp32", "model.onnx")
+
+
+def _web_files(tmp: Path, operators: list[dict], max_length: int | None) -> dict:
+    """The layout transformers.js loads from a local dir (onnx/model*.onnx by dtype, config.json saying which,
+    tokenizer_config.json truncating where the model was measured), the page and what it loads."""
+    modules = web_modules()
+    dtype, name = _web_dtype(operators)
+    (tmp / "onnx").mkdir()
+    (tmp / "model.onnx").rename(tmp / "onnx" / name)
+    config = json_object(tmp / "config.json")
+    write_json(tmp / "config.json", {**config, "transformers.js_config": {"dtype": dtype}})
+    tokenizer = json_object(tmp / "tokenizer_config.json") if (tmp / "tokenizer_config.json").is_file() else {}
+    length = max_length or position_limit(config)  # transformers.js truncates at model_max_length only
+    write_json(tmp / "tokenizer_config.json", {**tokenizer, "model_max_length": length})
+    shutil.copyfile(Path(__file__).with_name(INDEX), tmp / INDEX)
+    (tmp / VENDOR).mkdir()
+    for target, source in WEB_ASSETS.items():
+        shutil.copyfile(modules / source, tmp / VENDOR / target)
+    versions = {package: json.loads((modules / package / "package.json").read_text())["version"]
+                for package in ("@huggingface/transformers", "onnxruntime-web")}
+    return {"dtype": dtype, "page": INDEX, "max_length": length, **versions}
+
+
 def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
     """Copy an ONNX model dir (model.onnx + tokenizer + config.json) to `out` with `predict.py` and the manifest
     (`manifest` + graph facts + sha256 per file); `out` appears whole or not at all."""
@@ -157,15 +215,21 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
     model_dir = Path(model_dir)
     if json_object(model_dir / "config.json").get("id2label") is None:
         raise ModelError(f"{model_dir}/config.json has no id2label. Fix: save the model with its label names")
-    facts = graph_facts(model_dir / "model.onnx")
+    graph = _graph(model_dir)
+    facts = graph_facts(graph)
     with atomic_dir(Path(out)) as tmp:
         for f in sorted(model_dir.iterdir()):
             if f.is_file() and f.name not in GENERATED:
                 shutil.copy2(f, tmp / f.name)
+        shutil.copy2(graph, tmp / "model.onnx")
         shutil.copyfile(predictor.__file__, tmp / PREDICT)
-        if manifest.get("target", {}).get("name") == "mobile":
+        target = manifest.get("target", {}).get("name")
+        if target == "mobile":
             manifest = {**manifest, "mobile": _mobile_files(tmp)}
-        files = {f.name: file_sha256(f) for f in sorted(tmp.iterdir())}
+        if target == "web":
+            web = _web_files(tmp, facts["operators"], manifest.get("max_length"))
+            manifest = {**manifest, "web": web, "model_file": f"onnx/{_web_dtype(facts['operators'])[1]}"}
+        files = {f.relative_to(tmp).as_posix(): file_sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
         write_json(tmp / MANIFEST, {
             "edgepress": __version__, **manifest, **facts,
             "onnxruntime": {"minimum": minimum_onnxruntime(facts, onnxruntime.__version__),
@@ -187,9 +251,8 @@ def bundle_model(source: Path, out: Path, target: str | None = None, overwrite: 
     base = manifest if manifest is not None else {k: v for k, v in earlier.items() if k not in _DERIVED}
     resolved = resolve_target(target)
     measured_on = base.get("measured_on")
-    facts = graph_facts(model_dir / "model.onnx")
-    check_artifact(resolved["name"], model_dir / "model.onnx", facts["operators"], measured_on,
-                   operator_origins(run_root))
+    graph = _graph(model_dir)
+    check_artifact(resolved["name"], graph, graph_facts(graph)["operators"], measured_on, operator_origins(run_root))
     return write_bundle(model_dir, out, {**base, "target": resolved})
 
 

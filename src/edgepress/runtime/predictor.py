@@ -349,15 +349,20 @@ def _check_texts(texts: list[str] | tuple[str, ...]) -> None:
                             f"encoding") from None
 
 
+def model_file(manifest: dict) -> str:
+    """The graph's path in a bundle: model.onnx, or where the manifest says (a web bundle keeps it in onnx/)."""
+    return manifest.get("model_file", BUNDLE_FILES[0])
+
+
 def read_bundle(bundle: Path) -> tuple[dict, dict]:
     """(config.json, edgepress.json or {}) of a bundle or exported model dir."""
-    missing = [name for name in BUNDLE_FILES if not (bundle / name).is_file()]
+    manifest_path = bundle / MANIFEST
+    manifest = json_object(manifest_path) if manifest_path.is_file() else {}
+    missing = [name for name in (model_file(manifest), *BUNDLE_FILES[1:]) if not (bundle / name).is_file()]
     if missing:
         raise ModelError(f"{bundle} is not a model bundle: missing {', '.join(missing)}. Fix: point at the final/ "
                          f"dir of a run, a dir written by `edgepress bundle`, or one written by `edgepress export`")
     config = json_object(bundle / "config.json")
-    manifest_path = bundle / MANIFEST
-    manifest = json_object(manifest_path) if manifest_path.is_file() else {}
     if "id2label" not in config:
         raise ModelError(f"{bundle}/config.json has no id2label. Fix: save the model with its label names")
     return config, manifest
@@ -376,7 +381,7 @@ class Predictor:
             raise ConfigError(f"max_length {self.max_length} is longer than the model's position limit "
                               f"{self.limit}. Fix: use at most {self.limit}")
         self.id2label = {int(k): v for k, v in config["id2label"].items()}
-        self.session = load_session(self.bundle / "model.onnx", providers, session_options(threads))
+        self.session = load_session(self.bundle / model_file(manifest), providers, session_options(threads))
         self.tokenizer = load_tokenizer(self.bundle, self.max_length)
         self.input_names = tuple(i.name for i in self.session.get_inputs())
 
