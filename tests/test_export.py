@@ -193,8 +193,10 @@ def test_auto_fusions_keep_the_fastest_candidate_and_record_every_timing(tiny_on
 
 
 def test_auto_fusions_time_the_int8_graph_when_int8_follows(tiny_onnx_dir, tmp_path, movie_data):
-    cfg = OptimizeConfig(latency=FAST, disable=("attention",), quantized_with=Int8DynamicConfig(per_channel=True),
-                         threads=1)
+    # a quantization whose own parity check would fail: the copies are for timing; the int8 stage judges its graph
+    strict = ParityConfig(max_abs_diff=1e-9, min_agreement=1.0)
+    cfg = OptimizeConfig(latency=FAST, disable=("attention",), threads=1,
+                         quantized_with=Int8DynamicConfig(per_channel=True, parity=strict))
     timing = optimize_onnx(tiny_onnx_dir, tmp_path / "f", movie_data.validation.texts, cfg)["timing"]
     assert timing["timed_int8"] is True and timing["threads"] == 1
     assert "no attention" not in timing["candidates"]  # never used: not a candidate
