@@ -166,9 +166,10 @@ def test_a_bundle_of_a_bundle_keeps_what_was_measured(tiny_onnx_dir, tmp_path):
 def test_targets_fill_params_and_refuse_stages():
     params, filled = targets.target_params("x86-avx2", "int8-dynamic", {"per_channel": True})
     assert params == {"per_channel": True, "reduce_range": True} and "vpmaddubsw" in filled["reduce_range"]["why"]
-    params, filled = targets.target_params("x86-avx2", "int8-dynamic", {"reduce_range": False})  # explicit wins
-    assert params == {"reduce_range": False, "per_channel": True} and set(filled) == {"per_channel"}
+    assert targets.target_params("x86-avx2", "int8-dynamic", {"per_channel": True, "reduce_range": False}) == (
+        {"per_channel": True, "reduce_range": False}, {})  # explicit wins
     assert targets.target_params("x86-avx2", "int8-dynamic", {"per_channel": False}) == ({"per_channel": False}, {})
+    assert targets.target_params("x86-avx2", "int8-dynamic", {}, per_channel_default=False) == ({}, {})
     assert targets.target_params("x86-avx2", "int8-static", {})[0] == {"reduce_range": True}
     assert targets.target_params("web", "int8-dynamic", {}) == ({}, {})
     stages = [{"name": "export", "method": "export"}, {"name": "int8", "method": "int8-dynamic"}]

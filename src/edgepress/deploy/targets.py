@@ -40,9 +40,6 @@ _SIGNED = ("VNNI's int8 dot product (vpdpbusd) multiplies u8 activations by s8 w
 _REDUCED = ("without VNNI, ONNX Runtime's u8 x s8 kernel sums pairs of products in int16 (vpmaddubsw), which "
             "saturates with full-range weights; 7-bit weights keep every sum exact (onnxruntime quantization docs: "
             "reduce_range on x86 without VNNI)")
-_PER_CHANNEL = ("7-bit weights need a scale per output channel: with one per tensor they lose too much (the demo "
-                "student's fused graph, per tensor: argmax agreement 0.88 with float; per channel: test accuracy "
-                "0.8373 against 0.8344 for 8-bit per channel and 0.8297 for 8-bit per tensor)")
 _ARM = ("ARM64's int8 dot products (sdot/udot, i8mm) accumulate in int32: full-range weights cannot saturate")
 _CUDA = ("the CUDA execution provider has no fast kernels for integer MatMuls (MatMulInteger, "
          "DynamicQuantizeLinear): they would run on the CPU. Fix: end the pipeline with the fp16 stage, or choose a "
@@ -51,8 +48,7 @@ _CUDA = ("the CUDA execution provider has no fast kernels for integer MatMuls (M
 TARGETS = {
     "x86-vnni": Target("x86-vnni", "x86-64 with VNNI", {m: {"reduce_range": (False, _SIGNED)} for m in INT8_METHODS}),
     "x86-avx2": Target("x86-avx2", "x86-64 with AVX2, no VNNI",
-                       {**{m: {"reduce_range": (True, _REDUCED)} for m in INT8_METHODS},
-                        "int8-dynamic": {"per_channel": (True, _PER_CHANNEL), "reduce_range": (True, _REDUCED)}}),
+                       {m: {"reduce_range": (True, _REDUCED)} for m in INT8_METHODS}),
     "arm64": Target("arm64", "64-bit ARM", {m: {"reduce_range": (False, _ARM)} for m in INT8_METHODS}),
     "cuda": Target("cuda", "NVIDIA GPU (CUDA execution provider)", refused={m: _CUDA for m in INT8_METHODS}),
     "mobile": Target("mobile", "ONNX Runtime Mobile (Android, iOS)"),
@@ -76,12 +72,14 @@ def resolve_target(name: str | None) -> dict:
     return {"name": name, "detected": False}
 
 
-def target_params(target: str, method: str, params: dict) -> tuple[dict, dict]:
+def target_params(target: str, method: str, params: dict, per_channel_default: bool = True) -> tuple[dict, dict]:
     """(params with the target's defaults for `method` filled where unset, {param: {value, why}} of what was
-    filled)."""
+    filled). 7-bit weights are filled in only for per-channel scales (`per_channel`, else the method's default):
+    with one scale per tensor they cost too much (the demo student's fused graph: argmax agreement 0.88 with
+    float), and ONNX Runtime's docs tie reduce_range to per-channel on CPUs without VNNI."""
     filled = {k: {"value": v, "why": why} for k, (v, why) in TARGETS[target].defaults.get(method, {}).items()
               if k not in params}
-    if params.get("per_channel") is False:  # asked for per tensor: 7-bit would cost too much (_PER_CHANNEL)
+    if not params.get("per_channel", per_channel_default):
         filled.pop("reduce_range", None)
     return {**params, **{k: f["value"] for k, f in filled.items()}}, filled
 
