@@ -31,7 +31,7 @@ from edgepress.pipeline.gates import evaluate_gates
 from edgepress.pipeline.inputs import check_inputs
 from edgepress.pipeline.latency import onnx_path
 from edgepress.pipeline.launch import launched
-from edgepress.pipeline.measure import measure_artifact
+from edgepress.pipeline.measure import ONNX_EVALUATION, measure_artifact
 from edgepress.pipeline.report import write_report
 from edgepress.pipeline.rundir import RunDir, attach_log
 from edgepress.registry import METHODS
@@ -275,8 +275,10 @@ def _baseline(state: RunState, model_dir: Path) -> None:
 def _stages(state: RunState) -> tuple[str, Outcome] | None:
     """Run (or reuse) every stage in order; (name, outcome) of the first one that failed, or None."""
     for index, stage in enumerate(state.cfg.stages, start=1):
-        key = state.reuse_key({**stage.model_dump(mode="json"), **next_stage_params(state.cfg.stages, stage,
-                                                                                 state.target["name"])})
+        evaluated = {"evaluation": ONNX_EVALUATION} if METHODS[stage.method].output(state.kind).startswith("onnx") \
+            else {}
+        key = state.reuse_key({**stage.model_dump(mode="json"), **evaluated,
+                               **next_stage_params(state.cfg.stages, stage, state.target["name"])})
         hit = state.reusable(index, stage.name, key, state.run.stage_dir(index, stage.name) / "model")
         if hit:
             _reuse(state, index, hit)

@@ -27,7 +27,6 @@ import numpy as np
 
 BUNDLE_FILES = ("model.onnx", "tokenizer.json", "config.json")
 MANIFEST = "edgepress.json"
-BATCH = 32  # texts per call from the command line: a long --file is not padded to its longest line as one batch
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
@@ -369,7 +368,10 @@ def read_bundle(bundle: Path) -> tuple[dict, dict]:
 
 
 class Predictor:
-    """Classify texts with a bundle. Texts longer than `max_length` tokens are truncated to it."""
+    """Classify texts with a bundle. Texts longer than `max_length` tokens are truncated to it. The texts of one
+    call are padded to the longest: with an int8 graph, whose activations are quantized with ranges taken over the
+    whole batch, a text's result then depends on its neighbours; classify one text per call where it must not
+    (edgepress's evaluation and `predict.py` do)."""
 
     def __init__(self, bundle_dir: str | Path, providers: tuple[str, ...] = ("cpu",), threads: int | None = None,
                  max_length: int | None = None):
@@ -442,7 +444,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="predict.py", description="Classify texts with an edgepress bundle "
                                      "(onnxruntime, tokenizers and numpy only).")
     parser.add_argument("texts", nargs="*", help="texts to classify")
-    parser.add_argument("--file", help="a UTF-8 file of texts, one a line (blank lines skipped)")
+    parser.add_argument("--file", help="a UTF-8 file of texts, one a line (blank lines skipped); each classified "
+                        "alone")
     parser.add_argument("--bundle", type=Path, default=here, help="the bundle dir (default: this file's dir)")
     parser.add_argument("--json", action="store_true", help="one JSON object per text (per result with --bench)")
     parser.add_argument("--bench", action="store_true", help="time the model on the texts: p50/p90/p99 ms at "
@@ -477,8 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.bench:
             _print_bench(predictor.bench(texts, runs=args.runs), args.json)
             return 0
-        for start in range(0, len(texts), BATCH):
-            _print_predictions(predictor.predict(texts[start : start + BATCH]), args.json)
+        for text in texts:  # one at a time: an int8 graph's result must not depend on the other texts (Predictor)
+            _print_predictions(predictor.predict([text]), args.json)
     except EdgepressError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
