@@ -242,7 +242,7 @@ def predict(
     from edgepress.runtime.predictor import Predictor
 
     predictor = _call(Predictor, bundle, providers=(provider.value,))
-    for p in _call(predictor.predict, texts):
+    for p in _call(predictor.predict_each, texts):  # one text per call, as predict.py and the evaluation
         if as_json:
             out.print(json.dumps({"text": p.text, "label": p.label, "score": p.score, "scores": p.scores}),
                       highlight=False, soft_wrap=True)
