@@ -9,7 +9,10 @@ PEER   ?= .venv-peer
 
 WEB    := web/node_modules/.installed
 
-.PHONY: setup peer-env web demo demo-quick test test-slow lint clean
+BUNDLE ?= $(RUN)/final
+ARM64_N ?= 200
+
+.PHONY: setup peer-env web demo demo-quick test test-slow test-arm64 lint clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +60,11 @@ test: setup web
 
 test-slow: setup peer-env
 	$(PY) -m pytest -m slow
+
+# A bundle's predict.py on an arm64 userland under qemu-user (root; Debian's qemu-user-static), against this machine's
+# labels: benchmarks/results/arm64.json. Not in `make test`: emulation takes ~0.8 s a sentence.
+test-arm64: setup
+	$(PY) benchmarks/arm64.py --bundle $(BUNDLE) --n $(ARM64_N)
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

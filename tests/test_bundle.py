@@ -210,6 +210,8 @@ def test_a_run_applies_its_target_and_bundles_for_it(tmp_path, tiny_model_dir, t
     assert manifest["target"] == {"name": target, "detected": False} and manifest["metrics"]["accuracy"] > 0
     assert manifest["measured_on"] == targets.detect_target() and manifest["environment"]["onnxruntime"]
     assert (out / "final" / "predict.py").is_file()
+    with pytest.raises(ConfigError, match=r"MatMulInteger \(from stage int8\).*target cuda"):  # whom to blame
+        bundle_model(out, tmp_path / "for-gpu", "cuda")
 
 
 def test_a_mobile_bundle_adds_the_ort_format_and_the_usability_report(int8_dirs, movie_data, tmp_path):
