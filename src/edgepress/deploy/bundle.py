@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from edgepress import __version__
-from edgepress.deploy.targets import check_artifact, detect_target, resolve_target
+from edgepress.deploy.targets import CPU_INTEGER_OPS, check_artifact, detect_target, resolve_target
 from edgepress.errors import ConfigError, ModelError
 from edgepress.files import atomic_dir, file_sha256, write_json
 from edgepress.runtime import predictor
@@ -27,8 +27,7 @@ GENERATED = (MANIFEST, PREDICT, ORT_MODEL, ORT_OPERATORS, USABILITY, INDEX)
 # onnxruntime-web inlined, and onnxruntime-web's WebAssembly binary (the page points `wasmPaths` at it)
 WEB_ASSETS = {"transformers.min.js": "@huggingface/transformers/dist/transformers.min.js",
               "ort-wasm-simd-threaded.asyncify.wasm": "onnxruntime-web/dist/ort-wasm-simd-threaded.asyncify.wasm"}
-INT8_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention",
-            "QEmbedLayerNormalization", "QLinearMatMul", "QuantizeLinear", "DequantizeLinear")
+INT8_OPS = (*CPU_INTEGER_OPS, "QuantizeLinear", "DequantizeLinear")  # an int8 graph, dynamic or QDQ
 # manifest fields a bundle derives itself: not carried over when a bundle is bundled again
 _DERIVED = ("edgepress", "target", "ir_version", "opsets", "operators", "inputs", "onnxruntime", "files", "mobile",
             "web", "model_file")
@@ -204,7 +203,7 @@ def _web_files(tmp: Path, operators: list[dict], max_length: int | None) -> dict
         shutil.copyfile(modules / source, tmp / VENDOR / target)
     versions = {package: json.loads((modules / package / "package.json").read_text())["version"]
                 for package in ("@huggingface/transformers", "onnxruntime-web")}
-    return {"dtype": dtype, "page": INDEX, "max_length": length, **versions}
+    return {"dtype": dtype, "model_file": f"onnx/{name}", "page": INDEX, "max_length": length, **versions}
 
 
 def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
@@ -228,7 +227,7 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
             manifest = {**manifest, "mobile": _mobile_files(tmp)}
         if target == "web":
             web = _web_files(tmp, facts["operators"], manifest.get("max_length"))
-            manifest = {**manifest, "web": web, "model_file": f"onnx/{_web_dtype(facts['operators'])[1]}"}
+            manifest = {**manifest, "web": web, "model_file": web["model_file"]}
         files = {f.relative_to(tmp).as_posix(): file_sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
         write_json(tmp / MANIFEST, {
             "edgepress": __version__, **manifest, **facts,
