@@ -292,3 +292,17 @@ def test_the_page_classifies_a_typed_sentence_in_headless_chromium(int8_dirs, tm
     assert result["shown"].startswith(result["label"])
     assert all(url.startswith("http://127.0.0.1:") for url in result["requests"])  # nothing from the network
     assert (tmp_path / "page.png").stat().st_size > 1000
+
+
+def test_what_a_target_fills_is_in_the_resume_key():
+    """A per-channel int8 stage built for x86-vnni (8-bit) is not reused by a run for x86-avx2 (7-bit)."""
+    from edgepress.pipeline.runner import RunState
+
+    stages = [{"name": "export", "method": "export"},
+              {"name": "int8", "method": "int8-dynamic", "params": {"per_channel": True}}]
+    cfg = PipelineConfig.model_validate({"stages": stages})
+    stage = cfg.stages[1].model_dump(mode="json")
+    keys = {t: RunState(cfg, None, "id", None, "split", False, target={"name": t}).reuse_key(stage)
+            for t in ("x86-vnni", "x86-avx2")}
+    assert keys["x86-vnni"]["stage"]["target_defaults"] == [{"reduce_range": False}]
+    assert keys["x86-avx2"]["stage"]["target_defaults"] == [{"reduce_range": True}]

@@ -81,10 +81,11 @@ class RunState:
     def reuse_key(self, stage: dict) -> dict:
         """Everything a stage's result depends on: a stage is reused only when all of it matches (the target's
         defaults for its methods too, when it has any)."""
-        if "method" in stage:
-            methods = [stage["method"], *(a["method"] for a in stage["on_fail"]["fallback"])]
-            defaults = {m: target_params(self.target["name"], m, {}, _per_channel_default(m))[0] for m in methods}
-            stage = {**stage, **({"target_defaults": defaults} if any(defaults.values()) else {})}
+        if "method" in stage:  # what the target fills into each attempt's own params
+            fallbacks = stage["on_fail"]["fallback"]
+            tries = [(stage["method"], stage["params"]), *((a["method"], a["params"]) for a in fallbacks)]
+            filled = [{k: f["value"] for k, f in with_target(self.target["name"], m, p)[1].items()} for m, p in tries]
+            stage = {**stage, **({"target_defaults": filled} if any(filled) else {})}
         return {"stage": stage, "data": self.cfg.data.model_dump(mode="json"),
                 "runtime": runtime_key(self.cfg.runtime), "split_sha256": self.split_sha256,
                 "input_sha256": self.source_sha256}
@@ -115,10 +116,11 @@ class RunState:
             self.torch_source = artifact
 
 
-def _per_channel_default(method: str) -> bool:
-    """The method's own `per_channel` default (True for a method without the field: qat is per channel)."""
+def with_target(target: str, method: str, params: dict) -> tuple[dict, dict]:
+    """`target_params` with the method's own `per_channel` default (True for a method without the field: qat is
+    per channel)."""
     field = METHODS[method].config.model_fields.get("per_channel")
-    return True if field is None else bool(field.default)
+    return target_params(target, method, params, True if field is None else bool(field.default))
 
 
 def runtime_key(runtime: RuntimeConfig) -> dict:
@@ -163,7 +165,7 @@ def next_stage_params(stages: list[StageConfig], stage: StageConfig, target: str
     timed = "quantized_with" in METHODS[stage.method].config.model_fields and stage.params.get("fusions") != "all"
     if not timed or after is None or after.method != "int8-dynamic":
         return {}
-    return {"quantized_with": target_params(target, after.method, after.params, _per_channel_default(after.method))[0]}
+    return {"quantized_with": with_target(target, after.method, after.params)[0]}
 
 
 def _parity_gates(error: ExportParityError, cfg) -> list[dict]:
@@ -188,7 +190,7 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
     """Run one method on the stage's input, measure and gate what it gives; its EdgepressError is a failed
     attempt (a parity miss is recorded as the parity gate it is), never the end of the run."""
     spec = METHODS[method]
-    params, filled = target_params(state.target["name"], method, params, _per_channel_default(method))
+    params, filled = with_target(state.target["name"], method, params)
     log.info("stage %s: %s %s", stage.name, method, json.dumps(params) if params else "(defaults)")
     for param, default in filled.items():
         log.info("stage %s: %s = %s for target %s: %s", stage.name, param, default["value"], state.target["name"],
