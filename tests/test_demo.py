@@ -75,8 +75,13 @@ def test_demo_records_the_split_and_each_stage(tiny_demo):
     assert "baseline: accuracy" in log and "stage int8: int8-dynamic" in log
     markdown = (tiny_demo / "report.md").read_text()
     assert "| baseline |" in markdown and "✓ `int8` accuracy.max_stage_drop" in markdown
+    assert "| speedup |" in markdown and "| 1.0x |" in markdown  # the baseline against itself
+    # what ran, not what the installed onnxruntime lists (onnxruntime-gpu lists CUDA and TensorRT without a GPU)
+    assert "Timed on: ONNX Runtime CPU, torch on CPU." in markdown and "Tensorrt" not in markdown
+    assert "labels: negative, positive" in markdown
     html = (tiny_demo / "report.html").read_text()
-    assert html.count("<svg") == 3 and "<td>int8</td>" in html and "✓ int8: accuracy.max_stage_drop" in html
+    assert html.count("<svg") == 4 and "<td>int8</td>" in html and "✓ int8: accuracy.max_stage_drop" in html
+    assert "<h3>accuracy against latency</h3>" in html and "Pareto front" in html and "Tensorrt" not in html
     mask = os.umask(0)
     os.umask(mask)
     assert (tiny_demo / "report.html").stat().st_mode & 0o777 == 0o666 & ~mask  # not mkstemp's 0600

@@ -83,6 +83,33 @@ def test_gates_compare_each_limit():
     assert not results["parity", "max_abs_diff"]["passed"] and results["parity", "min_agreement"]["passed"]
 
 
+def test_strict_accuracy_gate_holds_the_upper_end_of_the_drop_ci():
+    baseline, stage = {"accuracy": 0.85}, {"accuracy": 0.845, "accuracy_drop_ci95": [-0.004, 0.016]}
+    loose, strict = ({"accuracy": {"max_drop": 0.01, **extra}} for extra in ({}, {"strict": True}))
+    [point] = evaluate_gates(Gates.model_validate(loose), stage, baseline, baseline, None)
+    [upper] = evaluate_gates(Gates.model_validate(strict), stage, baseline, baseline, None)
+    assert point["passed"] and point["value"] == pytest.approx(0.005)  # the point estimate is within 1 point...
+    assert not upper["passed"] and upper["value"] == 0.016  # ...but a drop of 1.6 points is not ruled out
+    assert upper["strict"] and upper["point_estimate"] == pytest.approx(0.005)
+    from edgepress.pipeline.report import gate_text
+
+    assert gate_text(upper) == ("accuracy.max_drop: 0.016, upper end of the paired 95% CI (point estimate 0.005) "
+                                "(limit 0.01)")
+    with pytest.raises(ValueError, match=r"accuracy.strict applies to max_drop, which is not set. Fix: add max_drop"):
+        Gates.model_validate({"accuracy": {"min": 0.8, "strict": True}})
+    with pytest.raises(ValueError, match=r"the accuracy gate sets no limit: give at least one of max_drop, "
+                                         r"max_stage_drop, min \["):
+        Gates.model_validate({"accuracy": {"strict": False}})
+
+
+def test_pareto_front_keeps_the_points_nothing_beats():
+    from edgepress.pipeline.plots import pareto_front
+
+    points = [("slow-best", 30.0, 0.84, []), ("fast", 5.0, 0.82, []), ("dominated", 10.0, 0.81, []),
+              ("middle", 9.0, 0.83, []), ("tie-slower", 12.0, 0.83, [])]
+    assert [p[0] for p in pareto_front(points)] == ["fast", "middle", "slow-best"]
+
+
 def test_gate_on_an_unmeasured_provider_fails():
     gates = Gates.model_validate({"latency": {"provider": "cuda", "max_p50_ms": 5}})
     [result] = evaluate_gates(gates, {"latency": {}}, {"latency": {}}, {}, None)

@@ -21,12 +21,22 @@ Target = Literal[tuple(TARGETS)]  # x86-vnni, x86-avx2, arm64, cuda, mobile, web
 
 
 class AccuracyGate(BaseModel):
-    """Accuracy limits, as fractions: `max_drop` vs the baseline, `max_stage_drop` vs the stage before, `min`."""
+    """Accuracy limits, as fractions: `max_drop` vs the baseline, `max_stage_drop` vs the stage before, `min`.
+    `strict`: `max_drop` holds the upper end of the paired 95% CI of the drop (the drop the test split cannot rule
+    out), not its point estimate."""
 
     model_config = Strict
     max_drop: float | None = Field(None, ge=0, le=1)
     max_stage_drop: float | None = Field(None, ge=0, le=1)
     min: float | None = Field(None, ge=0, le=1)
+    strict: bool = Field(False, description="max_drop against the upper end of the paired 95% CI of the drop")
+
+    @model_validator(mode="after")
+    def _strict_needs_max_drop(self) -> "AccuracyGate":
+        if self.strict and self.max_drop is None:
+            raise ValueError("accuracy.strict applies to max_drop, which is not set. Fix: add max_drop (e.g. "
+                             "max_drop: 0.02), or remove strict")
+        return self
 
 
 class LatencyGate(BaseModel):
@@ -66,7 +76,7 @@ class Gates(BaseModel):
     def _each_sets_a_limit(self) -> "Gates":
         problems = []
         for kind, gate in self:
-            limits = [name for name in type(gate).model_fields if name != "provider"] if gate else []
+            limits = [name for name in type(gate).model_fields if name not in ("provider", "strict")] if gate else []
             if gate is not None and all(getattr(gate, name) is None for name in limits):
                 problems.append(f"the {kind} gate sets no limit: give at least one of {', '.join(limits)}")
         if problems:

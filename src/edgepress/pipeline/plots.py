@@ -1,4 +1,5 @@
-"""The report's plots, as inline SVG: accuracy with its 95% CI, CPU latency, and size, per stage."""
+"""The report's plots, as inline SVG: accuracy with its 95% CI, CPU latency, size, and accuracy against latency (the
+Pareto front drawn; benchmarks/compare.py draws the same plot for its candidates)."""
 
 import io
 
@@ -53,4 +54,41 @@ def stage_plots(report: dict) -> dict[str, str]:
     ax.legend()
     plots["size"] = _svg(fig)
     plt.close("all")
+    timed = [(name, c["p50_ms"], m["accuracy"], m["accuracy_ci95"]) for (name, m), c in zip(rows, cpu, strict=True)
+             if c]
+    if timed:
+        plots["accuracy against latency"] = pareto_svg(timed, "CPU p50 ms at the fixed shape (log scale)")
     return plots
+
+
+def pareto_front(points: list[tuple[str, float, float, list]]) -> list[tuple[str, float, float, list]]:
+    """The points no other point beats on both latency and accuracy (faster and at least as accurate), fastest
+    first."""
+    front, best = [], -1.0
+    for point in sorted(points, key=lambda p: (p[1], -p[2])):
+        if point[2] > best:
+            front.append(point)
+            best = point[2]
+    return front
+
+
+def pareto_svg(points: list[tuple[str, float, float, list]], xlabel: str) -> str:
+    """Accuracy (95% CI bars) against latency, one labelled point per (name, latency ms, accuracy, [lo, hi]), the
+    Pareto front drawn as a step line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, ms, acc, (lo, hi) in points:
+        ax.errorbar([ms], [acc], yerr=[[acc - lo], [hi - acc]], fmt="o", capsize=3)
+        ax.annotate(name, (ms, acc), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    front = pareto_front(points)
+    ax.step([p[1] for p in front], [p[2] for p in front], where="post", color="grey", linestyle="--",
+            label="Pareto front")
+    ax.set(xscale="log", xlabel=xlabel, ylabel="test accuracy (95% CI)")
+    ax.legend(loc="lower right")
+    svg = _svg(fig)
+    plt.close(fig)
+    return svg

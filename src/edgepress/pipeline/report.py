@@ -46,15 +46,21 @@ def build_report(run: RunDir) -> dict:
     }
 
 
-def _row(name: str, status: str, metrics: dict) -> str:
+def speedup(metrics: dict, baseline: dict) -> str:
+    """Baseline CPU p50 / this p50 at the fixed shape, as '3.4x' ('–' where either was not timed)."""
+    now, base = (m.get("latency", {}).get("cpu") for m in (metrics, baseline))
+    return f"{base['p50_ms'] / now['p50_ms']:.1f}x" if now and base else "–"
+
+
+def _row(name: str, status: str, metrics: dict, baseline: dict) -> str:
     if "accuracy" not in metrics:  # the stage stopped before it could be measured (a parity miss)
-        return f"| {name} | {status} | – | – | – | – | – |"
+        return f"| {name} | {status} | – | – | – | – | – | – |"
     lo, hi = metrics["accuracy_ci95"]
     cpu = metrics.get("latency", {}).get("cpu")
     latency = f"{cpu['p50_ms']:.2f} / {cpu['natural']['p50_ms']:.2f}" if cpu else "–"
     return (f"| {name} | {status} | {metrics['accuracy']:.4f} [{lo:.4f}, {hi:.4f}] "
             f"| {metrics['size_bytes'] / 1e6:.1f} | {metrics['size_gzip_bytes'] / 1e6:.1f} | {latency} "
-            f"| {metrics['params']:,} |")
+            f"| {speedup(metrics, baseline)} | {metrics['params']:,} |")
 
 
 def _p50(metrics: dict) -> str:
@@ -97,10 +103,16 @@ def _gate_lines(stage: dict) -> list[str]:
     if "error" in stage.get("details", {}):
         lines.append(f"- ✗ `{stage['name']}` error: {stage['details']['error']}")
     for g in stage["gates"]:
-        value = "not measured" if g["value"] is None else f"{g['value']:.4g}"
-        lines.append(f"- {'✓' if g['passed'] else '✗'} `{stage['name']}` {g['kind']}.{g['rule']}: {value} "
-                     f"(limit {g['limit']:g})")
+        lines.append(f"- {'✓' if g['passed'] else '✗'} `{stage['name']}` {gate_text(g)}")
     return lines
+
+
+def gate_text(gate: dict) -> str:
+    """'accuracy.max_drop: 0.0038 (limit 0.01)'; a strict gate says its value is the CI's upper end."""
+    value = "not measured" if gate["value"] is None else f"{gate['value']:.4g}"
+    if gate.get("strict"):
+        value += f", upper end of the paired 95% CI (point estimate {gate['point_estimate']:.4g})"
+    return f"{gate['kind']}.{gate['rule']}: {value} (limit {gate['limit']:g})"
 
 
 STATUS_WORDS = {
@@ -121,10 +133,34 @@ def _sizes(report: dict) -> str:
     return ", ".join(f"{name} {n:,}" for name, n in sizes.items()) or "not recorded"
 
 
+def data_line(report: dict) -> str:
+    """The data, for a person: source, split sizes, label names."""
+    labels = ", ".join((report["data"].get("id2label") or {}).values()) or "not recorded"
+    return f"Data: {report['data']['source']} ({_sizes(report)} examples; labels: {labels})."
+
+
+def _providers_used(report: dict) -> list[str]:
+    stages = [report["baseline"], *report["stages"]]
+    return sorted({p for s in stages for timing in s["metrics"].get("latency", {}).values()
+                   for p in timing.get("providers_used", [])})
+
+
+def machine_line(report: dict) -> str:
+    """The machine and what ran on it, for a person: the execution providers this run's timings verified, not the
+    ones the installed onnxruntime merely lists (onnxruntime-gpu lists CUDA on machines without a GPU)."""
+    env, threads = report["environment"], report["config"]["runtime"].get("threads")
+    words = {"torch-cpu": "torch on CPU"}
+    used = ", ".join(words.get(p, f"ONNX Runtime {p.removesuffix('ExecutionProvider')}")
+                     for p in _providers_used(report)) or "nothing yet"
+    return (f"Machine: {env['cpu']}, {env['cores']} cores, {threads or 'all its'} threads; torch {env['torch']}, "
+            f"onnxruntime {env['onnxruntime']}. Timed on: {used}.")
+
+
 def render_markdown(report: dict) -> str:
-    env, base = report["environment"], report["baseline"]["metrics"]
+    base = report["baseline"]["metrics"]
     final = report["final"]["artifact"] if report["final"] else "none"
-    rows = [_row("baseline", "–", base)] + [_row(s["name"], s["status"], s["metrics"]) for s in report["stages"]]
+    rows = [_row("baseline", "–", base, base)]
+    rows += [_row(s["name"], s["status"], s["metrics"], base) for s in report["stages"]]
     gates = [line for stage in report["stages"] for line in _gate_lines(stage)]
     sparse = _sparse_lines(report)
     return "\n".join([
@@ -132,15 +168,15 @@ def render_markdown(report: dict) -> str:
         "",
         _status_line(report),
         "",
-        f"Data: `{report['data']['source']}` ({_sizes(report)}). "
-        f"Machine: {env['cpu']}, {env['cores']} cores; torch {env['torch']}, onnxruntime {env['onnxruntime']}.",
+        data_line(report),
+        machine_line(report),
         "",
         f"Accuracy on {(report['data']['sizes'] or {}).get('test', '?')} test examples with its 95% CI; CPU latency "
-        "p50 in ms at the fixed shape / "
-        "test sentences at natural length.",
+        "p50 in ms at the fixed shape / test sentences at natural length; speedup = baseline p50 / stage p50 at the "
+        "fixed shape, each timed when its stage ran (side by side in one process: benchmarks/compare.py).",
         "",
-        "| stage | status | accuracy [95% CI] | size (MB) | gzip (MB) | CPU p50 ms | params |",
-        "|---|---|---|---|---|---|---|",
+        "| stage | status | accuracy [95% CI] | size (MB) | gzip (MB) | CPU p50 ms | speedup | params |",
+        "|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         *(["## Sparsity", "", *sparse, ""] if sparse else []),
@@ -165,10 +201,12 @@ def render_html(report: dict) -> str:
              "m": base["metrics"]}]
     rows += [{"name": s["name"], "method": s["method"], "status": s["status"], "m": s["metrics"]}
              for s in report["stages"]]
-    return env.get_template("report.html.j2").render(report=report, env=report["environment"], rows=rows,
-                                                     plots=stage_plots(report), status=_status_line(report),
-                                                     sizes=_sizes(report), sparse=[line.removeprefix("- ").replace(
-                                                         "`", "") for line in _sparse_lines(report)])
+    for row in rows:
+        row["speedup"] = speedup(row["m"], base["metrics"])
+    sparse = [line.removeprefix("- ").replace("`", "") for line in _sparse_lines(report)]
+    return env.get_template("report.html.j2").render(report=report, rows=rows, plots=stage_plots(report),
+                                                     status=_status_line(report), data=data_line(report),
+                                                     machine=machine_line(report), sparse=sparse, gate_text=gate_text)
 
 
 def write_report(run: RunDir) -> dict:
