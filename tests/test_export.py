@@ -85,6 +85,24 @@ def test_switched_off_fusion_is_not_applied_and_is_recorded(tiny_onnx_dir, tmp_p
     assert json.loads((tmp_path / "f" / "config.json").read_text())["id2label"]["1"] == "positive"
 
 
+def test_a_left_out_fusion_stays_out_when_onnx_runtime_opens_the_graph(tiny_onnx_dir, tmp_path, movie_data):
+    from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+    from edgepress.runtime.predictor import SESSION_FILE
+    from edgepress.runtime.session import session_op_counts
+
+    texts = movie_data.validation.texts
+    optimize_onnx(tiny_onnx_dir, tmp_path / "f", texts, OptimizeConfig(fusions="all", disable=("skip_layer_norm",)))
+    int8_dynamic(tmp_path / "f", tmp_path / "q", texts, Int8DynamicConfig())
+    side = json.loads((tmp_path / "q" / SESSION_FILE).read_text())  # travels with the graph to the next stage
+    assert side == {"disabled_optimizers": ["SkipLayerNormFusion"], "left_out_fusions": ["skip_layer_norm"]}
+    ran = session_op_counts(tmp_path / "q" / "model.onnx")
+    assert "SkipLayerNormalization" not in ran and ran["LayerNormalization"] == 4
+    (tmp_path / "q" / SESSION_FILE).unlink()  # without it, ORT fuses the int8 graph's Add + LayerNorm again
+    assert session_op_counts(tmp_path / "q" / "model.onnx")["SkipLayerNormalization"] == 4
+    optimize_onnx(tmp_path / "f", tmp_path / "again", texts, OptimizeConfig(fusions="all"))
+    assert not (tmp_path / "again" / SESSION_FILE).exists()  # a later optimize decides for itself
+
+
 def test_fp16_keeps_io_types_and_matches(tiny_onnx_dir, tmp_path, movie_data):
     result = fp16_onnx(tiny_onnx_dir, tmp_path / "h", movie_data.validation.texts, Fp16Config(providers=("cpu",)))
     graph = onnx.load(str(tmp_path / "h" / "model.onnx")).graph

@@ -19,10 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.compress.quantize import Int8DynamicConfig
 from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files, ort_runner
-from edgepress.files import atomic_dir
+from edgepress.files import atomic_dir, write_json
 from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig
-from edgepress.runtime.predictor import fixed_shape_feeds, load_tokenizer, position_limit, time_runner
+from edgepress.runtime.predictor import SESSION_FILE, fixed_shape_feeds, load_tokenizer, position_limit, time_runner
 from edgepress.runtime.session import SessionConfig, open_session
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,11 @@ FUSED_OPS = ("Attention", "MultiHeadAttention", "EmbedLayerNormalization", "Skip
 ALL_FUSIONS: tuple[str, ...] = get_args(Fusion)
 # auto's candidates: everything, everything but one of the fusions that change the big kernels, nothing
 LEFT_OUT_ONE_AT_A_TIME = ("attention", "skip_layer_norm", "bias_gelu", "embed_layer_norm")
+# The ONNX Runtime optimizers that would apply a left-out fusion again when a session starts (names checked against
+# onnxruntime 1.31's graph transformers): recorded beside the graph (SESSION_FILE) so that every session honours it.
+RUNTIME_OPTIMIZERS = {"attention": ("AttentionFusion",), "skip_layer_norm": ("SkipLayerNormFusion",),
+                      "bias_skip_layer_norm": ("SkipLayerNormFusion",), "embed_layer_norm": ("EmbedLayerNormFusion",),
+                      "bias_gelu": ("BiasGeluFusion",), "gelu": ("GeluFusion",), "layer_norm": ("LayerNormFusion",)}
 TIMING_ROUNDS = 3
 
 
@@ -75,11 +80,16 @@ def _fusion_options(disable: tuple[str, ...]):
 
 
 def _fuse(src: Path, dst: Path, disable: tuple[str, ...]) -> dict:
-    """`src` fused into `dst` (model.onnx) with every fusion but `disable`; returns the fused op counts."""
+    """`src` fused into `dst` (model.onnx, and SESSION_FILE keeping ORT from applying the left-out fusions when a
+    session starts); returns the fused op counts. Run after copy_side_files: it replaces an inherited SESSION_FILE."""
     from onnxruntime.transformers.optimizer import optimize_model
 
     fused = optimize_model(str(src), model_type="bert", optimization_options=_fusion_options(disable), opt_level=0)
     fused.save_model_to_file(str(dst / ONNX_FILE))
+    optimizers = sorted({name for fusion in disable for name in RUNTIME_OPTIMIZERS[fusion]})
+    (dst / SESSION_FILE).unlink(missing_ok=True)
+    if optimizers:
+        write_json(dst / SESSION_FILE, {"disabled_optimizers": optimizers, "left_out_fusions": sorted(disable)})
     return {op: n for op, n in fused.get_fused_operator_statistics().items() if n and op in FUSED_OPS}
 
 
@@ -120,8 +130,8 @@ def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple
         for k, (name, off) in enumerate(sets.items()):
             fused = Path(scratch) / f"{k}"
             fused.mkdir()
-            _fuse(Path(src_dir) / ONNX_FILE, fused, off)
             copy_side_files(Path(src_dir), fused)
+            _fuse(Path(src_dir) / ONNX_FILE, fused, off)
             if cfg.quantized_with is not None:  # timed as it ships; keep_float's measured choice is left out here
                 # timing only: the int8 stage checks its own graph's parity and accuracy, not this copy's
                 int8 = cfg.quantized_with.model_copy(update={"keep_float": 0, "max_length": cfg.max_length,
@@ -146,8 +156,8 @@ def optimize_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Opt
     {"fused_ops": {op: count}, "disabled": [...], "parity", and with auto "timing"}."""
     off, timing = _choose(Path(src_dir), texts, cfg) if cfg.fusions == "auto" else (cfg.disable, None)
     with atomic_dir(Path(out_dir)) as tmp:
-        ops = _fuse(Path(src_dir) / ONNX_FILE, tmp, off)
         copy_side_files(Path(src_dir), tmp)
+        ops = _fuse(Path(src_dir) / ONNX_FILE, tmp, off)
         parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the fused graph",
                                     SessionConfig(optimization="disable"))
     log.info("optimize: fused %s (left out: %s), parity %s", ops, list(off), parity)

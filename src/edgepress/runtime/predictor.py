@@ -27,6 +27,10 @@ import numpy as np
 
 BUNDLE_FILES = ("model.onnx", "tokenizer.json", "config.json")
 MANIFEST = "edgepress.json"
+# Beside a graph: the ONNX Runtime optimizers its sessions are opened without. edgepress's optimize stage writes it
+# when it left a fusion out because it measured the graph faster without it; ORT would otherwise fuse the same
+# pattern again when the session starts (SkipLayerNormFusion does, on int8 graphs), and the choice would be lost.
+SESSION_FILE = "ort_session.json"
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
@@ -154,6 +158,18 @@ def check_io(session, path: Path) -> None:
                          f"Fix: export a sequence-classification model with edgepress or optimum")
 
 
+def disabled_optimizers(path: Path) -> list[str]:
+    """The optimizers `SESSION_FILE` beside the graph at `path` names ([] without one)."""
+    side = Path(path).parent / SESSION_FILE
+    if not side.is_file():
+        return []
+    names = json_object(side).get("disabled_optimizers")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ModelError(f"{side}: disabled_optimizers must be a list of ONNX Runtime optimizer names, got "
+                         f"{names!r}. Fix: optimize the model again with edgepress, or delete the file")
+    return names
+
+
 def load_session(path: str | Path, providers: tuple[str, ...] = ("cpu",), options=None):
     """An `onnxruntime.InferenceSession` of a classifier graph running on exactly the providers asked for (CPU may be
     added after CUDA by ONNX Runtime for the ops CUDA lacks)."""
@@ -172,7 +188,8 @@ def load_session(path: str | Path, providers: tuple[str, ...] = ("cpu",), option
     with captured_stderr() as logged:
         try:
             session = ort.InferenceSession(str(path), options or session_options(None),
-                                           providers=list(provider_names(providers)))
+                                           providers=list(provider_names(providers)),
+                                           disabled_optimizers=disabled_optimizers(path))
         except (InvalidProtobuf, InvalidGraph, InvalidArgument, NoSuchFile, Fail) as e:  # e.g. an empty file
             raise ModelError(f"{path} is not a loadable ONNX model (truncated or corrupt?): {str(e).strip()[:300]}. "
                              f"Fix: export it again") from e
@@ -266,8 +283,8 @@ def summarize(seconds: list[float]) -> dict:
             "p99_ms": float(np.percentile(ms, 99)), "mean_ms": float(ms.mean()), "runs": int(len(ms))}
 
 
-def time_runner(run: Callable[[Feeds], object], feeds: list[Feeds], warmup: int, runs: int) -> dict:
-    """Time `run` over `feeds` cyclically: `warmup` untimed calls, then `runs` timed ones."""
+def seconds_of(run: Callable[[Feeds], object], feeds: list[Feeds], warmup: int, runs: int) -> list[float]:
+    """Seconds of each of `runs` timed calls of `run` over `feeds` cyclically, after `warmup` untimed ones."""
     for i in range(warmup):
         run(feeds[i % len(feeds)])
     seconds = []
@@ -276,7 +293,12 @@ def time_runner(run: Callable[[Feeds], object], feeds: list[Feeds], warmup: int,
         start = time.perf_counter()
         run(batch)
         seconds.append(time.perf_counter() - start)
-    return summarize(seconds)
+    return seconds
+
+
+def time_runner(run: Callable[[Feeds], object], feeds: list[Feeds], warmup: int, runs: int) -> dict:
+    """p50/p90/p99/mean of `seconds_of`."""
+    return summarize(seconds_of(run, feeds, warmup, runs))
 
 
 def fixed_shape_feeds(tokenizer, texts: tuple[str, ...], batch_size: int, sequence_length: int,

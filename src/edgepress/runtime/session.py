@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.runtime.predictor import (
     captured_stderr,
+    disabled_optimizers,
     load_session,
     provider_names,
     require_providers,
@@ -52,7 +53,8 @@ def session_op_counts(path: str | Path, cfg: SessionConfig = SessionConfig()) ->
         options = _options(cfg)
         options.optimized_model_filepath = str(optimized)
         options.log_severity_level = 3  # not the warning that such a graph is for this machine only: it is not kept
-        ort.InferenceSession(str(path), options, providers=list(provider_names(cfg.providers)))
+        ort.InferenceSession(str(path), options, providers=list(provider_names(cfg.providers)),
+                             disabled_optimizers=disabled_optimizers(Path(path)))
         counts = Counter(node.op_type for node in onnx.load(str(optimized), load_external_data=False).graph.node)
     return dict(sorted(counts.items()))
 
