@@ -8,9 +8,12 @@ environment, built by `make peer-env`:
     make peer-env
     .venv-peer/bin/python benchmarks/peer.py --bundle runs/demo/final [--model demo:minilm-movie] [--threads 2]
 
-Writes benchmarks/results/peer.json. The recipe as optimum ships it stops in ORT's quantizer on the O2 graph (it
-cannot type the fused contrib ops' outputs); the one change made here is ORT's documented fix for that,
-`extra_options={"DefaultTensorType": FLOAT}`, passed to the quantizer optimum builds (`peer_quantize`).
+Writes benchmarks/results/peer.json. With `--build DIR` it only writes the peer's model dir there and prints
+{"preset": ...}: benchmarks/compare.py times it in edgepress's own environment, beside the other candidates.
+
+The recipe as optimum ships it stops in ORT's quantizer on the O2 graph (it cannot type the fused contrib ops'
+outputs); the one change made here is ORT's documented fix for that, `extra_options={"DefaultTensorType": FLOAT}`,
+passed to the quantizer optimum builds (`peer_quantize`).
 """
 
 import argparse
@@ -53,8 +56,9 @@ def peer_quantize(o2_dir: Path, out_dir: Path) -> str:
     return preset
 
 
-def build_peer(model_dir: Path, work: Path) -> tuple[Path, str]:
-    """optimum export -> O2 -> dynamic int8, as a dir edgepress's Predictor reads (model.onnx + config + tokenizer)."""
+def build_peer(model_dir: Path, work: Path, peer: Path | None = None) -> tuple[Path, str]:
+    """optimum export -> O2 -> dynamic int8, as a dir edgepress's Predictor reads (model.onnx + config + tokenizer),
+    `peer` (default: work/peer)."""
     from optimum.onnxruntime import ORTModelForSequenceClassification, ORTOptimizer
     from optimum.onnxruntime.configuration import OptimizationConfig
     from transformers import AutoTokenizer
@@ -64,8 +68,8 @@ def build_peer(model_dir: Path, work: Path) -> tuple[Path, str]:
     AutoTokenizer.from_pretrained(model_dir).save_pretrained(work / "onnx")
     ORTOptimizer.from_pretrained(model).optimize(OptimizationConfig(optimization_level=2), save_dir=work / "o2")
     preset = peer_quantize(work / "o2", work / "int8")
-    peer = work / "peer"
-    peer.mkdir()
+    peer = peer or work / "peer"
+    peer.mkdir(parents=True)
     shutil.copy(work / "int8" / "model_optimized_quantized.onnx", peer / "model.onnx")
     for side in (work / "onnx").iterdir():
         if side.suffix in (".json", ".txt") and side.name != "ort_config.json":
@@ -77,15 +81,22 @@ def main() -> None:
     from edgepress.models.teacher import resolve_model
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--bundle", required=True, help="an edgepress bundle (a run's final/)")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--bundle", help="an edgepress bundle (a run's final/): compare the peer with it")
+    what.add_argument("--build", type=Path, help="only build the peer's model dir here")
     parser.add_argument("--model", default="demo:minilm-movie", help="the model the peer compresses")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/peer.json")
     args = parser.parse_args()
 
-    data = load_data(DataConfig())
     work = Path(tempfile.mkdtemp(prefix="edgepress-peer-"))
+    if args.build:
+        _, preset = build_peer(resolve_model(args.model), work, args.build)
+        shutil.rmtree(work)
+        print(json.dumps({"preset": preset}))
+        return
+    data = load_data(DataConfig())
     peer, preset = build_peer(resolve_model(args.model), work)
     candidates = {"peer_optimum_o2_int8": peer, "edgepress_bundle": Path(args.bundle)}
     result = {"environment": environment(), "machine": platform.node(), "threads": args.threads,

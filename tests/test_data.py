@@ -79,6 +79,15 @@ def test_damaged_cached_snippets_are_rebuilt(movie_data, edgepress_cache):
     assert snippets_file().stat().st_size > 1_000_000
 
 
+def test_other_registers_of_the_archive_load_as_the_demo_does(movie_data, edgepress_cache):
+    from edgepress.data.movie import load_register
+
+    tweets, nyt = load_register("tweets"), load_register("nyt")  # rating 0 dropped, label = mean rating > 0
+    assert len(tweets) == 4196 and len(nyt) == 4946
+    assert tweets[0][1].startswith("Somehow I was blessed") and tweets[0][2] == 1
+    assert {label for _, _, label in nyt} == {0, 1}
+
+
 def test_csv_with_string_labels_maps_through_the_models_label2id(tmp_path, real_rows):
     source = write_csv(tmp_path / "reviews.csv", real_rows)
     cfg = DataConfig(source=str(source), text_column="review", label_column="sentiment")

