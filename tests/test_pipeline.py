@@ -188,6 +188,13 @@ def test_resume_reuses_passed_stages_and_reruns_from_the_first_change(tmp_path, 
     log = (out / "run.log").read_text()
     assert "baseline: reused" in log and "export: reused" in log and "int8: reused" not in log
     assert [s["status"] for s in report["stages"]] == ["passed", "passed"]
+    # a gate changed, nothing else: the stage is reused and its record judged by the new gate
+    int8_model = out / "stages" / "02-int8" / "model" / "model.onnx"
+    made = int8_model.stat().st_mtime_ns
+    stages[1]["gates"] = {"accuracy": {"max_drop": 1.0, "strict": True}}
+    report = runner.run_pipeline(load_config(run_config(tmp_path, stages, tiny_model_dir)), out, resume=True)
+    assert int8_model.stat().st_mtime_ns == made and "int8: reused" in (out / "run.log").read_text()
+    assert report["stages"][1]["gates"][0]["strict"] is True
     # without --resume: everything again
     runner.run_pipeline(load_config(run_config(tmp_path, stages, tiny_model_dir)), out)
     assert export_model.stat().st_mtime_ns != first

@@ -19,6 +19,15 @@ REPORT_FILES = ("report.json", "report.md", "report.html")
 STAGE_FOLDER = re.compile(r"^\d{2}-[A-Za-z0-9][A-Za-z0-9_.-]*$")  # what stage_dir names; anything else is not ours
 
 
+def _without_gates(key) -> object:
+    """A reuse key with its stage's gates left out: what a stage made does not depend on them (a reused record's
+    gates are evaluated again, with the config of the run that reuses it), and a new gate field must not make a
+    finished stage train again."""
+    if not isinstance(key, dict) or not isinstance(key.get("stage"), dict):
+        return key
+    return {**key, "stage": {k: v for k, v in key["stage"].items() if k != "gates"}}
+
+
 @dataclass(frozen=True)
 class RunDir:
     root: Path
@@ -64,7 +73,7 @@ class RunDir:
             predictions = read_json(folder / "predictions.json")["predictions"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if record.get("status") != "passed" or config.get("reuse") != key:
+        if record.get("status") != "passed" or _without_gates(config.get("reuse")) != _without_gates(key):
             return None
         if not artifact.exists() or tree_sha256(artifact) != record.get("artifact_sha256"):
             return None
