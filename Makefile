@@ -12,7 +12,9 @@ WEB    := web/node_modules/.installed
 BUNDLE ?= $(RUN)/final
 ARM64_N ?= 200
 
-.PHONY: setup peer-env web demo demo-quick test test-slow test-arm64 lint clean
+BENCH_OUT ?= benchmarks/results/compare.json
+
+.PHONY: setup peer-env web demo demo-quick bench test test-slow test-arm64 lint clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +56,13 @@ demo: setup
 
 demo-quick: setup
 	$(VENV)/bin/edgepress demo --quick --out $(RUN)
+
+# edgepress against the teacher and optimum's recipe, side by side in one process (benchmarks/compare.py). Without
+# BENCH_RUN it runs the demo into $(RUN) first (--resume: what an earlier demo there built with the same inputs is
+# reused); BENCH_RUN=DIR compares a run you made.
+bench: setup peer-env
+	@if [ -z "$(BENCH_RUN)" ]; then $(VENV)/bin/edgepress demo --out $(RUN) --resume; fi
+	$(PY) benchmarks/compare.py --run $(or $(BENCH_RUN),$(RUN)) --peer-python $(PEER)/bin/python --out $(BENCH_OUT)
 
 test: setup web
 	$(PY) -m pytest

@@ -18,13 +18,14 @@ def test_demo_quick_reaches_the_teachers_accuracy(tmp_path):
     assert metrics["accuracy"] >= 0.83
     assert 1000 < metrics["n_test"] < 1100
     assert metrics["accuracy_ci95"][1] - metrics["accuracy_ci95"][0] < 0.06
-    assert [(s["name"], s["status"]) for s in report["stages"]] == [
-        ("distill", "passed"), ("export", "passed"), ("fuse", "passed"), ("int8", "passed")]
-    assert len(report["stages"][0]["details"]["history"]) == 1  # --quick: one epoch
-    assert report["stages"][1]["details"]["parity"]["max_abs_diff"] <= 1e-4
+    stages = {s["name"]: s for s in report["stages"]}
+    assert list(stages) == ["distill", "heads", "ffn", "vocab", "export", "fuse", "int8"]
+    assert all(s["status"] == "passed" for s in stages.values())
+    assert len(stages["distill"]["details"]["history"]) == 1  # --quick: one epoch
+    assert stages["export"]["details"]["parity"]["max_abs_diff"] <= 1e-4
     assert (tmp_path / "run" / "final" / "edgepress.json").is_file()
-    assert report["final"]["metrics"]["accuracy"] >= 0.82
-    assert report["final"]["metrics"]["size_bytes"] < metrics["size_bytes"] / 3
+    assert report["final"]["metrics"]["accuracy"] >= 0.80
+    assert report["final"]["metrics"]["size_bytes"] < 9e6
 
 
 @pytest.mark.slow

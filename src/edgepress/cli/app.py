@@ -62,12 +62,14 @@ def demo(
     out_dir: Annotated[Path, typer.Option("--out", help="Run directory for the report and stage artifacts.")],
     quick: Annotated[bool, typer.Option("--quick", help="Shorter training for later stages; the teacher and the "
                                                         "test split stay the same.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Reuse the stages of an earlier demo in --out that ran "
+                                                          "with exactly the same inputs and config.")] = False,
 ) -> None:
     """Run the embedded default end to end: movie-review snippets, the MiniLM teacher (built and cached on first
-    use), distill -> export -> fuse -> int8 with gates, the report and the final bundle."""
+    use), distill -> heads -> ffn -> vocab -> export -> fuse -> int8 with gates, the report and the final bundle."""
     from edgepress.pipeline.demo import run_demo
 
-    _summary(_call(run_demo, out_dir, quick=quick), out_dir)
+    _summary(_call(run_demo, out_dir, quick=quick, resume=resume), out_dir)
 
 
 def _summary(report: dict, out_dir: Path) -> None:

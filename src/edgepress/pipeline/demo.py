@@ -28,10 +28,11 @@ def shortened(cfg: PipelineConfig) -> PipelineConfig:
     return cfg.model_copy(update={"stages": stages})
 
 
-def run_demo(out: Path, quick: bool = False) -> dict:
-    """Run the demo pipeline into `out`; returns the report.
+def run_demo(out: Path, quick: bool = False, resume: bool = False) -> dict:
+    """Run the demo pipeline into `out` (reusing what an earlier demo there built with the same inputs when
+    `resume`); returns the report.
 
     `quick` never changes the teacher or the test split: it only shortens the training of later stages.
     """
     cfg = demo_config()
-    return run_pipeline(shortened(cfg) if quick else cfg, Path(out))
+    return run_pipeline(shortened(cfg) if quick else cfg, Path(out), resume=resume)
