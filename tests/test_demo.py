@@ -7,7 +7,6 @@ from edgepress.pipeline import demo
 from edgepress.pipeline.config import AccuracyGate, RuntimeConfig
 from edgepress.runtime.latency import LatencyConfig
 
-
 STAGES = ["distill", "heads", "ffn", "vocab", "export", "fuse", "int8"]
 FOLDERS = [f"{i:02d}-{name}" for i, name in enumerate(["baseline", *STAGES])]
 
