@@ -342,9 +342,10 @@ def markdown(result: dict) -> str:
              f"{result['environment']['onnxruntime']}, torch {result['environment']['torch']}; {result['rounds']} "
              f"rounds. Run: `{result['run']}`. Peer preset: {result['peer_preset']}.", "",
              "| candidate | precision | accuracy [95% CI] | drop vs teacher [paired 95% CI] | MB | gzip MB | "
-             "p50 / p90 / p99 ms b1×s128 | speedup vs torch | p50 ms natural | sentences/s b32×s128 | "
+             "p50 / p90 / p99 ms b1×s128 | p50 per round (min–max) | speedup vs torch | p50 ms natural | "
+             "sentences/s b32×s128 | "
              "floor ms (% of peak) | " + " | ".join(f"agree {s}" for s in sets) + " |",
-             "|" + "---|" * (11 + len(sets))]
+             "|" + "---|" * (12 + len(sets))]
     for name, c in result["candidates"].items():
         lo, hi = c["accuracy_drop_ci95"]
         f = c["fixed"]
@@ -352,7 +353,8 @@ def markdown(result: dict) -> str:
             f"| {name} | {c['precision']} | {c['accuracy']:.4f} [{c['accuracy_ci95'][0]:.4f}, "
             f"{c['accuracy_ci95'][1]:.4f}] | {teacher['accuracy'] - c['accuracy']:+.4f} [{lo:+.4f}, {hi:+.4f}] | "
             f"{c['size_bytes'] / 1e6:.1f} | {c['size_gzip_bytes'] / 1e6:.1f} | {f['p50_ms']:.2f} / {f['p90_ms']:.2f} "
-            f"/ {f['p99_ms']:.2f} | {teacher['fixed']['p50_ms'] / f['p50_ms']:.1f}x | {c['natural']['p50_ms']:.2f} | "
+            f"/ {f['p99_ms']:.2f} | {min(f['round_p50_ms']):.2f}–{max(f['round_p50_ms']):.2f} | "
+            f"{teacher['fixed']['p50_ms'] / f['p50_ms']:.1f}x | {c['natural']['p50_ms']:.2f} | "
             f"{c['batch32']['sentences_per_s']:.0f} | {c['floor_ms']:.2f} ({100 * c['fraction_of_peak']:.0f}%) | "
             + " | ".join(f"{c['agreement'][s]:.3f}" for s in sets) + " |")
     h = result["headline"]
