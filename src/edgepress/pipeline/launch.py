@@ -106,13 +106,16 @@ def _run_job(job: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    """One process of a launched method: its details (or its error) in the job's result file, from rank 0."""
+    """One process of a launched method: its details in the job's result file from rank 0, or its error from any
+    rank that meets one."""
     job = read_json(Path(argv[0]))
     try:
         answer = {"details": _run_job(job)}
     except EdgepressError as e:
         answer = {"error": str(e), "type": type(e).__name__}
-    if writes_artifacts():
+    # rank 0 writes the details; an error, any rank that meets it: the launcher stops the others as soon as one
+    # process exits, so a rank 0 that raised the same error a moment later might be killed before it could write it
+    if writes_artifacts() or "error" in answer:
         write_json(Path(job["result"]), answer)
     return 0 if "details" in answer else 2
 
