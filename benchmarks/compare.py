@@ -43,6 +43,7 @@ import numpy as np
 
 from edgepress.data import DataConfig, load_data
 from edgepress.data.metrics import accuracy_drop_ci95, classification_metrics
+from edgepress.deploy.targets import CPU_INTEGER_OPS
 from edgepress.errors import ConfigError
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import OptimizeConfig, optimize_onnx
@@ -69,8 +70,6 @@ from gemm_peak import giga_ops_per_second, session as gemm_session  # noqa: E402
 
 TEACHER, PEER, FINAL = "teacher-torch-fp32", "peer-optimum-o2-int8", "edgepress-final"
 NATURAL, REGISTER_SIZE, PAUSE_S = 200, 500, 0.5
-INT8_OPS = {"MatMulInteger", "DynamicQuantizeMatMul", "QAttention", "QLinearMatMul", "MatMulIntegerToFloat",
-            "QEmbedLayerNormalization"}
 TARGETS = {"speedup_vs_torch_fixed": 8.0, "speedup_vs_peer_fixed": 3.3, "speedup_vs_peer_natural": 3.0,
            "max_mb": 9.0, "max_drop_points": 1.0}
 
@@ -130,7 +129,7 @@ def precision(candidate: Candidate) -> str:
     ops = {node.op_type for node in model.graph.node}
     if "MatMulNBits" in ops:
         return "int4"
-    if ops & INT8_OPS:
+    if ops & set(CPU_INTEGER_OPS):
         return "int8"
     half = any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
     return "fp16" if half else "fp32"
@@ -203,21 +202,21 @@ def fidelity_sets(data, source: str) -> dict[str, dict]:
     return sets
 
 
-def predictions(candidate: Candidate, texts: tuple[str, ...], max_length: int, threads: int) -> np.ndarray:
-    """Predicted ids: ONNX one text per call (as a device runs it), torch in padded batches (fp32: no effect)."""
+def predictions(candidate: Candidate, sets: dict, max_length: int, threads: int) -> dict[str, np.ndarray]:
+    """Predicted ids on every set: ONNX one text per call (as a device runs it), torch in padded batches (fp32: no
+    effect), the model loaded once."""
     if candidate.onnx:
-        return onnx_predictions(candidate.path, texts, max_length, threads)
+        return {s: onnx_predictions(candidate.path, v["texts"], max_length, threads) for s, v in sets.items()}
     from edgepress.models.evaluate import predict_logits
     from edgepress.models.loading import load_classifier
 
     model, tokenizer = load_classifier(candidate.path)
-    return predict_logits(model, tokenizer, texts, max_length).argmax(-1)
+    return {s: predict_logits(model, tokenizer, v["texts"], max_length).argmax(-1) for s, v in sets.items()}
 
 
 def quality(candidates: list[Candidate], sets: dict, max_length: int, threads: int) -> dict[str, dict]:
     """Per candidate: test metrics, the paired drop CI vs the teacher, agreement with the teacher on every set."""
-    preds = {c.name: {s: predictions(c, v["texts"], max_length, threads) for s, v in sets.items()}
-             for c in candidates}
+    preds = {c.name: predictions(c, sets, max_length, threads) for c in candidates}
     teacher, labels = preds[TEACHER], sets["test"]["labels"]
     rows = {}
     for name, p in preds.items():
