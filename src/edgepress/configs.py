@@ -1,7 +1,8 @@
 """Strict configs: a pydantic validation failure becomes one ConfigError with a line per wrong field, in the words
 of someone writing YAML (a list, a mapping), not pydantic's ("valid tuple", "instance of SplitConfig")."""
 
-from typing import Any, TypeVar
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -25,6 +26,7 @@ PLAIN_WORDS = {
     "float_parsing": "should be a number",
     "bool_type": "should be true or false",
     "bool_parsing": "should be true or false",
+    "finite_number": "should be a finite number",
 }
 SHOWN_INPUT = 60  # characters of a wrong value quoted back
 
@@ -53,10 +55,43 @@ def describe_all(error: ValidationError) -> list[str]:
     return [describe(e) for e in error.errors()]
 
 
+def _numeric(annotation: Any) -> bool:
+    """The field takes a number (int or float, alone or in a union) and not true/false."""
+    options = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    return bool(set(options) & {int, float}) and bool not in options
+
+
+def _model(annotation: Any) -> type[BaseModel] | None:
+    options = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    return next((o for o in options if isinstance(o, type) and issubclass(o, BaseModel)), None)
+
+
+def bools_as_numbers(cls: type[BaseModel], data: dict[str, Any], prefix: str = "") -> list[str]:
+    """Lines for every true/false given where a number belongs (pydantic reads `epochs: true` as 1 epoch)."""
+    lines = []
+    for name, value in data.items():
+        field = cls.model_fields.get(name)
+        if field is None:
+            continue
+        if isinstance(value, bool) and _numeric(field.annotation):
+            lines.append(f"{prefix}{name}: should be a number, not true or false: got {str(value).lower()}")
+        elif isinstance(value, dict) and (nested := _model(field.annotation)) is not None:
+            lines += bools_as_numbers(nested, value, f"{prefix}{name}.")
+        elif isinstance(value, list) and (nested := _model((*get_args(field.annotation), None)[0])) is not None:
+            for i, item in enumerate(value):
+                lines += bools_as_numbers(nested, item, f"{prefix}{name}.{i}.") if isinstance(item, dict) else []
+    return lines
+
+
 def build(cls: type[Config], data: dict[str, Any] | None = None, where: str = "config", **values: Any) -> Config:
     """`cls(**data, **values)`, with every validation failure listed in one ConfigError."""
+    given = {**(data or {}), **values}
+    problems = bools_as_numbers(cls, given)
     try:
-        return cls.model_validate({**(data or {}), **values})
+        built = cls.model_validate(given)
     except ValidationError as e:
-        lines = "\n".join(f"  ✗ {line}" for line in describe_all(e))  # a line may hold several (a validator's)
+        problems += describe_all(e)
+    if problems:
+        lines = "\n".join(f"  ✗ {line}" for line in problems)  # a line may hold several (a validator's)
         raise ConfigError(f"{where} is not valid ({lines.count('✗')} problem(s)):\n{lines}") from None
+    return built

@@ -53,12 +53,17 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
     try:
         yield tmp
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        replace_dir(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def replace_dir(src: Path, dst: Path) -> None:
+    """`dst` becomes `src` (a dir on the same filesystem), whatever `dst` held."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    os.replace(src, dst)
 
 
 def writes_artifacts() -> bool:
@@ -96,3 +101,89 @@ def tree_sha256(path: Path) -> str:
     for f in sorted(p for p in path.iterdir() if p.is_file()):
         digest.update(f"{f.name}\0{file_sha256(f)}\n".encode())
     return digest.hexdigest()
+
+
+# --- what a command may replace ---------------------------------------------------------------------------------
+# Every command that writes a directory replaces only what it wrote there before: an earlier artifact of its own
+# kind, recognised by its marker file (a bundle's edgepress.json, a run's run.json, ...), and never a directory that
+# holds or lies inside one of the command's own inputs, nor one holding files the marker does not list.
+
+SHOWN_FILES = 3  # foreign files named in a refusal
+
+
+def check_writable(out: Path) -> None:
+    """`out` is, or can become, a directory this process may write."""
+    from edgepress.errors import ConfigError
+
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file. Fix: give the path of a directory (it is created if missing)")
+    ancestor = out
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"--out {out} cannot be created: {ancestor} is a file. Fix: give a directory path")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out} cannot be written: {ancestor} is not writable by this user. "
+                          f"Fix: choose a directory you can write, or change its permissions")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def check_apart(out: Path, inputs: dict[str, Path], replaced: tuple[Path, ...] | None = None) -> None:
+    """No input (`{"the model": path}`) lies in what the command replaces (`replaced`, paths under `out`; None:
+    `out` whole), and `out` does not lie inside an input dir: a command never overwrites what it reads."""
+    from edgepress.errors import ConfigError
+
+    out = out.resolve()
+    replaced = tuple(p.resolve() for p in replaced) if replaced is not None else (out,)
+    for what, path in inputs.items():
+        path = Path(path).resolve()
+        if path == out:
+            raise ConfigError(f"--out {out} is {what}, which this command reads. Fix: write to another directory")
+        if any(_inside(path, r) for r in replaced):
+            raise ConfigError(f"--out {out} holds {what} ({path}), which this command reads and would replace. "
+                              f"Fix: write to a directory outside it")
+        if path.is_dir() and _inside(out, path):
+            raise ConfigError(f"--out {out} is inside {what} ({path}): this command would write into it. Fix: "
+                              f"write to a directory outside it")
+
+
+def foreign_files(folder: Path, marker: str) -> list[str] | None:
+    """The files in `folder` that the artifact whose `marker` it holds did not write ([] for an empty folder or an
+    artifact holding only its own files); None when `folder` holds files but no readable marker (not ours)."""
+    present = listed_files(folder)
+    if not present:
+        return []
+    try:
+        listed = read_json(folder / marker).get("files")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if listed is None:  # an artifact written before its marker listed its files: all of it is taken as ours
+        return []
+    return [name for name in present if name != marker and name not in listed]
+
+
+def check_owned(out: Path, marker: str, what: str) -> None:
+    """`out` is new, empty, or an earlier `what` (e.g. bundle: its `marker`) holding nothing but the files it
+    wrote."""
+    from edgepress.errors import ConfigError
+
+    if not out.is_dir():
+        return
+    foreign = foreign_files(out, marker)
+    if foreign is None:
+        raise ConfigError(f"--out {out} holds files that are not an edgepress {what} (no {marker}), and this command "
+                          f"would replace them. Fix: give a new or empty directory, or the directory of an earlier "
+                          f"{what}")
+    if foreign:
+        more = f" and {len(foreign) - SHOWN_FILES} more" if len(foreign) > SHOWN_FILES else ""
+        raise ConfigError(f"--out {out} is an earlier {what}, but it also holds files it did not write "
+                          f"({', '.join(foreign[:SHOWN_FILES])}{more}), which this command would delete. Fix: move "
+                          f"them out, or give a new or empty directory")
+
+
+def listed_files(folder: Path) -> list[str]:
+    """Every file under `folder`, as the paths a marker lists them by."""
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())

@@ -12,15 +12,15 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from edgepress.compress.distill import DistillConfig, distill
+from edgepress.compress.distill import DistillConfig, check_student, distill
 from edgepress.compress.int4 import Int4Config, int4
 from edgepress.compress.magnitude import LotteryConfig, MagnitudeConfig, lottery, magnitude
 from edgepress.compress.qat import QatConfig, qat
 from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
-from edgepress.compress.structured import FfnConfig, HeadsConfig, ffn, heads
-from edgepress.compress.vocab import VocabConfig, vocab_prune
+from edgepress.compress.structured import FfnConfig, HeadsConfig, check_structured, ffn, heads
+from edgepress.compress.vocab import VocabConfig, check_vocab, vocab_prune
 from edgepress.export.onnx import ExportConfig, export_onnx
-from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, optimize_onnx
+from edgepress.export.optimize import Fp16Config, OptimizeConfig, check_fp16, fp16_onnx, optimize_onnx
 
 # What an artifact is: each method declares the kinds it takes and the kind it gives; the pipeline validator
 # chains them, so an impossible order is refused before anything runs.
@@ -47,6 +47,9 @@ class Method:
     summary: str
     inputs: Literal["texts", "splits"] = "texts"
     gives_from: tuple[tuple[Kind, Kind], ...] = ()  # (kind taken, kind given) where it is not `gives`
+    # what can be known before a run: `check(model, tokenizer, cfg)` raises the ConfigError the method would raise
+    # (run on the model the config names, by `validate` and before `run` touches anything)
+    check: Callable[..., None] | None = None
 
     def output(self, taken: str) -> str:
         """The kind of artifact this method makes from one of kind `taken`."""
@@ -61,16 +64,16 @@ class Method:
 METHODS: dict[str, Method] = {
     "distill": Method(DistillConfig, distill, ("torch",), "torch",
                       "a shallower student trained on the teacher's outputs (hinton, distilbert, tinybert)",
-                      inputs="splits"),
+                      inputs="splits", check=check_student),
     "heads": Method(HeadsConfig, heads, ("torch",), "torch",
                     "remove the least important attention heads of every layer, then recover by distillation",
-                    inputs="splits"),
+                    inputs="splits", check=check_structured),
     "ffn": Method(FfnConfig, ffn, ("torch",), "torch",
                   "remove the least important FFN neurons of every layer, then recover by distillation",
-                  inputs="splits"),
+                  inputs="splits", check=check_structured),
     "vocab": Method(VocabConfig, vocab_prune, ("torch",), "torch",
                     "drop the word-embedding rows of tokens the train split never uses (no training)",
-                    inputs="splits"),
+                    inputs="splits", check=check_vocab),
     "magnitude": Method(MagnitudeConfig, magnitude, ("torch",), "torch",
                         "zero the smallest weights (one shot or a cubic ramp), fine-tune with the zeros held",
                         inputs="splits"),
@@ -86,7 +89,7 @@ METHODS: dict[str, Method] = {
     "optimize": Method(OptimizeConfig, optimize_onnx, ("onnx",), "onnx-fused",
                        "ONNX Runtime transformer fusions (Attention, SkipLayerNorm, BiasGelu, EmbedLayerNorm)"),
     "fp16": Method(Fp16Config, fp16_onnx, FLOAT_ONNX, "onnx-fp16",
-                   "float16 weights and compute for CUDA; int64 inputs and float32 logits kept"),
+                   "float16 weights and compute for CUDA; int64 inputs and float32 logits kept", check=check_fp16),
     "int8-dynamic": Method(Int8DynamicConfig, int8_dynamic, FLOAT_ONNX, "onnx-int8",
                            "int8 weights, activations quantized per call (onnxruntime.quantization)"),
     "int8-static": Method(Int8StaticConfig, int8_static, ("onnx",), "onnx-int8",

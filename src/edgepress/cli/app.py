@@ -22,6 +22,7 @@ class Provider(StrEnum):
     cuda = "cuda"
 
 
+Split = StrEnum("Split", {name: name for name in ("test", "validation", "train", "all")})
 Target = StrEnum("Target", {name.replace("-", "_"): name for name in ("x86-vnni", "x86-avx2", "arm64", "cuda",
                                                                       "mobile", "web")})
 
@@ -51,7 +52,7 @@ def teacher(
     from edgepress.models.teacher import MANIFEST, build_teacher
     from edgepress.pipeline.inputs import check_artifact_out
 
-    _call(check_artifact_out, out_dir, MANIFEST)
+    _call(check_artifact_out, out_dir, MANIFEST, "teacher")
     result = _call(build_teacher, out_dir)
     out.print(f"teacher written to {out_dir}: validation accuracy {result.best_val_accuracy:.4f} "
               f"(epoch {result.best_epoch}, {result.seconds:.0f} s)")
@@ -105,7 +106,7 @@ def run(
         cfg = _call(with_runtime, cfg, f"--device {device.value}", providers=[device.value])
     if target is not None:
         cfg = _call(with_runtime, cfg, f"--target {target.value}", target=target.value)
-    _summary(_call(run_pipeline, cfg, out_dir, resume=resume), out_dir)
+    _summary(_call(run_pipeline, cfg, out_dir, resume=resume, config_file=config), out_dir)
 
 
 @app.command()
@@ -133,18 +134,21 @@ def evaluate(
     text_column: Annotated[str, typer.Option(help="Column holding the text.")] = "text",
     label_column: Annotated[str, typer.Option(help="Column holding the label (name or id).")] = "label",
     max_length: Annotated[int, typer.Option(help="Tokens per example after truncation (8 to 8192).")] = 128,
+    split: Annotated[Split, typer.Option(help="Which examples: the test split (as a run reports), another split, or "
+                                              "all of them.")] = Split.test,
 ) -> None:
-    """Accuracy (with its 95% CI) and macro-F1 of a model on the test split of some data."""
+    """Accuracy (with its 95% CI) and macro-F1 of a model (torch model dir, ONNX model dir or bundle) on some
+    data."""
     from edgepress.configs import build
     from edgepress.data import DataConfig
     from edgepress.pipeline.baseline import evaluate_model
 
     data_cfg = _call(build, DataConfig, where="data options", source=data, text_column=text_column,
                      label_column=label_column, max_length=max_length)
-    metrics = _call(evaluate_model, model, data_cfg)
+    metrics = _call(evaluate_model, model, data_cfg, split.value)
     lo, hi = metrics["accuracy_ci95"]
     out.print(f"accuracy {metrics['accuracy']:.4f} [{lo:.4f}, {hi:.4f}]  macro-F1 {metrics['macro_f1']:.4f}  "
-              f"n={metrics['n_test']}")
+              f"n={metrics['n_test']} ({split.value})")
 
 
 @app.command("export")
@@ -154,17 +158,25 @@ def export_command(
     optimize: Annotated[bool, typer.Option(help="Apply ONNX Runtime's transformer fusions.")] = True,
     disable_fusion: Annotated[list[str] | None, typer.Option(help="A fusion to leave out (repeatable), e.g. "
                                                                   "skip_layer_norm.")] = None,
+    data: Annotated[str, typer.Option(help="Texts to check parity on: a .csv/.jsonl file or a data directory "
+                                           "(labels are not read); default: built-in English sentences.")]
+    = "demo:movie-snippets",
+    text_column: Annotated[str, typer.Option(help="Column holding the text.")] = "text",
+    max_length: Annotated[int, typer.Option(help="Tokens per text after truncation (8 to 8192).")] = 128,
 ) -> None:
     """Export a model to ONNX, checked against torch on real sentences (and fused, checked again)."""
     from edgepress.configs import build
+    from edgepress.deploy.bundle import EXPORTED
+    from edgepress.export.onnx import ExportConfig
     from edgepress.export.optimize import OptimizeConfig
     from edgepress.pipeline.export import export_model
-    from edgepress.pipeline.inputs import check_artifact_out
+    from edgepress.pipeline.inputs import check_artifact_out, local_inputs
 
-    _call(check_artifact_out, out_dir, "model.onnx")
+    cfg = _call(build, ExportConfig, where="export options", max_length=max_length)
+    _call(check_artifact_out, out_dir, EXPORTED, "export", local_inputs(model, data))
     fusion = _call(build, OptimizeConfig, where="fusion options", fusions="all",
                    disable=disable_fusion or []) if optimize else None
-    steps = _call(export_model, model, out_dir, fusion)
+    steps = _call(export_model, model, out_dir, fusion, cfg, data, text_column)
     parity = steps["export"]["parity"]
     out.print(f"exported to {out_dir / 'model.onnx'}: torch vs ONNX max |Δlogit| {parity['max_abs_diff']:.2e}, "
               f"agreement {parity['agreement']:.4f} on {parity['n_examples']} examples")
@@ -183,19 +195,23 @@ def bench(
                                                                       "runtime's choice).")] = None,
     warmup: Annotated[int, typer.Option(min=0, help="Untimed runs first.")] = 20,
     runs: Annotated[int, typer.Option(min=1, help="Timed runs.")] = 200,
+    data: Annotated[str, typer.Option(help="Texts to time with: a .csv/.jsonl file or a data directory (labels are "
+                                           "not read); default: built-in English sentences.")] = "demo:movie-snippets",
+    text_column: Annotated[str, typer.Option(help="Column holding the text.")] = "text",
 ) -> None:
     """Latency of one model: a fixed batch x sequence shape of real tokens, and real sentences at their natural
-    lengths (batch 1); the sentences are the demo set's test split, tokenized with the model's own tokenizer."""
+    lengths (batch 1), tokenized with the model's own tokenizer."""
     from rich.table import Table
 
     from edgepress.configs import build
-    from edgepress.pipeline.export import bench_texts
+    from edgepress.data.load import load_texts
     from edgepress.pipeline.latency import measure_latency
     from edgepress.runtime.latency import LatencyConfig
 
     cfg = _call(build, LatencyConfig, where="bench options", batch_size=batch_size, sequence_length=seq_len,
                 warmup=warmup, runs=runs)
-    result = _call(measure_latency, model, _call(bench_texts), provider.value, threads, cfg)
+    texts = _call(load_texts, data, text_column)
+    result = _call(measure_latency, model, texts, provider.value, threads, cfg)
     table = Table(title=f"{model} on {', '.join(result['providers_used'])} ({threads or 'default'} threads)")
     for column in ("inputs", "p50 ms", "p90 ms", "p99 ms", "mean ms", "runs"):
         table.add_column(column, justify="right")

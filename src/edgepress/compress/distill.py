@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 class KdLoss(BaseModel):
     """The soft-target loss every distilling method shares (Hinton et al. 2015)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     temperature: float = Field(2.0, gt=0)
     alpha: float = Field(0.5, ge=0, le=1, description="weight of the soft (teacher) loss against the labels")
@@ -87,17 +87,24 @@ def _layer_count_key(config) -> str:
     return "n_layers" if config.model_type == "distilbert" else "num_hidden_layers"
 
 
+def check_student(teacher, tokenizer, cfg: DistillConfig) -> tuple[int, ...]:
+    """The teacher layers the student starts from; a ConfigError when the student does not fit the teacher (also
+    the pre-run check of `distill`: `validate` runs it on the model the config names)."""
+    teacher_layers = getattr(teacher.config, _layer_count_key(teacher.config))
+    mapping = cfg.layer_map or default_layer_map(teacher_layers, cfg.student_layers)
+    if cfg.student_layers >= teacher_layers or max(mapping) >= teacher_layers or min(mapping) < 0:
+        raise ConfigError(f"a {cfg.student_layers}-layer student from layers {list(mapping)} does not fit a "
+                          f"{teacher_layers}-layer teacher. Fix: student_layers below {teacher_layers}, layer_map "
+                          f"within 0..{teacher_layers - 1}")
+    return mapping
+
+
 def make_student(teacher, cfg: DistillConfig):
     """A shallower copy of `teacher`, initialised from its layers `cfg.layer_map`."""
     import copy
 
     key = _layer_count_key(teacher.config)
-    teacher_layers = getattr(teacher.config, key)
-    mapping = cfg.layer_map or default_layer_map(teacher_layers, cfg.student_layers)
-    if cfg.student_layers >= teacher_layers or max(mapping) >= teacher_layers or min(mapping) < 0:
-        raise ConfigError(f"a {cfg.student_layers}-layer student from layers {list(mapping)} does not fit a "
-                          f"{teacher_layers}-layer teacher. Fix: fewer student_layers, layer_map within "
-                          f"0..{teacher_layers - 1}")
+    mapping = check_student(teacher, None, cfg)
     student = copy.deepcopy(teacher)
     layers = _encoder_layers(student)
     kept = [layers[i] for i in mapping]

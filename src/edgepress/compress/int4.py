@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from edgepress.compress.quantize import (
     KEEP_FLOAT,
     KeepFloat,
+    calibration_record,
     check_keep_float,
     float_matmuls,
     kept_float,
@@ -45,7 +46,7 @@ TORCH_ALGORITHMS = ("gptq", "awq")  # computed on the torch model the graph was 
 class Int4Config(BaseModel):
     """The `int4` method (module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     algorithm: Literal["rtn", "hqq", "gptq", "awq"] = "rtn"
     block_size: int = Field(32, description="weights per scale, along the input dimension (a power of 2, >= 16)")
@@ -175,5 +176,7 @@ def int4(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Int4Config =
     ops = {op: counts[op] for op in INT4_OPS if counts[op]}
     log.info("int4 (%s): %s, %d node(s) kept float, ONNX Runtime runs %s, parity %s", cfg.algorithm, ops,
              len(keep), kernels, parity)
+    calibrated = {"calibration": calibration_record(cfg.calibration_size, texts[: cfg.calibration_size])} \
+        if cfg.algorithm in TORCH_ALGORITHMS else {}
     return {"quantized_ops": ops, "ort_kernels": kernels, "kept_float": keep, "sensitivity": ranking,
-            "symmetric": cfg.is_symmetric, "parity": parity}
+            "symmetric": cfg.is_symmetric, "parity": parity, **calibrated}

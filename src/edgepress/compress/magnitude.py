@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from edgepress.compress.distill import KdLoss
 from edgepress.configs import changed
@@ -46,6 +46,14 @@ class _Sparse(TrainConfig, KdLoss):
 
     sparsity: float = Field(0.5, ge=0, lt=1, description="fraction of the pruned weights set to zero")
     include: tuple[Part, ...] = Field((), description="pruned besides the encoder's Linear weights")
+
+    @field_validator("sparsity")
+    @classmethod
+    def _prunes_something(cls, sparsity: float) -> float:
+        if sparsity == 0:
+            raise ValueError("sparsity 0 removes no weight: the stage would only fine-tune. Fix: a fraction in "
+                             "(0, 1), e.g. 0.5, or remove the stage")
+        return sparsity
 
 
 class MagnitudeConfig(_Sparse):

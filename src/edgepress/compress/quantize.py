@@ -130,7 +130,7 @@ class Int8DynamicConfig(BaseModel):
     """The `int8-dynamic` method. The parity check is loose on purpose: int8 moves logits; the accuracy gate
     decides whether the move costs predictions."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     per_channel: bool = Field(False, description="one scale per output channel of each weight")
     reduce_range: bool = Field(False, description="7-bit weights, for CPUs without VNNI that saturate otherwise")
@@ -173,7 +173,7 @@ def int8_dynamic(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
 class Int8StaticConfig(BaseModel):
     """The `int8-static` method: calibrated QDQ int8 for the encoder's weighted MatMuls (module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     per_channel: bool = True
     reduce_range: bool = Field(False, description="7-bit weights, for CPUs without VNNI that saturate otherwise")
@@ -270,4 +270,13 @@ def int8_static(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
     log.info("int8-static: %s, %d MatMul/Gemm kept float, %d more by keep_float, ONNX Runtime runs %s, parity %s",
              ops, len(excluded), len(keep), kernels, parity)
     return {"quantized_ops": ops, "ort_kernels": kernels, "float_matmuls": excluded, "kept_float": keep,
-            "sensitivity": ranking, "parity": parity}
+            "sensitivity": ranking, "parity": parity, "calibration": calibration_record(cfg.calibration_size, feeds)}
+
+
+def calibration_record(asked: int, used: list) -> dict:
+    """How many sentences calibrated, against how many were asked for (a split smaller than
+    `calibration_size` gives all it has; the report says so)."""
+    if len(used) < asked:
+        log.warning("calibration_size %d: the validation split has %d sentences; all %d calibrate", asked,
+                    len(used), len(used))
+    return {"asked": asked, "used": len(used)}

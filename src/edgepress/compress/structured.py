@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from edgepress.compress.distill import KdLoss
 from edgepress.data import DataSplits
@@ -32,6 +32,14 @@ class _Recovery(TrainConfig, KdLoss):
     keep: float = Field(0.5, gt=0, le=1, description="fraction kept in every layer")
     importance_batches: int = Field(32, ge=1, description="train batches the importance is averaged over")
 
+    @field_validator("keep")
+    @classmethod
+    def _removes_something(cls, keep: float) -> float:
+        if keep == 1:
+            raise ValueError("keep 1.0 removes nothing: the stage would only fine-tune. Fix: a fraction in (0, 1), "
+                             "e.g. 0.5, or remove the stage")
+        return keep
+
 
 class HeadsConfig(_Recovery):
     """The `heads` method: keep the `keep` most important attention heads of every layer."""
@@ -44,9 +52,16 @@ class FfnConfig(_Recovery):
 def _bert_layers(model):
     layers = encoder_layers(model)
     if not layers or not hasattr(layers[0], "intermediate"):
-        raise ConfigError(f"structured pruning supports BERT-style encoders (bert, roberta, minilm); got "
-                          f"{model.config.model_type}. Fix: distill into a BERT-style student first")
+        raise ConfigError(f"structured pruning (heads, ffn) supports encoders with BERT's layer layout (bert, roberta, "
+                          f"xlm-roberta, electra, minilm); this model is {model.config.model_type}. Fix: remove the "
+                          f"heads/ffn stages for it; distill (fewer layers), magnitude, lottery and every ONNX stage "
+                          f"work on it")
     return layers
+
+
+def check_structured(model, tokenizer, cfg: _Recovery) -> None:
+    """The pre-run check of `heads` and `ffn`: the model's layers are ones they can prune."""
+    _bert_layers(model)
 
 
 def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str) -> Iterator[np.ndarray]:

@@ -38,7 +38,7 @@ class VocabConfig(BaseModel):
     """The `vocab` method: keep the tokens seen at least `min_count` times in the train split (plus the special
     tokens and every single character), drop every other word-embedding row."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     min_count: int = Field(1, ge=1, description="times a token must occur in the train split to keep its row")
 
@@ -53,7 +53,13 @@ def wordpiece_spec(tokenizer, src: Path) -> dict:
             return spec
         kind = f"a {spec['model']['type']} tokenizer"
     raise ConfigError(f"vocab pruning supports WordPiece fast tokenizers (BERT, MiniLM, DistilBERT: a tokenizer.json "
-                      f"whose model is WordPiece); {src} has {kind}. Fix: remove the vocab stage for this model")
+                      f"whose model is WordPiece); {src} has {kind}. Fix: remove the vocab stage for this model (BPE "
+                      f"and SentencePiece vocabularies are not pruned yet)")
+
+
+def check_vocab(model, tokenizer, cfg: VocabConfig) -> None:
+    """The pre-run check of `vocab`: the model's tokenizer is one it can prune."""
+    wordpiece_spec(tokenizer, Path(model.name_or_path))
 
 
 def plain_tokenizer(spec: dict, limit: int | None = None):

@@ -8,7 +8,7 @@ DEMO_SOURCE = "demo:movie-snippets"
 class SplitConfig(BaseModel):
     """How a source without its own splits is divided. The split is a pure function of (ids, seed)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     test: float = Field(0.1, gt=0, lt=1, description="fraction of the examples held out for the test split")
     validation: float = Field(0.1, gt=0, lt=1, description="fraction held out for the validation split")
@@ -26,7 +26,7 @@ class SplitConfig(BaseModel):
 class DataConfig(BaseModel):
     """Where the examples come from and how they are read."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     source: str = Field(DEMO_SOURCE, description="demo:movie-snippets, or a .csv / .jsonl file, or a directory")
     text_column: str = "text"

@@ -1,6 +1,7 @@
 """Labelled text examples and the train / validation / test splits every stage reads."""
 
 import hashlib
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,24 +33,40 @@ class TextSet:
 
 @dataclass(frozen=True)
 class DataSplits:
-    """The three splits, the label names (id -> name) and where they came from."""
+    """The three splits, the label names (id -> name), where they came from and how they were made (`note`: ""
+    when as the source gives them or as data.split divides it)."""
 
     train: TextSet
     validation: TextSet
     test: TextSet
     id2label: dict[int, str]
     source: str
+    note: str = ""
+
+    def everything(self) -> TextSet:
+        """Every example of every split: train, validation, then test."""
+        parts = (self.train, self.validation, self.test)
+        return TextSet(tuple(i for p in parts for i in p.ids), tuple(t for p in parts for t in p.texts),
+                       np.concatenate([p.labels for p in parts]))
 
     def manifest(self) -> dict:
-        """The example ids of every split, recorded in each run so that a split can be checked and reproduced."""
+        """The example ids of every split, recorded in each run so that a split can be checked and reproduced:
+        `sha256` digests the ids of every split, `content_sha256` every example's split, id, text and label and the
+        label names (what a stage's result depends on: the same ids with an edited text or label differ)."""
         splits = {"train": self.train, "validation": self.validation, "test": self.test}
         ids = {name: list(part.ids) for name, part in splits.items()}
         digest = hashlib.sha256(repr(sorted(ids.items())).encode()).hexdigest()
+        content = hashlib.sha256(json.dumps(sorted(self.id2label.items())).encode())
+        for name, part in splits.items():
+            for row in zip(part.ids, part.texts, part.labels.tolist(), strict=True):
+                content.update(json.dumps([name, *row], ensure_ascii=False).encode() + b"\n")
         return {
             "source": self.source,
             "id2label": {str(k): v for k, v in self.id2label.items()},
             "sizes": {name: len(part) for name, part in splits.items()},
             "sha256": digest,
+            "content_sha256": content.hexdigest(),
+            **({"note": self.note} if self.note else {}),
             "ids": ids,
         }
 

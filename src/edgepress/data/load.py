@@ -34,12 +34,12 @@ def _check_columns(raw: RawSource, cfg: DataConfig) -> None:
                 )
 
 
-def _texts(rows: list[dict], cfg: DataConfig, where: str) -> tuple[str, ...]:
-    values = [row.get(cfg.text_column) for row in rows]
+def _texts(rows: list[dict], column: str, where: str) -> tuple[str, ...]:
+    values = [row.get(column) for row in rows]
     bad = [i for i, v in enumerate(values) if not isinstance(v, str) or not v.strip()]
     if bad:
         raise DataError(
-            f"{where}: column '{cfg.text_column}' must hold non-empty text; rows {_rows(bad)} do not "
+            f"{where}: column '{column}' must hold non-empty text; rows {_rows(bad)} do not "
             f"(first: {values[bad[0]]!r}). Fix: drop or fill those rows"
         )
     return tuple(v.strip() for v in values)
@@ -126,29 +126,43 @@ def _text_sets(raw: RawSource, cfg: DataConfig, label2id) -> tuple[dict[str, Tex
             raise DataError(f"{cfg.source}: ids must be unique; repeated: {', '.join(duplicated[:SHOWN])}. "
                             f"Fix: make the id column unique, or drop it (rows are then numbered)")
         labels = np.array([mapping[k] for k in keys[split]], dtype=np.int64)
-        sets[split] = TextSet(ids, _texts(rows, cfg, f"{cfg.source} ({split})"), labels)
+        sets[split] = TextSet(ids, _texts(rows, cfg.text_column, f"{cfg.source} ({split})"), labels)
     return sets, id2label
 
 
 def load_data(cfg: DataConfig, label2id: Mapping[str, int] | None = None) -> DataSplits:
     """Read, check and split the data of `cfg`; labels map through the model's `label2id` when one is given.
 
-    A source with its own train/test splits keeps them (when it has no validation split, a `split.validation`
-    fraction of its train split is held out);
-    otherwise the examples are split by `cfg.split`.
+    A source without splits of its own is split by `cfg.split`. A source with its own splits keeps those it has:
+    without a validation split, a `split.validation` fraction of train is held out; without a test split, its
+    validation split is the test split (and validation is held out of train); with a train split alone, train is
+    split as a source without splits. The splits' `note` says which of these happened.
     """
     raw = _demo_source() if cfg.source == DEMO_SOURCE else read_source(cfg.source, cfg.label_column)
     _check_columns(raw, cfg)
     sets, id2label = _text_sets(raw, cfg, label2id)
-    if "all" in sets:
-        train, validation, test = split_examples(sets["all"], cfg.split)
-    elif "validation" in sets:
-        train, validation, test = sets["train"], sets["validation"], sets["test"]
-    else:
-        train, validation = hold_out(sets["train"], cfg.split.validation, cfg.split.seed)
-        test = sets["test"]
+    (train, validation, test), note = _resolve_splits(sets, cfg)
+    ignored = f"splits not read: {', '.join(raw.ignored)}" if raw.ignored else ""
     _check_sizes({"train": train, "validation": validation, "test": test}, cfg)
-    return DataSplits(train, validation, test, id2label, cfg.source)
+    return DataSplits(train, validation, test, id2label, cfg.source, "; ".join(filter(None, [note, ignored])))
+
+
+def _resolve_splits(sets: dict[str, TextSet], cfg: DataConfig) -> tuple[tuple[TextSet, TextSet, TextSet], str]:
+    """(train, validation, test) from the splits a source has, and how they were made ("" when as given)."""
+    held = f"a seeded {cfg.split.validation:g} of train held out as validation"
+    if "all" in sets:
+        return split_examples(sets["all"], cfg.split), ""
+    if "train" not in sets:
+        raise DataError(f"{cfg.source} has no train split (splits: {', '.join(sets)}). Fix: name the split to train "
+                        f"on train, or give one file to be split by data.split")
+    if "test" in sets and "validation" in sets:
+        return (sets["train"], sets["validation"], sets["test"]), ""
+    if "test" in sets:
+        return (*hold_out(sets["train"], cfg.split.validation, cfg.split.seed), sets["test"]), held
+    if "validation" in sets:
+        return (*hold_out(sets["train"], cfg.split.validation, cfg.split.seed), sets["validation"]), \
+            f"no test split: the validation split is the test split, {held}"
+    return split_examples(sets["train"], cfg.split), "a train split alone: split by data.split"
 
 
 def _check_sizes(splits: dict[str, TextSet], cfg: DataConfig) -> None:
@@ -157,3 +171,23 @@ def _check_sizes(splits: dict[str, TextSet], cfg: DataConfig) -> None:
         sizes = ", ".join(f"{name} {len(part)}" for name, part in splits.items())
         raise DataError(f"{cfg.source} leaves the {' and '.join(empty)} split empty ({sizes}). Fix: give more "
                         f"examples, or larger data.split fractions")
+
+
+def load_texts(source: str, text_column: str = "text") -> tuple[str, ...]:
+    """The texts of a source, labels unread (parity checks and timing need texts only): every split's, in order;
+    for the demo source, its validation split (movie sentences, whatever labels the model has)."""
+    if source == DEMO_SOURCE:
+        return load_data(DataConfig()).validation.texts
+    raw = read_source(source, label_column="")
+    texts = []
+    for split, rows in raw.splits.items():
+        where = source if split == "all" else f"{source} ({split})"
+        if not rows:
+            continue
+        if text_column not in rows[0]:
+            raise DataError(f"{where} has no text column '{text_column}'; its columns are: {', '.join(rows[0])}. "
+                            f"Fix: name the column that holds the text (--text-column)")
+        texts += _texts(rows, text_column, where)
+    if not texts:
+        raise DataError(f"{source} has no texts. Fix: point --data at a file with a text per row")
+    return tuple(texts)

@@ -8,19 +8,27 @@ from pathlib import Path
 from edgepress.errors import DataError
 
 SPLIT_ALIASES = {"train": ("train",), "validation": ("validation", "valid", "dev"), "test": ("test",)}
+UNLABELED = ("unsupervised", "unlabeled", "unlabelled")  # splits without labels (IMDB's unsupervised: labels -1)
 FILE_KINDS = (".csv", ".jsonl")
 FIX_SOURCE = (
-    "Fix: give a .csv or .jsonl file, a directory with train and test .csv/.jsonl files, a dataset saved with "
+    "Fix: give a .csv or .jsonl file, a directory with train (and test) .csv/.jsonl files, a dataset saved with "
     "datasets' save_to_disk, or demo:movie-snippets"
 )
 
 
 @dataclass(frozen=True)
 class RawSource:
-    """Records per split (`{"all": rows}` when the source has no splits of its own) and the label names it knows."""
+    """Records per split (`{"all": rows}` when the source has no splits of its own) and the label names it knows;
+    `ignored` names the splits of the source that are not read (unlabeled, or not train/validation/test)."""
 
     splits: dict[str, list[dict]]
     label_names: tuple[str, ...] | None = None
+    ignored: tuple[str, ...] = ()
+
+
+def split_role(name: str) -> str | None:
+    """train, validation or test for a split name in any case (`TEST`, `Dev`), else None."""
+    return next((role for role, aliases in SPLIT_ALIASES.items() if name.lower() in aliases), None)
 
 
 def _read_csv(path: Path) -> list[dict]:
@@ -66,11 +74,10 @@ def read_file(path: Path) -> list[dict]:
 
 def _split_files(directory: Path) -> dict[str, Path]:
     found: dict[str, list[Path]] = {}
-    for split, aliases in SPLIT_ALIASES.items():
-        for alias in aliases:
-            for suffix in FILE_KINDS:
-                if (directory / f"{alias}{suffix}").is_file():
-                    found.setdefault(split, []).append(directory / f"{alias}{suffix}")
+    for split, aliases in SPLIT_ALIASES.items():  # train.csv, TEST.jsonl, dev.csv
+        for file in sorted(directory.iterdir()):
+            if file.is_file() and file.suffix in FILE_KINDS and file.stem.lower() in aliases:
+                found.setdefault(split, []).append(file)
     twice = {split: files for split, files in found.items() if len(files) > 1}
     if twice:
         split, files = next(iter(twice.items()))
@@ -88,14 +95,28 @@ def _read_hf_dataset(directory: Path, label_column: str) -> RawSource:
         raise DataError(f"{directory} looks like a saved dataset but cannot be loaded ({e}). Fix: save it again "
                         f"with dataset.save_to_disk(DIR)") from e
     parts = dict(loaded) if isinstance(loaded, DatasetDict) else {"all": loaded}
-    splits, label_names = {}, None
+    splits, label_names, ignored = {}, None, []
     for name, part in parts.items():
-        split = next((s for s, aliases in SPLIT_ALIASES.items() if name in aliases), name)
-        splits[split] = part.to_list()
+        role = "all" if name == "all" else split_role(name)
+        if role is None or role in splits or name.lower() in UNLABELED or _unlabeled(part, label_column):
+            ignored.append(name)
+            continue
+        splits[role] = part.to_list()
         feature = part.features.get(label_column)
         if isinstance(feature, ClassLabel):
             label_names = tuple(feature.names)
-    return RawSource(splits, label_names)
+    if not splits:
+        raise DataError(f"{directory} has no labelled train, validation or test split (splits: "
+                        f"{', '.join(parts) or 'none'}). Fix: name the labelled splits train and test (validation "
+                        f"optional), e.g. DatasetDict(train=..., test=...).save_to_disk(DIR)")
+    return RawSource(splits, label_names, tuple(ignored))
+
+
+def _unlabeled(part, label_column: str) -> bool:
+    """Every label is -1 (datasets' ClassLabel for "no label"), or the label column is missing while others exist."""
+    if label_column not in part.column_names:
+        return False  # the label column check names it
+    return len(part) > 0 and all(label == -1 for label in part[label_column])
 
 
 def _is_hf_dataset(directory: Path) -> bool:
@@ -114,7 +135,7 @@ def read_source(source: str, label_column: str) -> RawSource:
     if _is_hf_dataset(path):
         return _read_hf_dataset(path, label_column)
     files = _split_files(path)
-    if "train" not in files or "test" not in files:
+    if "train" not in files:
         found = ", ".join(sorted(p.name for p in files.values())) or "none"
-        raise DataError(f"data directory {source} needs train and test files (found: {found}). {FIX_SOURCE}")
+        raise DataError(f"data directory {source} needs a train file (found: {found}). {FIX_SOURCE}")
     return RawSource({split: read_file(file) for split, file in files.items()})

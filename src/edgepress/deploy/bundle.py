@@ -15,14 +15,15 @@ from pathlib import Path
 from edgepress import __version__
 from edgepress.deploy.targets import CPU_INTEGER_OPS, check_artifact, detect_target, resolve_target
 from edgepress.errors import ConfigError, ModelError
-from edgepress.files import atomic_dir, file_sha256, write_json
+from edgepress.files import atomic_dir, check_apart, check_owned, check_writable, file_sha256, write_json
 from edgepress.runtime import predictor
 from edgepress.runtime.predictor import BUNDLE_FILES, MANIFEST, json_object, model_file, position_limit
 
 PREDICT = "predict.py"
 ORT_MODEL, ORT_OPERATORS, USABILITY = "model.ort", "model.required_operators.config", "mobile_usability.txt"
 INDEX, VENDOR = "index.html", "vendor"
-GENERATED = (MANIFEST, PREDICT, ORT_MODEL, ORT_OPERATORS, USABILITY, INDEX)
+EXPORTED = "edgepress-export.json"  # what `edgepress export` wrote (its record and files): not a bundle's file
+GENERATED = (MANIFEST, PREDICT, ORT_MODEL, ORT_OPERATORS, USABILITY, INDEX, EXPORTED)
 # What the page loads, from the npm packages `make web` installs (web/package-lock.json): transformers.js with
 # onnxruntime-web inlined, and onnxruntime-web's WebAssembly binary (the page points `wasmPaths` at it)
 WEB_ASSETS = {"transformers.min.js": "@huggingface/transformers/dist/transformers.min.js",
@@ -110,14 +111,15 @@ def _source(path: Path) -> tuple[Path, Path | None]:
     return path, None
 
 
-def _check_out(out: Path, sources: tuple[Path, ...], overwrite: bool) -> None:
-    if out.resolve() in {s.resolve() for s in sources}:
-        raise ConfigError(f"--out {out} is the model being bundled. Fix: write the bundle to another dir")
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file. Fix: choose a directory")
+def _check_out(out: Path, inputs: dict[str, Path], overwrite: bool) -> None:
+    """`out` may take the bundle: apart from its inputs, and new, empty, or (with `overwrite`) an earlier bundle
+    holding only its own files."""
+    check_writable(out)
+    check_apart(out, inputs)
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise ConfigError(f"--out {out} exists and is not empty. Fix: choose a new dir, or pass --overwrite to "
                           f"replace it")
+    check_owned(out, MANIFEST, "bundle")
 
 
 def _same_logits(onnx_file: Path, ort_file: Path) -> float:
@@ -212,8 +214,7 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
     import onnxruntime
 
     model_dir = Path(model_dir)
-    if json_object(model_dir / "config.json").get("id2label") is None:
-        raise ModelError(f"{model_dir}/config.json has no id2label. Fix: save the model with its label names")
+    config = json_object(model_dir / "config.json")
     graph = _graph(model_dir)
     facts = graph_facts(graph)
     with atomic_dir(Path(out)) as tmp:
@@ -221,6 +222,10 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
             if f.is_file() and f.name not in GENERATED:
                 shutil.copy2(f, tmp / f.name)
         shutil.copy2(graph, tmp / "model.onnx")
+        if config.get("id2label") is None:  # transformers 5 saves no names for default labels: the run's, or its own
+            names = manifest.get("labels") or {str(i): f"LABEL_{i}" for i in range(config.get("num_labels", 2))}
+            write_json(tmp / "config.json", {**config, "id2label": names, "label2id": {v: int(k) for k, v in
+                                                                                     names.items()}})
         shutil.copyfile(predictor.__file__, tmp / PREDICT)
         target = manifest.get("target", {}).get("name")
         if target == "mobile":
@@ -245,7 +250,8 @@ def bundle_model(source: Path, out: Path, target: str | None = None, overwrite: 
     model_dir, found_run = _source(Path(source))
     run_root = run_root or found_run
     out = Path(out)
-    _check_out(out, (model_dir, *([run_root] if run_root else [])), overwrite)
+    _check_out(out, {"the model being bundled": model_dir, **({"the run being bundled": found_run} if found_run
+                                                              else {})}, overwrite)
     earlier = json_object(model_dir / MANIFEST) if (model_dir / MANIFEST).is_file() else {}
     base = manifest if manifest is not None else {k: v for k, v in earlier.items() if k not in _DERIVED}
     resolved = resolve_target(target)

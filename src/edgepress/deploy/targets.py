@@ -23,6 +23,7 @@ VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 CPU_INTEGER_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
                    "QAttention", "QEmbedLayerNormalization", "QLinearMatMul", "DynamicQuantizeLSTM")
 INT8_METHODS = ("int8-dynamic", "int8-static", "qat")
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")  # int8-static's and qat's graphs
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,8 @@ _REDUCED = ("without VNNI, ONNX Runtime's u8 x s8 kernel sums pairs of products 
             "reduce_range on x86 without VNNI)")
 _ARM = ("ARM64's int8 dot products (sdot/udot, i8mm) accumulate in int32: full-range weights cannot saturate")
 _CUDA = ("the CUDA execution provider has no fast kernels for integer MatMuls (MatMulInteger, "
-         "DynamicQuantizeLinear): they would run on the CPU. Fix: end the pipeline with the fp16 stage, or choose a "
-         "CPU target")
+         "DynamicQuantizeLinear: they would run on the CPU) and runs QDQ graphs as float MatMuls between "
+         "quantize/dequantize pairs. Fix: end the pipeline with the fp16 stage, or choose a CPU target")
 
 TARGETS = {
     "x86-vnni": Target("x86-vnni", "x86-64 with VNNI", {m: {"reduce_range": (False, _SIGNED)} for m in INT8_METHODS}),
@@ -122,9 +123,13 @@ def check_artifact(target: str, path: Path, operators: list[dict], measured_on: 
     x86-avx2 machine (`measured_on`, the build machine's target), where any saturation is already in the accuracy
     the gates passed."""
     types = {o["op_type"] for o in operators}
-    if target == "cuda" and types & set(CPU_INTEGER_OPS):
-        raise ConfigError(f"{path} is quantized for a CPU (it runs {_blame(types & set(CPU_INTEGER_OPS), origins)})"
-                          f"; target cuda: {_CUDA}")
+    if target == "cuda" and types & {*CPU_INTEGER_OPS, *QDQ_OPS}:
+        raise ConfigError(f"{path} is quantized for a CPU (it runs "
+                          f"{_blame(types & {*CPU_INTEGER_OPS, *QDQ_OPS}, origins)}); target cuda: {_CUDA}")
+    if target == "mobile" and "GatherBlockQuantized" in types:
+        raise ConfigError(f"{path} keeps its word table in 4 bits ({_blame({'GatherBlockQuantized'}, origins)}), "
+                          f"which ONNX Runtime's mobile format (.ort) cannot hold. Fix: int4 with embeddings: false "
+                          f"for target mobile, or bundle for arm64")
     if target == "x86-avx2" and measured_on != "x86-avx2":
         full = sorted(name for name, peak in int8_weight_ranges(path).items() if peak > 64)
         if full:

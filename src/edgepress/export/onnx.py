@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 class ExportConfig(BaseModel):
     """The `export` method: opset, the length parity sentences are cut to, and the parity tolerances."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     opset: int = Field(18, ge=14, le=21)
     max_length: int = Field(128, ge=8)

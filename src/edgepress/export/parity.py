@@ -21,7 +21,7 @@ Runner = Callable[[Feeds], np.ndarray]
 class ParityConfig(BaseModel):
     """Tolerances of a parity check (the `parity` gate takes the same two limits)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     max_abs_diff: float = Field(1e-4, gt=0, description="largest allowed |logit difference|")
     min_agreement: float = Field(0.999, ge=0, le=1, description="fraction of examples with the same argmax")

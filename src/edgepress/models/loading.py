@@ -94,9 +94,11 @@ def read_model_config(path: Path) -> dict:
     return config
 
 
-def label2id_of(path: Path) -> dict[str, int]:
-    """The model's label names -> ids, from its config.json."""
-    check_model_dir(path)
+def label2id_of(path: Path, torch_weights: bool = True) -> dict[str, int]:
+    """The model's label names -> ids, from its config.json (of a torch model dir, checked whole, or with
+    `torch_weights` off, of any dir with a config.json: an ONNX model dir, a bundle)."""
+    if torch_weights:
+        check_model_dir(path)
     config = read_model_config(path)
     if "label2id" not in config:
         return {f"LABEL_{i}": i for i in range(config.get("num_labels", 2))}  # transformers' default naming

@@ -7,7 +7,7 @@ from pathlib import Path
 from edgepress.cache import cache_dir, cache_lock
 from edgepress.data import DataConfig, DataSplits, load_data
 from edgepress.errors import ModelError
-from edgepress.files import atomic_dir, read_json, write_json
+from edgepress.files import atomic_dir, listed_files, read_json, write_json
 from edgepress.models.train import TrainConfig, TrainResult, train_classifier
 
 TEACHER = "demo:minilm-movie"
@@ -46,7 +46,7 @@ def build_teacher(out: Path, data: DataSplits | None = None, recipe: TrainConfig
             "name": TEACHER, "recipe_version": RECIPE_VERSION, "encoder": ENCODER_REQUIREMENT,
             "recipe": recipe.model_dump(), "data": data.source, "data_sha256": data.manifest()["sha256"],
             "best_epoch": result.best_epoch, "val_accuracy": result.best_val_accuracy,
-            "history": result.history, "train_seconds": round(result.seconds, 1),
+            "history": result.history, "train_seconds": round(result.seconds, 1), "files": listed_files(tmp),
         })
     return result
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.data.dataset import TextSet
-from edgepress.errors import ConfigError
+from edgepress.errors import ConfigError, ModelError
 from edgepress.models.evaluate import evaluate_classifier, forward_inputs
 
 
@@ -28,7 +28,7 @@ class TrainConfig(BaseModel):
     """Fine-tuning hyper-parameters (AdamW, linear warm-up then decay). In a pipeline, `max_length` defaults to the
     run's `data.max_length`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     epochs: int = Field(2, ge=1)
     batch_size: int = Field(32, ge=1)
@@ -181,6 +181,10 @@ def _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn: LossFn, pr
         index = batch.pop("index")
         outputs = model(**forward_inputs(accelerator.unwrap_model(model), batch))  # DDP hides the signature
         loss = loss_fn(outputs, {**batch, "index": index})
+        if not torch.isfinite(loss.detach()).all():  # one NaN step fills every weight with NaN through the optimizer
+            raise ModelError(f"training diverged: the loss is {float(loss.detach())} at step {counter.done + 1} "
+                             f"(epoch {epoch}). Fix: a lower learning_rate or weight_decay, or check the input "
+                             f"model's weights for NaN")
         accelerator.backward(loss)
         optimizer.step()
         scheduler.step()

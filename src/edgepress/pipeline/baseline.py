@@ -1,5 +1,6 @@
 """Measuring a torch model dir on the test split (the baseline of every run, and `edgepress evaluate`)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ from edgepress.models.fakequant import load_for_inference
 from edgepress.models.introspect import param_counts, size_metrics
 from edgepress.models.loading import label2id_of
 from edgepress.models.teacher import resolve_model
+from edgepress.runtime.latency import LatencyConfig
 
 
 def measure_model_dir(model_dir: Path, data: DataSplits, max_length: int) -> tuple[dict, np.ndarray]:
@@ -19,12 +21,20 @@ def measure_model_dir(model_dir: Path, data: DataSplits, max_length: int) -> tup
     return {**metrics, **param_counts(model), **size_metrics(model_dir)}, preds
 
 
-def evaluate_model(model: str, data_cfg: DataConfig) -> dict:
-    """Metrics of a model (dir or demo name) on the test split of `data_cfg`, labels mapped by the model's."""
+def evaluate_model(model: str, data_cfg: DataConfig, split: str = "test") -> dict:
+    """Metrics of a model (a torch model dir, an ONNX model dir or any bundle, or a demo name) on one split of
+    `data_cfg` (`all`: every example of the source), labels mapped by the model's; an ONNX graph is evaluated one
+    text per call, as a run measures it."""
     from edgepress.pipeline.inputs import check_within_positions
+    from edgepress.pipeline.latency import onnx_path
+    from edgepress.pipeline.measure import measure_artifact
 
     model_dir = resolve_model(model)
-    label2id = label2id_of(model_dir)
+    graph = onnx_path(model_dir)
+    label2id = label2id_of(model_dir, torch_weights=graph is None)
     check_within_positions(model_dir, {"--max-length": data_cfg.max_length})
     data = load_data(data_cfg, label2id)
-    return measure_model_dir(model_dir, data, data_cfg.max_length)[0]
+    data = replace(data, test=data.everything() if split == "all" else getattr(data, split))
+    if graph is None:
+        return measure_model_dir(model_dir, data, data_cfg.max_length)[0]
+    return measure_artifact(model_dir, data, data_cfg.max_length, (), None, LatencyConfig())[0]

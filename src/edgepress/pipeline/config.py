@@ -8,14 +8,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from edgepress.configs import build, describe_all
+from edgepress.configs import bools_as_numbers, build, describe_all
 from edgepress.data.config import DataConfig
 from edgepress.deploy.targets import TARGETS, refusals
 from edgepress.errors import ConfigError
 from edgepress.registry import METHODS
 from edgepress.runtime.latency import LatencyConfig
 
-Strict = ConfigDict(extra="forbid", frozen=True)
+Strict = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 MAX_THREADS = 1024
 Target = Literal[tuple(TARGETS)]  # x86-vnni, x86-avx2, arm64, cuda, mobile, web
 
@@ -159,7 +159,8 @@ class PipelineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _runnable(self) -> "PipelineConfig":
-        problems = [*stage_order_problems(self.stages), *latency_gate_problems(self.stages, self.runtime.providers)]
+        problems = [*stage_order_problems(self.stages), *latency_gate_problems(self.stages, self.runtime.providers),
+                    *parity_gate_problems(self.stages)]
         if self.runtime.target is not None:
             problems += refusals(self.runtime.target, [(s.name, m) for s in self.stages for m in _methods(s)])
         if problems:
@@ -217,14 +218,27 @@ def latency_gate_problems(stages: list[StageConfig], providers: tuple[str, ...])
     return problems
 
 
+def parity_gate_problems(stages: list[StageConfig]) -> list[str]:
+    """A parity gate belongs on a stage whose methods check parity (they make or rewrite a graph): on any other it
+    could never be measured, and the run would fail it after training."""
+    return [f"stage '{stage.name}' ({', '.join(_methods(stage))}) has a parity gate, but "
+            f"{', '.join(m for m in _methods(stage) if 'parity' not in METHODS[m].config.model_fields)} checks no "
+            f"parity (it makes a torch model). Fix: put the parity gate on the export stage or an ONNX stage"
+            for stage in stages if stage.gates.parity is not None
+            and any("parity" not in METHODS[m].config.model_fields for m in _methods(stage))]
+
+
 def check_method(method: str, params: dict[str, Any]) -> None:
     """`method` must be in the registry and `params` must fit its config."""
     if method not in METHODS:
         raise ValueError(f"unknown method '{method}': choose from {', '.join(METHODS)}")
+    problems = bools_as_numbers(METHODS[method].config, params)
     try:
         METHODS[method].config.model_validate(params)
     except ValidationError as e:
-        raise ValueError(f"params of {method}: {'; '.join(describe_all(e))}") from None
+        problems += describe_all(e)
+    if problems:
+        raise ValueError(f"params of {method}: {'; '.join(problems)}") from None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

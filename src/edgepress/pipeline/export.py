@@ -3,32 +3,36 @@
 import tempfile
 from pathlib import Path
 
-from edgepress.data import DataConfig, load_data
+from edgepress.data import DEMO_SOURCE
+from edgepress.data.load import load_texts
+from edgepress.deploy.bundle import EXPORTED
 from edgepress.errors import ConfigError
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import OptimizeConfig, optimize_onnx
+from edgepress.files import listed_files, replace_dir, write_json
 from edgepress.models.fakequant import QAT_FILE
-from edgepress.models.loading import label2id_of
 from edgepress.models.teacher import resolve_model
 
 
-def export_model(model: str, out: Path, optimize: OptimizeConfig | None, data_cfg: DataConfig = DataConfig()) -> dict:
-    """Export `model` to `out` (model.onnx + config + tokenizer), fused when `optimize` is given; parity is checked
-    on the validation sentences of `data_cfg` after each step. Returns what each step recorded."""
+def export_model(model: str, out: Path, optimize: OptimizeConfig | None, cfg: ExportConfig = ExportConfig(),
+                 data: str = DEMO_SOURCE, text_column: str = "text") -> dict:
+    """Export `model` to `out` (model.onnx + config + tokenizer + EXPORTED, its record), fused when `optimize` is
+    given; parity is checked after each step on the texts of `data` (labels are not read: any model, any labels).
+    Returns what each step recorded; `out` appears whole or not at all."""
     model_dir = resolve_model(model)
     if optimize is not None and (model_dir / QAT_FILE).is_file():
         raise ConfigError(f"{model_dir} is a qat model: it exports straight to its int8 graph, which the float "
                           f"fusions would not fit. Fix: add --no-optimize (ONNX Runtime fuses the int8 graph itself "
                           f"when a session starts)")
-    texts = load_data(data_cfg, label2id_of(model_dir)).validation.texts
-    if optimize is None:
-        return {"export": export_onnx(model_dir, out, texts, ExportConfig(max_length=data_cfg.max_length))}
-    with tempfile.TemporaryDirectory(dir=Path(out).parent if Path(out).parent.exists() else None) as tmp:
-        exported = export_onnx(model_dir, Path(tmp) / "onnx", texts, ExportConfig(max_length=data_cfg.max_length))
-        fused = optimize_onnx(Path(tmp) / "onnx", out, texts, optimize)
-    return {"export": exported, "optimize": fused}
-
-
-def bench_texts(data_cfg: DataConfig = DataConfig()) -> tuple[str, ...]:
-    """Real sentences to time with: the test split of `data_cfg` (labels are not needed)."""
-    return load_data(data_cfg).test.texts
+    texts = load_texts(data, text_column)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as scratch:
+        result = Path(scratch) / "onnx"
+        steps = {"export": export_onnx(model_dir, result, texts, cfg)}
+        if optimize is not None:
+            steps["optimize"] = optimize_onnx(result, Path(scratch) / "fused", texts, optimize)
+            result = Path(scratch) / "fused"
+        write_json(result / EXPORTED, {"model": model, "data": data, "steps": steps, "files": listed_files(result)})
+        replace_dir(result, out)
+    return steps

@@ -2,45 +2,35 @@
 labels, every provider asked for really runs, the run directory can be written. `edgepress validate` and
 `edgepress run` share these checks; `run` touches nothing of an earlier run until they pass."""
 
-import os
 from pathlib import Path
 
 from edgepress.data import DataSplits, load_data
-from edgepress.errors import ConfigError
+from edgepress.data.movie import ID2LABEL as DEMO_LABELS
+from edgepress.deploy.bundle import web_modules
+from edgepress.errors import ConfigError, EdgepressError
+from edgepress.files import check_apart, check_owned, check_writable
 from edgepress.models.loading import label2id_of, load_classifier, read_model_config
 from edgepress.models.teacher import TEACHER, encoder_dir, resolve_model
 from edgepress.pipeline.config import PipelineConfig
-from edgepress.runtime.predictor import position_limit
+from edgepress.registry import METHODS
+from edgepress.runtime.predictor import MANIFEST, position_limit
 from edgepress.runtime.session import check_providers
 
-
-def check_out_dir(out: Path) -> None:
-    """`out` is, or can become, a directory this process may write."""
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file. Fix: give the path of a directory (it is created if missing)")
-    ancestor = out
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ConfigError(f"--out {out} cannot be created: {ancestor} is a file. Fix: give a directory path")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out {out} cannot be written: {ancestor} is not writable by this user. "
-                          f"Fix: choose a directory you can write, or change its permissions")
+RUN_FILES = ("report.json", "report.md", "report.html", "run.json", "run.log", "data_split.json")
 
 
-def _holds_others(out: Path, marker: str) -> bool:
-    """`out` is a non-empty directory without `marker`: not something edgepress wrote there."""
-    return out.is_dir() and any(out.iterdir()) and not (out / marker).is_file()
-
-
-def check_run_dir(out: Path) -> None:
+def check_run_dir(out: Path, inputs: dict[str, Path] | None = None) -> None:
     """`out` can hold a run: new, empty, or an earlier run (its run.json), never a folder of other files, whose
-    report, stages/ and final/ a run would replace."""
-    check_out_dir(out)
-    if _holds_others(out, "run.json"):
+    report, stages/ and final/ a run would replace; no input lies in what a run replaces there, and its final/ holds
+    only the bundle's own files."""
+    check_writable(out)
+    check_apart(out, inputs or {}, (*(out / name for name in RUN_FILES), out / "stages", out / "final"))
+    if out.is_dir() and any(out.iterdir()) and not (out / "run.json").is_file():
         raise ConfigError(f"--out {out} holds files that are not an edgepress run; a run writes report.*, run.*, "
                           f"stages/ and final/ there and would replace any of yours. Fix: give a new or empty "
                           f"directory, or the directory of an earlier run")
+    if (out / "final").exists():
+        check_owned(out / "final", MANIFEST, "bundle")
 
 
 def check_lengths(model_dir: Path, cfg: PipelineConfig) -> None:
@@ -63,34 +53,64 @@ def check_within_positions(model_dir: Path, asked: dict[str, int]) -> None:
         raise ConfigError(f"longer than the model's {limit} positions: {', '.join(over)}. Fix: at most {limit}")
 
 
-def check_artifact_out(out: Path, marker: str) -> None:
-    """`out` may be replaced whole by an artifact: it must be new, empty, or an earlier artifact (holding
-    `marker`), never a directory of the user's that would be deleted."""
-    check_out_dir(out)
-    if _holds_others(out, marker):
-        raise ConfigError(f"--out {out} is a directory that holds other files, and it would be replaced whole. "
-                          f"Fix: give a new or empty directory")
+def check_artifact_out(out: Path, marker: str, what: str, inputs: dict[str, Path] | None = None) -> None:
+    """`out` may be replaced whole by an artifact: it must be new, empty, or an earlier `what` (holding `marker`
+    and only the files it wrote), never a directory of the user's that would be deleted, nor one holding or inside
+    an input."""
+    check_writable(out)
+    check_apart(out, inputs or {})
+    check_owned(out, marker, what)
 
 
-def check_model(spec: str, build_teacher: bool) -> Path | None:
-    """The model dir of `spec`, loaded once to prove it loads (weights, config, tokenizer). The demo teacher is
-    built first when `build_teacher` (a run); `validate` only checks that it can be built (returns None)."""
+def check_model(spec: str, build_teacher: bool) -> tuple[Path | None, tuple | None]:
+    """(the model dir of `spec`, (model, tokenizer)), loaded once to prove it loads (weights, config, tokenizer).
+    The demo teacher is built first when `build_teacher` (a run); `validate` only checks that it can be built
+    (returns (None, None))."""
     if spec == TEACHER and not build_teacher:
         encoder_dir()
-        return None
+        return None, None
     model_dir = resolve_model(spec)
-    load_classifier(model_dir)
-    return model_dir
+    return model_dir, load_classifier(model_dir)
 
 
-def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bool = True
-                 ) -> tuple[Path | None, DataSplits]:
+def check_methods(cfg: PipelineConfig, model, tokenizer) -> None:
+    """Each method's own pre-run check (registry `check`) on the model the config names: every refusal a stage
+    would meet after the baseline, listed at once. A distill stage changes the depth, so distills after it are
+    left to the run's own check."""
+    problems, depth_known = [], True
+    for stage in cfg.stages:
+        for method, params in [(stage.method, stage.params), *((a.method, a.params) for a in stage.on_fail.fallback)]:
+            spec = METHODS[method]
+            if spec.check is None or (method == "distill" and not depth_known):
+                continue
+            try:
+                spec.check(model, tokenizer, spec.config.model_validate(params))
+            except EdgepressError as e:
+                problems.append(f"stage '{stage.name}' ({method}): {e}")
+        depth_known = depth_known and "distill" not in (stage.method, *(a.method for a in stage.on_fail.fallback))
+    if problems:
+        lines = "\n".join(f"  ✗ {p}" for p in problems)
+        raise ConfigError(f"the run would refuse {len(problems)} stage(s):\n{lines}")
+
+
+def local_inputs(model: str, data: str, config: Path | None = None) -> dict[str, Path]:
+    """{what: path} of the inputs that are files or dirs here (not demo names): what --out must keep apart from."""
+    found = {"the model": None if model.startswith("demo:") else Path(model).expanduser(),
+             "the data": None if data.startswith("demo:") else Path(data).expanduser(), "the config": config}
+    return {what: path for what, path in found.items() if path is not None}
+
+
+def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bool = True,
+                 config_file: Path | None = None) -> tuple[Path | None, DataSplits]:
     """(model dir, data splits) of `cfg` after every check that needs no run; raises the first EdgepressError."""
     if out is not None:
-        check_run_dir(out)
+        check_run_dir(out, local_inputs(cfg.model, cfg.data.source, config_file))
     check_providers(cfg.runtime.providers)
-    model_dir = check_model(cfg.model, build_teacher)
+    if cfg.runtime.target == "web":
+        web_modules()
+    model_dir, loaded = check_model(cfg.model, build_teacher)
     if model_dir is not None:
         check_lengths(model_dir, cfg)
-    label2id = label2id_of(model_dir) if model_dir else None
+        check_methods(cfg, *loaded)
+    label2id = label2id_of(model_dir) if model_dir else {name: i for i, name in DEMO_LABELS.items()}
     return model_dir, load_data(cfg.data, label2id)

@@ -6,9 +6,12 @@ from edgepress.errors import ConfigError
 from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.runtime.predictor import (
+    MANIFEST,
     cpu_model,
     fixed_shape_feeds,
+    json_object,
     load_tokenizer,
+    model_file,
     natural_feeds,
     position_limit,
     time_runner,
@@ -19,10 +22,18 @@ NATURAL_SENTENCES = 200
 
 
 def onnx_path(artifact: Path) -> Path | None:
-    """The .onnx file of an artifact (a file, or a dir holding model.onnx), None for a torch model dir."""
+    """The .onnx file of an artifact (a file, a dir holding model.onnx, or a bundle whose manifest says where its
+    graph is: a web bundle's onnx/), None for a torch model dir."""
     if artifact.suffix == ".onnx":
         return artifact
-    return artifact / "model.onnx" if (artifact / "model.onnx").is_file() else None
+    manifest = artifact / MANIFEST
+    graph = artifact / model_file(json_object(manifest) if manifest.is_file() else {})
+    return graph if graph.is_file() else None
+
+
+def model_dir_of(artifact: Path) -> Path:
+    """The dir holding an artifact's config and tokenizer: the artifact itself, or a .onnx file's folder."""
+    return artifact.parent if artifact.suffix == ".onnx" else artifact
 
 
 def torch_model_runner(model_dir: Path, threads: int | None):
@@ -46,7 +57,7 @@ def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu
     from edgepress.export.parity import ort_runner
 
     path = onnx_path(artifact)
-    model_dir = path.parent if path else artifact
+    model_dir = model_dir_of(artifact)
     if path is None:
         if provider != "cpu":
             raise ConfigError(f"{artifact} is a torch model; edgepress times torch models on cpu only")

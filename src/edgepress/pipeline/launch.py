@@ -98,7 +98,7 @@ def _run_job(job: dict) -> dict:
     from edgepress.registry import METHODS
 
     data = load_data(DataConfig.model_validate(job["data"]), job["label2id"])
-    if data.manifest()["sha256"] != job["split_sha256"]:
+    if data.manifest()["content_sha256"] != job["data_sha256"]:
         raise DataError(f"the launched processes read another split of {data.source} than the run did. Fix: keep "
                         f"the data source unchanged while the run goes on")
     spec = METHODS[job["method"]]

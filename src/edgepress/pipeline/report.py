@@ -1,5 +1,6 @@
 """report.json and report.md, built only from the files of the run directory."""
 
+import json
 from itertools import pairwise
 
 from edgepress import __version__
@@ -38,7 +39,7 @@ def build_report(run: RunDir) -> dict:
         "version": REPORT_VERSION,
         "edgepress": __version__,
         **meta,
-        "data": {key: split.get(key) for key in ("source", "id2label", "sizes", "sha256")},
+        "data": {key: split.get(key) for key in ("source", "id2label", "sizes", "sha256", "note")},
         "baseline": {"artifact": baseline["artifact"], "metrics": baseline["metrics"]} if baseline
         else {"artifact": None, "metrics": {}},
         "stages": stages,
@@ -96,10 +97,24 @@ def _sparse_lines(report: dict) -> list[str]:
             and "size_gzip_bytes" in before["metrics"]]
 
 
+def _attempt_line(name: str, i: int, attempt: dict) -> str:
+    """One attempt of a stage with fallbacks: its method and the params it was given, what it measured, and why it
+    failed (the gates it missed, or its error)."""
+    given = json.dumps(attempt.get("params") or {}, separators=(", ", ": "))
+    measured = attempt.get("measured") or {}
+    numbers = ", ".join(f"{k} {v:.4g}" for k, v in measured.items())
+    why = "; ".join(f"{gate_text(g)}" for g in attempt["gates"] if not g["passed"]) or attempt.get("error", "")
+    return (f"- `{name}` attempt {i}: {attempt['method']} {given} {attempt['status']}"
+            f"{f' ({numbers})' if numbers else ''}{f': {why}' if why and attempt['status'] != 'passed' else ''}")
+
+
 def _gate_lines(stage: dict) -> list[str]:
     attempts = stage.get("details", {}).get("attempts", [])
-    lines = [f"- `{stage['name']}` attempt {i}: {a['method']} {a['status']}" for i, a in enumerate(attempts, 1)
-             if len(attempts) > 1]
+    lines = [_attempt_line(stage["name"], i, a) for i, a in enumerate(attempts, 1) if len(attempts) > 1]
+    calibration = stage.get("details", {}).get("calibration")
+    if calibration and calibration["used"] < calibration["asked"]:
+        lines.append(f"- `{stage['name']}` calibrated on {calibration['used']} sentences, all the validation split "
+                     f"has (calibration_size {calibration['asked']})")
     if "error" in stage.get("details", {}):
         lines.append(f"- ✗ `{stage['name']}` error: {stage['details']['error']}")
     for g in stage["gates"]:
@@ -136,7 +151,8 @@ def _sizes(report: dict) -> str:
 def data_line(report: dict) -> str:
     """The data, for a person: source, split sizes, label names."""
     labels = ", ".join((report["data"].get("id2label") or {}).values()) or "not recorded"
-    return f"Data: {report['data']['source']} ({_sizes(report)} examples; labels: {labels})."
+    note = f" Splits: {report['data']['note']}." if report["data"].get("note") else ""
+    return f"Data: {report['data']['source']} ({_sizes(report)} examples; labels: {labels}).{note}"
 
 
 def _providers_used(report: dict) -> list[str]:

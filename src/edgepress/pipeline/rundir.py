@@ -54,10 +54,11 @@ class RunDir:
         return sorted(p for p in stages.iterdir() if p.is_dir() and STAGE_FOLDER.match(p.name)) \
             if stages.is_dir() else []
 
-    def recorded_split(self) -> str | None:
-        """The sha256 of the split the earlier run in this dir used, if it recorded one."""
+    def recorded_data(self) -> str | None:
+        """The content digest of the data the earlier run in this dir used (every split's ids, texts and labels),
+        if it recorded one."""
         try:
-            return read_json(self.root / "data_split.json")["sha256"]
+            return read_json(self.root / "data_split.json")["content_sha256"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
 

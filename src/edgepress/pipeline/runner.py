@@ -61,7 +61,7 @@ class RunState:
     run: RunDir
     run_id: str
     data: DataSplits
-    split_sha256: str
+    data_sha256: str
     resume: bool
     baseline: dict = field(default_factory=dict)
     baseline_preds: np.ndarray | None = None
@@ -81,13 +81,15 @@ class RunState:
     def reuse_key(self, stage: dict) -> dict:
         """Everything a stage's result depends on: a stage is reused only when all of it matches (the target's
         defaults for its methods too, when it has any)."""
-        if "method" in stage:  # what the target fills into each attempt's own params
+        if "method" in stage:  # what the target fills into each attempt's own params, and the files they name
             fallbacks = stage["on_fail"]["fallback"]
             tries = [(stage["method"], stage["params"]), *((a["method"], a["params"]) for a in fallbacks)]
             filled = [{k: f["value"] for k, f in with_target(self.target["name"], m, p)[1].items()} for m, p in tries]
-            stage = {**stage, **({"target_defaults": filled} if any(filled) else {})}
+            read = [files_read(m, p) for m, p in tries]
+            stage = {**stage, **({"target_defaults": filled} if any(filled) else {}),
+                     **({"files_sha256": read} if any(read) else {})}
         return {"stage": stage, "data": self.cfg.data.model_dump(mode="json"),
-                "runtime": runtime_key(self.cfg.runtime), "split_sha256": self.split_sha256,
+                "runtime": runtime_key(self.cfg.runtime), "data_sha256": self.data_sha256,
                 "input_sha256": self.source_sha256}
 
     def reusable(self, index: int, name: str, key: dict, artifact: Path) -> dict | None:
@@ -121,6 +123,15 @@ def with_target(target: str, method: str, params: dict) -> tuple[dict, dict]:
     per channel)."""
     field = METHODS[method].config.model_fields.get("per_channel")
     return target_params(target, method, params, True if field is None else bool(field.default))
+
+
+def files_read(method: str, params: dict) -> dict[str, str]:
+    """{param: sha256} of the files or dirs a method's params name (a path field, e.g. int4's `torch_model`): what
+    they hold can change under the same name."""
+    fields = METHODS[method].config.model_fields
+    paths = {name: Path(value) for name, value in params.items()
+             if name in fields and "Path" in str(fields[name].annotation) and isinstance(value, str)}
+    return {name: tree_sha256(path) if path.exists() else "missing" for name, path in paths.items()}
 
 
 def runtime_key(runtime: RuntimeConfig) -> dict:
@@ -179,7 +190,7 @@ def _call(state: RunState, method: str, cfg, dst: Path) -> dict:
     spec, launch = METHODS[method], state.cfg.runtime.launch
     if launch is None or not spec.trains:
         return spec.run(state.source, dst, state.data if spec.inputs == "splits" else state.data.validation.texts, cfg)
-    job = {"data": state.cfg.data.model_dump(mode="json"), "split_sha256": state.split_sha256,
+    job = {"data": state.cfg.data.model_dump(mode="json"), "data_sha256": state.data_sha256,
            "label2id": {name: i for i, name in state.data.id2label.items()}}
     details = launched(launch, method, state.source, dst, cfg.model_dump(mode="json"), job,
                        dst.parent / f"launch-{method}.log")
@@ -231,7 +242,9 @@ def _run_stage(state: RunState, index: int, stage: StageConfig, key: dict) -> tu
     attempts = []
     for method, params in tries:
         outcome = _attempt(state, stage, method, params, folder / "model")
-        attempts.append({"method": method, "status": outcome.status, "gates": outcome.gates,
+        measured = {k: outcome.metrics[k] for k in ("accuracy", "size_bytes") if k in outcome.metrics}
+        attempts.append({"method": method, "params": params, "status": outcome.status, "gates": outcome.gates,
+                         "measured": measured,
                          **({"error": outcome.details["error"]} if "error" in outcome.details else {})})
         if outcome.status == "passed":
             break
@@ -341,15 +354,22 @@ def _failure_error(state: RunState, name: str, outcome: Outcome) -> EdgepressErr
     return GateFailed(f"stage '{name}' missed its gates ({_missed(outcome)}); {where}")
 
 
-def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False) -> dict:
+def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_file: Path | None = None) -> dict:
     """Run `cfg` into `out`; returns the report. Raises GateFailed (after writing the report) when a stage and all
     its fallbacks miss a gate. With `resume`, each stage an earlier run in `out` passed with the same config,
-    input artifact and data split is reused instead of run again."""
+    input artifact and data (every split's ids, texts and labels) is reused instead of run again. `config_file`, the
+    YAML `cfg` came from, is kept apart from what the run replaces like the model and the data."""
     run = RunDir(Path(out))
-    model_dir, data = check_inputs(cfg, run.root)
-    split_sha256 = data.manifest()["sha256"]
-    state = RunState(cfg, run, uuid.uuid4().hex[:12], data, split_sha256,
-                     resume=resume and run.recorded_split() == split_sha256, target=resolve_target(cfg.runtime.target))
+    model_dir, data = check_inputs(cfg, run.root, config_file=config_file)
+    data_sha256 = data.manifest()["content_sha256"]
+    recorded = run.recorded_data()
+    same_data = recorded == data_sha256
+    if resume and (run.root / "run.json").is_file() and not same_data:
+        why = "differ from what it used" if recorded else "were not recorded by it (an earlier edgepress)"
+        log.warning("--resume: the data (every split's texts and labels) %s: every stage of the run in %s runs again",
+                    why, out)
+    state = RunState(cfg, run, uuid.uuid4().hex[:12], data, data_sha256, resume=resume and same_data,
+                     target=resolve_target(cfg.runtime.target))
     try:
         run.prepare([s.name for s in cfg.stages], state.resume)
     except OSError as e:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class LatencyConfig(BaseModel):
     """The `runtime.latency` section: the fixed shape, warm-up and timed runs."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     batch_size: int = Field(1, ge=1, le=4096)
     sequence_length: int = Field(128, ge=2, le=8192)

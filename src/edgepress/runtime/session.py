@@ -24,7 +24,7 @@ Provider = Literal["cpu", "cuda"]
 class SessionConfig(BaseModel):
     """How an ONNX model is run: providers in order of preference, threads, graph optimization level."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     providers: tuple[Provider, ...] = Field(("cpu",), min_length=1)
     threads: int | None = Field(None, ge=1, le=1024, description="intra-op threads; None lets ONNX Runtime choose")
