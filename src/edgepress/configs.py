@@ -66,6 +66,12 @@ def _model(annotation: Any) -> type[BaseModel] | None:
     return next((o for o in options if isinstance(o, type) and issubclass(o, BaseModel)), None)
 
 
+def _list_of_models(annotation: Any) -> type[BaseModel] | None:
+    """The model of a `list[Model]` field, else None."""
+    items = get_args(annotation)
+    return _model(items[0]) if items else None
+
+
 def bools_as_numbers(cls: type[BaseModel], data: dict[str, Any], prefix: str = "") -> list[str]:
     """Lines for every true/false given where a number belongs (pydantic reads `epochs: true` as 1 epoch)."""
     lines = []
@@ -77,7 +83,7 @@ def bools_as_numbers(cls: type[BaseModel], data: dict[str, Any], prefix: str = "
             lines.append(f"{prefix}{name}: should be a number, not true or false: got {str(value).lower()}")
         elif isinstance(value, dict) and (nested := _model(field.annotation)) is not None:
             lines += bools_as_numbers(nested, value, f"{prefix}{name}.")
-        elif isinstance(value, list) and (nested := _model((*get_args(field.annotation), None)[0])) is not None:
+        elif isinstance(value, list) and (nested := _list_of_models(field.annotation)) is not None:
             for i, item in enumerate(value):
                 lines += bools_as_numbers(nested, item, f"{prefix}{name}.{i}.") if isinstance(item, dict) else []
     return lines

@@ -117,6 +117,11 @@ class StageConfig(BaseModel):
         check_method(self.method, self.params)
         return self
 
+    @property
+    def attempts(self) -> list[tuple[str, dict[str, Any]]]:
+        """(method, params) of the stage's own attempt, then of each fallback, in the order they are tried."""
+        return [(self.method, self.params), *((a.method, a.params) for a in self.on_fail.fallback)]
+
 
 class RuntimeConfig(BaseModel):
     """Where and how every stage is measured."""
@@ -169,7 +174,7 @@ class PipelineConfig(BaseModel):
 
 
 def _methods(stage: StageConfig) -> list[str]:
-    return [stage.method, *(a.method for a in stage.on_fail.fallback)]
+    return [method for method, _ in stage.attempts]
 
 
 def stage_order_problems(stages: list[StageConfig]) -> list[str]:
@@ -221,11 +226,14 @@ def latency_gate_problems(stages: list[StageConfig], providers: tuple[str, ...])
 def parity_gate_problems(stages: list[StageConfig]) -> list[str]:
     """A parity gate belongs on a stage whose methods check parity (they make or rewrite a graph): on any other it
     could never be measured, and the run would fail it after training."""
-    return [f"stage '{stage.name}' ({', '.join(_methods(stage))}) has a parity gate, but "
-            f"{', '.join(m for m in _methods(stage) if 'parity' not in METHODS[m].config.model_fields)} checks no "
-            f"parity (it makes a torch model). Fix: put the parity gate on the export stage or an ONNX stage"
-            for stage in stages if stage.gates.parity is not None
-            and any("parity" not in METHODS[m].config.model_fields for m in _methods(stage))]
+    problems = []
+    for stage in stages:
+        unchecked = [m for m in _methods(stage) if "parity" not in METHODS[m].config.model_fields]
+        if stage.gates.parity is not None and unchecked:
+            problems.append(f"stage '{stage.name}' ({', '.join(_methods(stage))}) has a parity gate, but "
+                            f"{', '.join(unchecked)} checks no parity (it makes a torch model). Fix: put the parity "
+                            f"gate on the export stage or an ONNX stage")
+    return problems
 
 
 def check_method(method: str, params: dict[str, Any]) -> None:

@@ -12,11 +12,10 @@ from edgepress.files import check_apart, check_owned, check_writable
 from edgepress.models.loading import label2id_of, load_classifier, read_model_config
 from edgepress.models.teacher import TEACHER, encoder_dir, resolve_model
 from edgepress.pipeline.config import PipelineConfig
+from edgepress.pipeline.rundir import RUN_FILES
 from edgepress.registry import METHODS
 from edgepress.runtime.predictor import MANIFEST, position_limit
 from edgepress.runtime.session import check_providers
-
-RUN_FILES = ("report.json", "report.md", "report.html", "run.json", "run.log", "data_split.json")
 
 
 def check_run_dir(out: Path, inputs: dict[str, Path] | None = None) -> None:
@@ -38,7 +37,7 @@ def check_lengths(model_dir: Path, cfg: PipelineConfig) -> None:
     asked = {"data.max_length": cfg.data.max_length,
              "runtime.latency.sequence_length": cfg.runtime.latency.sequence_length}
     for stage in cfg.stages:
-        for i, params in enumerate([stage.params, *(a.params for a in stage.on_fail.fallback)]):
+        for i, (_, params) in enumerate(stage.attempts):
             if "max_length" in params:
                 where = "params" if i == 0 else f"on_fail.fallback[{i - 1}].params"
                 asked[f"stage '{stage.name}' {where}.max_length"] = params["max_length"]
@@ -79,7 +78,7 @@ def check_methods(cfg: PipelineConfig, model, tokenizer) -> None:
     left to the run's own check."""
     problems, depth_known = [], True
     for stage in cfg.stages:
-        for method, params in [(stage.method, stage.params), *((a.method, a.params) for a in stage.on_fail.fallback)]:
+        for method, params in stage.attempts:
             spec = METHODS[method]
             if spec.check is None or (method == "distill" and not depth_known):
                 continue
@@ -87,7 +86,7 @@ def check_methods(cfg: PipelineConfig, model, tokenizer) -> None:
                 spec.check(model, tokenizer, spec.config.model_validate(params))
             except EdgepressError as e:
                 problems.append(f"stage '{stage.name}' ({method}): {e}")
-        depth_known = depth_known and "distill" not in (stage.method, *(a.method for a in stage.on_fail.fallback))
+        depth_known = depth_known and all(method != "distill" for method, _ in stage.attempts)
     if problems:
         lines = "\n".join(f"  ✗ {p}" for p in problems)
         raise ConfigError(f"the run would refuse {len(problems)} stage(s):\n{lines}")

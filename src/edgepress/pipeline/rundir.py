@@ -16,6 +16,7 @@ from edgepress.files import read_json, tree_sha256, write_json
 # the report first: while a new attempt replaces an old one, no report may describe a mix of the two. run.json
 # stays (the mark of a run dir) until the new run overwrites it, right after `prepare`.
 REPORT_FILES = ("report.json", "report.md", "report.html")
+RUN_FILES = (*REPORT_FILES, "run.json", "run.log", "data_split.json")  # every file of a run dir's top level
 STAGE_FOLDER = re.compile(r"^\d{2}-[A-Za-z0-9][A-Za-z0-9_.-]*$")  # what stage_dir names; anything else is not ours
 
 

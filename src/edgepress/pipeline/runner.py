@@ -238,9 +238,8 @@ def _run_stage(state: RunState, index: int, stage: StageConfig, key: dict) -> tu
     """Every attempt (the stage's method, then its fallbacks) until one passes; the stage record is written.
     Returns the last outcome and the sha256 of the artifact it passed with."""
     folder = state.run.clear_stage(index, stage.name)
-    tries = [(stage.method, stage.params), *((a.method, a.params) for a in stage.on_fail.fallback)]
     attempts = []
-    for method, params in tries:
+    for method, params in stage.attempts:
         outcome = _attempt(state, stage, method, params, folder / "model")
         measured = {k: outcome.metrics[k] for k in ("accuracy", "size_bytes") if k in outcome.metrics}
         attempts.append({"method": method, "params": params, "status": outcome.status, "gates": outcome.gates,
