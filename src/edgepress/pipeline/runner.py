@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 
@@ -129,8 +130,8 @@ def files_read(method: str, params: dict) -> dict[str, str]:
     """{param: sha256} of the files or dirs a method's params name (a path field, e.g. int4's `torch_model`): what
     they hold can change under the same name."""
     fields = METHODS[method].config.model_fields
-    paths = {name: Path(value) for name, value in params.items()
-             if name in fields and "Path" in str(fields[name].annotation) and isinstance(value, str)}
+    paths = {name: Path(value) for name, value in params.items() if name in fields and isinstance(value, str)
+             and Path in (fields[name].annotation, *get_args(fields[name].annotation))}
     return {name: tree_sha256(path) if path.exists() else "missing" for name, path in paths.items()}
 
 
