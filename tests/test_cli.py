@@ -59,5 +59,7 @@ def test_bad_option_value_exits_2_with_the_field(tiny_model_dir):
 
 def test_bad_model_dir_exits_2(tmp_path):
     result = runner.invoke(app, ["evaluate", str(tmp_path / "missing")])
-    assert result.exit_code == 2
-    assert "is not a Hugging Face model directory" in result.output
+    assert result.exit_code == 2 and "missing does not exist. Fix: check the path" in result.output
+    (tmp_path / "empty").mkdir()
+    result = runner.invoke(app, ["evaluate", str(tmp_path / "empty")])
+    assert result.exit_code == 2 and "is not a Hugging Face model directory" in result.output

@@ -8,7 +8,7 @@ import pytest
 
 from edgepress.configs import build
 from edgepress.data import DataConfig, SplitConfig, load_data
-from edgepress.data.dataset import DataSplits, TextSet, split_examples
+from edgepress.data.dataset import DataSplits, TextSet, missing_classes, split_examples
 from edgepress.data.movie import _fetch_sdist, parse_snippets, snippets_file
 from edgepress.errors import ConfigError, DataError
 
@@ -61,6 +61,27 @@ def test_split_depends_only_on_ids_and_seed():
     assert [set(p.ids) for p in a] == [set(p.ids) for p in b]
     assert set(a[2].ids) != set(c[2].ids)
     assert [len(p) for p in a] == [800, 100, 100]
+
+
+def test_a_rare_class_lands_in_every_split_and_the_demo_keeps_its_published_split(tmp_path, real_rows):
+    # 290 of one class, 10 of the other: split by label, every split has both (by id, the test split had none)
+    rows = [{**r, "sentiment": "pos"} for r in real_rows[:290]] + [{**r, "sentiment": "neg"} for r in real_rows[290:]]
+    source = write_csv(tmp_path / "d.csv", [{"id": i, **r} for i, r in enumerate(rows)])
+    cfg = DataConfig(source=str(source), text_column="review", label_column="sentiment")
+    data = load_data(cfg)
+    assert {split: counts["neg"] for split, counts in data.manifest()["class_counts"].items()} == \
+        {"train": 8, "validation": 1, "test": 1}
+    assert missing_classes(data.class_counts()) == []
+    unstratified = load_data(cfg.model_copy(update={"split": SplitConfig(stratify=False)}))
+    assert missing_classes(unstratified.class_counts()) == ["the validation split has no example of neg",
+                                                           "the test split has no example of neg"]
+    (tmp_path / "given").mkdir()  # a source with its own test split: validation is held out of train by label
+    write_csv(tmp_path / "given" / "train.csv", rows[:200] + rows[290:295])
+    write_csv(tmp_path / "given" / "test.csv", rows[200:290] + rows[295:])
+    held = load_data(cfg.model_copy(update={"source": str(tmp_path / "given")}))
+    assert held.class_counts()["validation"]["neg"] == 1 and "(by label)" in held.note
+    with pytest.raises(ConfigError, match="demo:movie-snippets is split as its teacher was trained"):
+        build(DataConfig, {"split": {"stratify": True}})
 
 
 def test_parse_handles_crlf_and_drops_neutral_ratings():
@@ -164,7 +185,7 @@ def test_saved_dataset_split_names_in_any_case_and_unlabeled_splits_are_ignored(
                   unsupervised=(extra, False))
     data = load_data(DataConfig(source=str(imdb), text_column="sentence"))
     assert data.test.texts == test.texts and len(data.train) + len(data.validation) == 120
-    assert data.note == "a seeded 0.1 of train held out as validation; splits not read: unsupervised"
+    assert data.note == "a seeded 0.1 of train (by label) held out as validation; splits not read: unsupervised"
     only_test = _saved(tmp_path / "only-test", movie_data, test=(test, True))
     with pytest.raises(DataError, match=r"has no train split \(splits: test\)\. Fix: name the split"):
         load_data(DataConfig(source=str(only_test), text_column="sentence"))

@@ -141,7 +141,7 @@ def test_failed_gate_tries_fallbacks_then_exits_3_with_the_report(tmp_path, tiny
     assert not (tmp_path / "run" / "final").exists()  # a run that missed a gate hands over no bundle
     report_md = (tmp_path / "run" / "report.md").read_text()  # each attempt with its params, numbers and misses
     assert '`fuse` attempt 2: optimize {"disable": ["skip_layer_norm"]} failed (accuracy 0.' in report_md
-    assert "): accuracy.min: 0." in report_md
+    assert "): accuracy.min: 0." in report_md and " MB, CPU p50 " in report_md
 
 
 def test_parity_gate_tightens_the_methods_check(tmp_path, tiny_model_dir):

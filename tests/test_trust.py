@@ -16,6 +16,7 @@ from edgepress.errors import ConfigError, ModelError
 from edgepress.pipeline import runner
 from edgepress.pipeline.config import load_config
 from edgepress.registry import METHODS
+from edgepress.runtime.latency import LatencyConfig
 from tests.conftest import has_cuda, save, tiny_bert
 
 FAST_RUNTIME = {"threads": 1, "latency": {"warmup": 1, "runs": 5}}
@@ -191,6 +192,18 @@ def test_params_that_change_nothing_or_are_not_numbers_are_refused(method, param
     assert result.exit_code == 2 and message in result.output, result.output
 
 
+def test_a_prune_that_would_zero_no_weight_in_a_round_is_refused_before_running(tmp_path, tiny_model_dir):
+    stages = [{"name": "lt", "method": "lottery", "params": {"sparsity": 1e-5, "rounds": 3}},
+              {"name": "mg", "method": "magnitude", "params": {"sparsity": 1e-5, "scope": "layer"}},
+              {"name": "ok", "method": "lottery", "params": {"sparsity": 0.001, "rounds": 3}}]
+    result = invoke("validate", write_config(tmp_path / "p.yaml", tiny_model_dir, stages))
+    assert result.exit_code == 2 and "the run would refuse 2 stage(s)" in result.output, result.output
+    assert "stage 'lt' (lottery): sparsity 1e-05 sets none of the model's 16,384 pruned weights to zero in round 1 " \
+           "of 3. Fix: a higher sparsity or fewer rounds" in result.output
+    assert "stage 'mg' (magnitude): sparsity 1e-05 sets none of the model's 16,384 pruned weights to zero. Fix: " \
+           "a higher sparsity" in result.output
+
+
 def test_gates_and_runtime_take_no_true_for_a_number(tmp_path):
     stages = [{"name": "e", "method": "export", "gates": {"parity": {"max_abs_diff": True}}}]
     (tmp_path / "p.yaml").write_text(yaml.safe_dump({"runtime": {"threads": True}, "stages": stages}))
@@ -322,7 +335,8 @@ def test_validate_refuses_an_fp16_stage_checked_on_a_gpu_this_machine_lacks(tmp_
     assert result.exit_code == 2 and "stage 'h' (fp16):" in result.output and "cuda" in result.output
 
 
-def test_a_model_saved_without_label_names_goes_through_export_bundle_and_predict(tmp_path, tiny_model_dir):
+def test_a_model_saved_without_label_names_goes_through_export_bundle_and_predict(tmp_path, tiny_model_dir,
+                                                                                  movie_data):
     plain = tmp_path / "plain"
     shutil.copytree(tiny_model_dir, plain)
     config = json.loads((plain / "config.json").read_text())
@@ -333,6 +347,17 @@ def test_a_model_saved_without_label_names_goes_through_export_bundle_and_predic
     assert result.exit_code == 0, result.output
     result = invoke("predict", tmp_path / "bundle", "a fine film")
     assert result.exit_code == 0 and result.output.startswith("LABEL_"), result.output
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\n" + "".join(
+        f'"{t.replace(chr(34), chr(39))}",{y}\n' for t, y in zip(movie_data.train.texts[:200],
+                                                                   movie_data.train.labels[:200], strict=True)))
+    for command in (("predict", tmp_path / "onnx", "a fine film"), ("evaluate", tmp_path / "onnx", "--data", data)):
+        result = invoke(*command)  # the export itself names the labels: everything that reads it works
+        assert result.exit_code == 0, result.output
+    stages = [{"name": "export", "method": "export"}, {"name": "int8", "method": "int8-dynamic"}]
+    result = invoke("run", write_config(tmp_path / "p.yaml", plain, stages, data={"source": str(data)}),
+                    "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
 
 
 def raising(error: Exception):
@@ -487,7 +512,7 @@ def test_validate_checks_gates_against_providers_and_stage_kinds(tmp_path, tiny_
 
 def test_validate_checks_that_model_and_data_load(tmp_path, tiny_model_dir):
     result = invoke("validate", write_config(tmp_path / "p.yaml", tmp_path / "nope"))
-    assert result.exit_code == 2 and "is not a Hugging Face model directory" in result.output
+    assert result.exit_code == 2 and "nope does not exist. Fix: check the path" in result.output
     config = write_config(tmp_path / "p.yaml", tiny_model_dir, data={"source": str(tmp_path / "nope.csv")})
     result = invoke("validate", config)
     assert result.exit_code == 2 and "nope.csv does not exist" in result.output
@@ -705,3 +730,131 @@ def test_a_safetensors_index_naming_files_outside_the_dir_is_refused(shard, tmp_
     result = CliRunner().invoke(app, ["bench", str(src), "--runs", "1", "--warmup", "0"])
     assert result.exit_code == 2, result.output
     assert "names weight files outside the model dir" in result.output and "Traceback" not in result.output
+
+
+# --- 8. reports that mislead: every attempt's numbers, the threads used, a split without a class -----------------
+
+def test_the_run_records_the_threads_it_timed_on_and_gives_training_torchs_own(good_run, tiny_model_dir,
+                                                                               movie_data):
+    import torch
+
+    from edgepress.pipeline.latency import measure_latency
+
+    environment = json.loads((good_run / "run.json").read_text())["environment"]
+    assert environment["threads"] == FAST_RUNTIME["threads"] and environment["training_threads"] >= 1
+    torch.set_num_threads(2)
+    measure_latency(tiny_model_dir, movie_data.test.texts[:8], threads=1, cfg=LatencyConfig(warmup=1, runs=2))
+    assert torch.get_num_threads() == 2  # timing on 1 thread did not leave training on 1
+
+
+def test_a_split_without_a_class_is_warned_of_in_the_log_and_the_report(tmp_path, tiny_model_dir, movie_data):
+    from tests.test_data import write_csv
+
+    rows = [{"text": t, "label": ["negative", "positive"][y]} for t, y in
+            zip(movie_data.train.texts[:200], movie_data.train.labels[:200], strict=True)]
+    (tmp_path / "d").mkdir()
+    write_csv(tmp_path / "d" / "train.csv", rows[:150])
+    write_csv(tmp_path / "d" / "validation.csv", rows[150:175])
+    write_csv(tmp_path / "d" / "test.csv", [r for r in rows[175:] if r["label"] == "positive"])
+    config = write_config(tmp_path / "p.yaml", tiny_model_dir, STAGES[:1], data={"source": str(tmp_path / "d")})
+    result = invoke("run", config, "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    assert "data: the test split has no example of negative" in (tmp_path / "run" / "run.log").read_text()
+    assert "⚠ The test split has no example of negative: accuracy there says nothing about it." in \
+        (tmp_path / "run" / "report.md").read_text()
+
+
+# --- 9. a console a person can read ------------------------------------------------------------------------------
+
+def test_edgepress_log_lines_round_their_numbers_and_show_no_dicts(good_run):
+    import re
+
+    log = (good_run / "run.log").read_text()
+    assert "parity: max |Δlogit|" in log and "stage fuse: optimize fusions all" in log
+    assert not re.search(r"\d\.\d{7,}", log) and "{" not in log, log
+
+
+def test_library_warnings_are_said_once_with_a_count_and_the_converter_prints_nothing(tmp_path, tiny_onnx_dir,
+                                                                                      movie_data, caplog, capfd):
+    import logging
+
+    from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+    from edgepress.deploy.bundle import bundle_model
+    from edgepress.logs import LIBRARY_MESSAGES, collect_library_messages, summarise_library_messages
+
+    collect_library_messages()
+    try:
+        for k in range(2):
+            int8_dynamic(tiny_onnx_dir, tmp_path / f"q{k}", movie_data.test.texts[:16], Int8DynamicConfig())
+        bundle_model(tmp_path / "q0", tmp_path / "mobile", "mobile")
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="edgepress"):
+            summarise_library_messages("stage q")
+    finally:
+        logging.getLogger().removeHandler(LIBRARY_MESSAGES)
+    said = [r.getMessage() for r in caplog.records if "consider to run pre-processing" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("stage q: onnxruntime said 2 times: Please consider"), said
+    printed = capfd.readouterr()
+    assert "consider to run pre-processing" not in printed.err and "Converting" not in printed.out
+
+
+# --- found by the second new-user probe ----------------------------------------------------------------------------
+
+def test_an_avx2_target_with_full_range_int8_is_refused_before_running(tmp_path, tiny_model_dir, monkeypatch):
+    from edgepress.pipeline import config as pipeline_config
+
+    monkeypatch.setattr(pipeline_config, "detect_target", lambda: "x86-vnni")  # built on a machine with VNNI
+    fallback = {"method": "int8-static", "params": {"reduce_range": False}}
+    stages = [{"name": "export", "method": "export"},
+              {"name": "q", "method": "int8-dynamic", "on_fail": {"fallback": [fallback]}}]
+    config = write_config(tmp_path / "p.yaml", tiny_model_dir, stages, runtime={**FAST_RUNTIME,
+                                                                                   "target": "x86-avx2"})
+    result = invoke("validate", config)
+    assert result.exit_code == 2 and "(2 problem(s))" in result.output, result.output
+    assert "stage 'q' (int8-dynamic): its int8 weights would be full range (reduce_range off), which target x86-avx2 " \
+           "refuses unless measured on a CPU without VNNI" in result.output
+    assert "stage 'q' (int8-static): its int8 weights would be full range" in result.output
+    stages[1]["params"], fallback["params"] = {"per_channel": True}, {}  # the target fills in reduce_range: true
+    assert invoke("validate", write_config(tmp_path / "p.yaml", tiny_model_dir, stages,
+                                           runtime={**FAST_RUNTIME, "target": "x86-avx2"})).exit_code == 0
+
+
+def test_numbers_given_as_text_are_refused_once_and_bad_yaml_names_its_file_and_fix(tmp_path):
+    stages = [{"name": "d", "method": "distill", "params": {"epochs": "1"}}]
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"data": {"max_length": True}, "stages": stages}))
+    result = invoke("validate", tmp_path / "p.yaml")
+    assert result.exit_code == 2 and "(2 problem(s))" in result.output, result.output
+    assert "epochs: should be a number, not text: got '1'. Fix: write it unquoted" in result.output
+    assert "data.max_length: should be a number, not true or false" in result.output and "True" not in result.output
+    (tmp_path / "bad.yaml").write_text("model: [unclosed\n  data: {{\n")
+    result = invoke("validate", tmp_path / "bad.yaml")
+    assert result.exit_code == 2 and f"in {tmp_path / 'bad.yaml'}, line 1" in result.output
+    assert "<unicode string>" not in result.output and "Fix: correct the YAML at that line" in result.output
+
+
+def test_evaluate_and_bench_take_a_run_dir_and_name_a_missing_path(earlier, tmp_path, tiny_onnx_dir):
+    for command in (("evaluate", earlier, "--data", "demo:movie-snippets"), ("bench", earlier, "--runs", "2",
+                                                                             "--warmup", "0")):
+        result = invoke(*command)
+        assert result.exit_code == 0, result.output
+        result = invoke(command[0], tmp_path / "nothere")
+        assert result.exit_code == 2 and "nothere does not exist. Fix: check the path" in result.output
+
+
+def test_a_csv_separated_by_semicolons_is_named_as_such(tmp_path, tiny_onnx_dir):
+    (tmp_path / "semi.csv").write_text("id;text;label\n1;a fine, fine film;positive\n2;dull;negative\n")
+    result = invoke("evaluate", tiny_onnx_dir, "--data", tmp_path / "semi.csv")
+    assert result.exit_code == 2 and "semi.csv looks ';'-separated (its header is 'id;text;label')" in result.output
+
+
+def test_version_and_neural_compressors_own_lines_are_collected(tmp_path, tiny_model_dir, tiny_onnx_dir, movie_data,
+                                                                capfd):
+    from edgepress import __version__
+    from edgepress.compress.int4 import Int4Config, int4
+
+    assert invoke("--version").output.strip() == f"edgepress {__version__}"
+    capfd.readouterr()
+    int4(tiny_onnx_dir, tmp_path / "gptq", movie_data.validation.texts[:32],
+                  Int4Config(algorithm="gptq", torch_model=tiny_model_dir, calibration_size=16))
+    printed = capfd.readouterr()
+    assert "[INFO]" not in printed.err + printed.out and "Quantizing layer" not in printed.err + printed.out

@@ -55,14 +55,18 @@ def describe_all(error: ValidationError) -> list[str]:
     return [describe(e) for e in error.errors()]
 
 
+def _options(annotation: Any) -> tuple:
+    return get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+
+
 def _numeric(annotation: Any) -> bool:
     """The field takes a number (int or float, alone or in a union) and not true/false."""
-    options = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    options = _options(annotation)
     return bool(set(options) & {int, float}) and bool not in options
 
 
 def _model(annotation: Any) -> type[BaseModel] | None:
-    options = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    options = _options(annotation)
     return next((o for o in options if isinstance(o, type) and issubclass(o, BaseModel)), None)
 
 
@@ -72,8 +76,9 @@ def _list_of_models(annotation: Any) -> type[BaseModel] | None:
     return _model(items[0]) if items else None
 
 
-def bools_as_numbers(cls: type[BaseModel], data: dict[str, Any], prefix: str = "") -> list[str]:
-    """Lines for every true/false given where a number belongs (pydantic reads `epochs: true` as 1 epoch)."""
+def not_numbers(cls: type[BaseModel], data: dict[str, Any], prefix: str = "") -> list[str]:
+    """Lines for every true/false or text given where only a number belongs (pydantic reads `epochs: true` as 1
+    epoch and `epochs: "1"` as 1)."""
     lines = []
     for name, value in data.items():
         field = cls.model_fields.get(name)
@@ -81,22 +86,31 @@ def bools_as_numbers(cls: type[BaseModel], data: dict[str, Any], prefix: str = "
             continue
         if isinstance(value, bool) and _numeric(field.annotation):
             lines.append(f"{prefix}{name}: should be a number, not true or false: got {str(value).lower()}")
+        elif isinstance(value, str) and _numeric(field.annotation) and str not in _options(field.annotation):
+            lines.append(f"{prefix}{name}: should be a number, not text: got {value!r}. Fix: write it unquoted")
         elif isinstance(value, dict) and (nested := _model(field.annotation)) is not None:
-            lines += bools_as_numbers(nested, value, f"{prefix}{name}.")
+            lines += not_numbers(nested, value, f"{prefix}{name}.")
         elif isinstance(value, list) and (nested := _list_of_models(field.annotation)) is not None:
             for i, item in enumerate(value):
-                lines += bools_as_numbers(nested, item, f"{prefix}{name}.{i}.") if isinstance(item, dict) else []
+                lines += not_numbers(nested, item, f"{prefix}{name}.{i}.") if isinstance(item, dict) else []
     return lines
+
+
+def validated(cls: type[Config], data: dict[str, Any]) -> tuple[Config | None, list[str]]:
+    """(`cls` built from `data`, or None; a line per problem): numbers given as true/false or text, then whatever
+    else pydantic finds (its line for a field already flagged left out)."""
+    problems = not_numbers(cls, data)
+    flagged = {line.split(":")[0] for line in problems}
+    try:
+        built = cls.model_validate(data)
+    except ValidationError as e:
+        return None, problems + [line for line in describe_all(e) if line.split(":")[0] not in flagged]
+    return (None if problems else built), problems
 
 
 def build(cls: type[Config], data: dict[str, Any] | None = None, where: str = "config", **values: Any) -> Config:
     """`cls(**data, **values)`, with every validation failure listed in one ConfigError."""
-    given = {**(data or {}), **values}
-    problems = bools_as_numbers(cls, given)
-    try:
-        built = cls.model_validate(given)
-    except ValidationError as e:
-        problems += describe_all(e)
+    built, problems = validated(cls, {**(data or {}), **values})
     if problems:
         lines = "\n".join(f"  ✗ {line}" for line in problems)  # a line may hold several (a validator's)
         raise ConfigError(f"{where} is not valid ({lines.count('✗')} problem(s)):\n{lines}") from None

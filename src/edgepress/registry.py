@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from edgepress.compress.distill import DistillConfig, check_student, distill
 from edgepress.compress.int4 import Int4Config, int4
-from edgepress.compress.magnitude import LotteryConfig, MagnitudeConfig, lottery, magnitude
+from edgepress.compress.magnitude import LotteryConfig, MagnitudeConfig, check_sparse, lottery, magnitude
 from edgepress.compress.qat import QatConfig, qat
 from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
 from edgepress.compress.structured import FfnConfig, HeadsConfig, check_structured, ffn, heads
@@ -76,10 +76,10 @@ METHODS: dict[str, Method] = {
                     inputs="splits", check=check_vocab),
     "magnitude": Method(MagnitudeConfig, magnitude, ("torch",), "torch",
                         "zero the smallest weights (one shot or a cubic ramp), fine-tune with the zeros held",
-                        inputs="splits"),
+                        inputs="splits", check=check_sparse),
     "lottery": Method(LotteryConfig, lottery, ("torch",), "torch",
                       "lottery ticket: iterative magnitude pruning, survivors rewound, optional random control",
-                      inputs="splits"),
+                      inputs="splits", check=check_sparse),
     "qat": Method(QatConfig, qat, ("torch",), "torch-qat",
                   "quantization-aware training (Q8BERT): int8 fake quantization through a distilled fine-tune; "
                   "export writes its int8 graph", inputs="splits"),

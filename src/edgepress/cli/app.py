@@ -17,6 +17,22 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from edgepress import __version__
+
+        print(f"edgepress {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                   help="Print edgepress's version and exit.")] = False) -> None:
+    """Options before any command (the app's help text is its own)."""
+
+
 class Provider(StrEnum):
     cpu = "cpu"
     cuda = "cuda"
@@ -149,6 +165,8 @@ def evaluate(
     lo, hi = metrics["accuracy_ci95"]
     out.print(f"accuracy {metrics['accuracy']:.4f} [{lo:.4f}, {hi:.4f}]  macro-F1 {metrics['macro_f1']:.4f}  "
               f"n={metrics['n_test']} ({split.value})")
+    if metrics.get("splits_note") and split != Split.all:
+        out.print(f"splits: {metrics['splits_note']}", highlight=False)
 
 
 @app.command("export")
@@ -169,6 +187,7 @@ def export_command(
     from edgepress.deploy.bundle import EXPORTED
     from edgepress.export.onnx import ExportConfig
     from edgepress.export.optimize import OptimizeConfig
+    from edgepress.logs import readable
     from edgepress.pipeline.export import export_model
     from edgepress.pipeline.inputs import check_artifact_out, local_inputs
 
@@ -182,7 +201,7 @@ def export_command(
               f"agreement {parity['agreement']:.4f} on {parity['n_examples']} examples")
     if "optimize" in steps:
         fused = steps["optimize"]
-        out.print(f"fused: {fused['fused_ops']}; max |Δlogit| {fused['parity']['max_abs_diff']:.2e}")
+        out.print(f"fused: {readable(fused['fused_ops'])}; max |Δlogit| {fused['parity']['max_abs_diff']:.2e}")
 
 
 @app.command()
@@ -205,12 +224,14 @@ def bench(
 
     from edgepress.configs import build
     from edgepress.data.load import load_texts
+    from edgepress.deploy.bundle import final_of_run
     from edgepress.pipeline.latency import measure_latency
     from edgepress.runtime.latency import LatencyConfig
 
     cfg = _call(build, LatencyConfig, where="bench options", batch_size=batch_size, sequence_length=seq_len,
                 warmup=warmup, runs=runs)
     texts = _call(load_texts, data, text_column)
+    model = _call(final_of_run, model, "bench") or model
     result = _call(measure_latency, model, texts, provider.value, threads, cfg)
     table = Table(title=f"{model} on {', '.join(result['providers_used'])} ({threads or 'default'} threads)")
     for column in ("inputs", "p50 ms", "p90 ms", "p99 ms", "mean ms", "runs"):
@@ -274,6 +295,8 @@ def main() -> None:
 
     from rich.logging import RichHandler
 
+    from edgepress.logs import collect_library_messages, summarise_library_messages
+
     # transformers 5 logs a table per model load and draws progress bars for loading and saving weights; edgepress
     # reports what matters itself (a missing head is a ModelError). Set either variable to see them again.
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -283,6 +306,7 @@ def main() -> None:
     for noisy in ("torchao", "torch.utils._pytree"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
 
+    collect_library_messages()  # ONNX Runtime's warnings, said once each at the end of a step, not once per call
     handler = RichHandler(console=err, show_path=False, show_level=False)
     logging.getLogger("edgepress").addHandler(handler)
     logging.getLogger("edgepress").setLevel(logging.INFO)  # progress of long steps (teacher epochs, stages)
@@ -293,4 +317,7 @@ def main() -> None:
                   "set runtime.launch in the config: its training stages then run on several processes",
                   highlight=False, soft_wrap=True)
         raise SystemExit(2)
-    app()
+    try:
+        app()
+    finally:
+        summarise_library_messages("edgepress")

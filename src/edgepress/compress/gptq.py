@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from edgepress.errors import ConfigError, ModelError
+from edgepress.logs import collected
 
 
 def _pack(values: np.ndarray) -> np.ndarray:
@@ -48,8 +49,12 @@ def inc_quantize(model_dir: Path, algorithm: str, block_size: int, symmetric: bo
     import torch
 
     try:
-        from neural_compressor.common.utils.utility import set_workspace
-        from neural_compressor.torch.quantization import AWQConfig, GPTQConfig, convert, prepare
+        from neural_compressor.common.utils.logger import Logger
+
+        Logger()  # set up on first use, replacing the logger's handlers: before `collected` takes it over
+        with collected("neural_compressor"):  # its torch half logs the accelerator it finds on import
+            from neural_compressor.common.utils.utility import set_workspace
+            from neural_compressor.torch.quantization import AWQConfig, GPTQConfig, convert, prepare
     except ImportError as e:
         raise ConfigError("int4 gptq/awq needs neural-compressor's torch half. Fix: pip install "
                           "'edgepress[int4]' (neural-compressor-pt)") from e
@@ -61,7 +66,7 @@ def inc_quantize(model_dir: Path, algorithm: str, block_size: int, symmetric: bo
     # looked at, never loaded (an empty one would be looked up on the Hub)
     common = {"bits": 4, "group_size": block_size, "use_sym": symmetric, "use_layer_wise": False,
               "model_path": str(model_dir)}
-    with tempfile.TemporaryDirectory(prefix="edgepress-inc-") as workspace:
+    with tempfile.TemporaryDirectory(prefix="edgepress-inc-") as workspace, collected("neural_compressor"):
         set_workspace(workspace)  # not ./nc_workspace in the user's directory
         if algorithm == "gptq":  # act_order off: its channel permutation has no place in MatMulNBits
             cfg = GPTQConfig(**common, act_order=False)

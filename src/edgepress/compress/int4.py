@@ -36,6 +36,7 @@ from edgepress.configs import changed
 from edgepress.errors import ConfigError
 from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files
 from edgepress.files import atomic_dir
+from edgepress.logs import parity_text, readable
 from edgepress.runtime.session import SessionConfig
 
 log = logging.getLogger(__name__)
@@ -174,8 +175,8 @@ def int4(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Int4Config =
                                     SessionConfig())
         kernels = low_bit_kernels(tmp / ONNX_FILE)
     ops = {op: counts[op] for op in INT4_OPS if counts[op]}
-    log.info("int4 (%s): %s, %d node(s) kept float, ONNX Runtime runs %s, parity %s", cfg.algorithm, ops,
-             len(keep), kernels, parity)
+    log.info("int4 (%s): %s; %d node(s) kept float; ONNX Runtime runs %s; parity: %s", cfg.algorithm, readable(ops),
+             len(keep), readable(kernels), parity_text(parity))
     calibrated = {"calibration": calibration_record(cfg.calibration_size, texts[: cfg.calibration_size])} \
         if cfg.algorithm in TORCH_ALGORITHMS else {}
     return {"quantized_ops": ops, "ort_kernels": kernels, "kept_float": keep, "sensitivity": ranking,

@@ -23,6 +23,7 @@ import logging
 import math
 import tempfile
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
@@ -218,6 +219,7 @@ def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = Mag
     from edgepress.models.train import train_classifier
 
     model, tokenizer, loss = load_with_kd_targets(src, data, cfg)
+    check_sparse(model, tokenizer, cfg)
     weights = prunable_weights(model, cfg.include)
     masks = Masks(weights, {n: w.new_ones(w.shape, dtype=bool) for n, w in weights.items()})
     per_epoch = _steps_per_epoch(data, cfg)
@@ -243,6 +245,20 @@ def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = Mag
 def round_sparsities(final: float, rounds: int) -> list[float]:
     """Sparsity after each round when every round prunes the same share of the survivors: 1 - (1 - s)^(r/R)."""
     return [1 - (1 - final) ** (r / rounds) for r in range(1, rounds + 1)]
+
+
+def check_sparse(model, tokenizer, cfg: _Sparse) -> None:
+    """The pre-run check of `magnitude` and `lottery`: the model has weights they prune, and every pruning (each of
+    lottery's rounds) sets at least one more of them to zero. Run on the config's model, it can only pass what the
+    stage's smaller input (after a distill or a structured prune) would refuse, never refuse what it would pass."""
+    sizes = [w.numel() for w in prunable_weights(model, cfg.include).values()]
+    groups = [sum(sizes)] if getattr(cfg, "scope", "global") == "global" else sizes
+    targets = round_sparsities(cfg.sparsity, cfg.rounds) if isinstance(cfg, LotteryConfig) else [cfg.sparsity]
+    for r, (before, after) in enumerate(pairwise([0.0, *targets]), start=1):
+        if sum(round(after * n) - round(before * n) for n in groups) < 1:
+            where = f" in round {r} of {len(targets)}" if len(targets) > 1 else ""
+            raise ConfigError(f"sparsity {cfg.sparsity:g} sets none of the model's {sum(sizes):,} pruned weights to "
+                              f"zero{where}. Fix: a higher sparsity{' or fewer rounds' if where else ''}")
 
 
 def _train(model, tokenizer, data: DataSplits, cfg: LotteryConfig, loss, out_dir: Path | None, on_step=None):
@@ -302,6 +318,7 @@ def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = Lottery
                           f"training ({cfg.epochs} epoch(s) of {len(data.train)} examples at batch "
                           f"{cfg.batch_size}). Fix: a rewind_step of at most {steps}")
     model, tokenizer, loss = load_with_kd_targets(src, data, cfg)
+    check_sparse(model, tokenizer, cfg)
     weights = prunable_weights(model, cfg.include)
     control = copy.deepcopy(model) if cfg.control == "random" else None
     generator = torch.Generator().manual_seed(cfg.seed)

@@ -27,6 +27,7 @@ from edgepress.export.parity import (
     spread_by_length,
 )
 from edgepress.files import atomic_dir, read_json, write_json
+from edgepress.logs import parity_text, readable
 from edgepress.models.train import TrainConfig
 from edgepress.runtime.predictor import load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session
@@ -173,8 +174,8 @@ def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg) -> d
             parity = check_parity(torch_runner(quantized), ort_runner(session), feeds, QDQ_PARITY,
                                   "the QDQ graph of the QAT model")
             kernels = low_bit_kernels(tmp / ONNX_FILE)
-    log.info("export (qat): %d activation ranges carried, ONNX Runtime runs %s, parity vs fake quant %s",
-             len(tensors), kernels, parity)
+    log.info("export (qat): %d activation ranges carried; ONNX Runtime runs %s; parity vs fake quant: %s",
+             len(tensors), readable(kernels), parity_text(parity))
     # `parity` is the shipped graph's (a stage's parity gate judges it); the float export's passed the hard check
     return {"parity": parity, "float_parity": exported["parity"], "ort_kernels": kernels,
             "carried_ranges": len(tensors)}

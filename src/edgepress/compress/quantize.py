@@ -36,6 +36,7 @@ from edgepress.export.parity import (
     spread_by_length,
 )
 from edgepress.files import atomic_dir
+from edgepress.logs import parity_text, readable
 from edgepress.runtime.predictor import encode, load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session, session_op_counts
 
@@ -164,8 +165,8 @@ def int8_dynamic(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
         parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the int8 graph",
                                     SessionConfig())
         kernels = low_bit_kernels(tmp / ONNX_FILE)
-    log.info("int8-dynamic: %s, %d node(s) kept float, ONNX Runtime runs %s, parity %s", ops, len(keep), kernels,
-             parity)
+    log.info("int8-dynamic: %s; %d node(s) kept float; ONNX Runtime runs %s; parity: %s", readable(ops), len(keep),
+             readable(kernels), parity_text(parity))
     return {"quantized_ops": ops, "ort_kernels": kernels, "kept_float": keep, "sensitivity": ranking,
             "parity": parity}
 
@@ -267,8 +268,8 @@ def int8_static(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
                                         "the static int8 graph", SessionConfig())
             kernels = low_bit_kernels(tmp / ONNX_FILE)
     ops = {"QuantizeLinear": counts["QuantizeLinear"], "DequantizeLinear": counts["DequantizeLinear"]}
-    log.info("int8-static: %s, %d MatMul/Gemm kept float, %d more by keep_float, ONNX Runtime runs %s, parity %s",
-             ops, len(excluded), len(keep), kernels, parity)
+    log.info("int8-static: %s; %d MatMul/Gemm kept float, %d more by keep_float; ONNX Runtime runs %s; parity: %s",
+             readable(ops), len(excluded), len(keep), readable(kernels), parity_text(parity))
     return {"quantized_ops": ops, "ort_kernels": kernels, "float_matmuls": excluded, "kept_float": keep,
             "sensitivity": ranking, "parity": parity, "calibration": calibration_record(cfg.calibration_size, feeds)}
 

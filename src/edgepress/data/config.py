@@ -6,13 +6,16 @@ DEMO_SOURCE = "demo:movie-snippets"
 
 
 class SplitConfig(BaseModel):
-    """How a source without its own splits is divided. The split is a pure function of (ids, seed)."""
+    """How a source without its own splits is divided. The split is a pure function of (ids, labels, seed)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     test: float = Field(0.1, gt=0, lt=1, description="fraction of the examples held out for the test split")
     validation: float = Field(0.1, gt=0, lt=1, description="fraction held out for the validation split")
     seed: int = 13
+    stratify: bool | None = Field(None, description="divide each class in these proportions, so that every split "
+                                  "has every class; unset: true, but for demo:movie-snippets, which keeps the split "
+                                  "its teacher and published figures were measured on")
 
     @model_validator(mode="after")
     def _leaves_training_data(self) -> "SplitConfig":
@@ -39,4 +42,16 @@ class DataConfig(BaseModel):
         if self.text_column == self.label_column:
             raise ValueError(f"text_column and label_column are both '{self.text_column}': the label would be read "
                              f"as the text. Fix: name the column that holds the text and the one that holds the label")
+        return self
+
+    @property
+    def stratified(self) -> bool:
+        """Whether the splits edgepress makes are made by label (`split.stratify`, unset: all but the demo's)."""
+        return self.source != DEMO_SOURCE if self.split.stratify is None else self.split.stratify
+
+    @model_validator(mode="after")
+    def _demo_split_as_published(self) -> "DataConfig":
+        if self.source == DEMO_SOURCE and self.split.stratify:
+            raise ValueError(f"{DEMO_SOURCE} is split as its teacher was trained, not by label (each of its splits "
+                             f"is within 2 points of half positive). Fix: remove data.split.stratify")
         return self

@@ -49,10 +49,17 @@ class DataSplits:
         return TextSet(tuple(i for p in parts for i in p.ids), tuple(t for p in parts for t in p.texts),
                        np.concatenate([p.labels for p in parts]))
 
+    def class_counts(self) -> dict[str, dict[str, int]]:
+        """Per split, how many examples of each label it has, every label named (0 where it has none)."""
+        counts = {name: np.bincount(part.labels, minlength=max(self.id2label) + 1)
+                  for name, part in (("train", self.train), ("validation", self.validation), ("test", self.test))}
+        return {split: {name: int(n[i]) for i, name in sorted(self.id2label.items())} for split, n in counts.items()}
+
     def manifest(self) -> dict:
         """The example ids of every split, recorded in each run so that a split can be checked and reproduced:
         `sha256` digests the ids of every split, `content_sha256` every example's split, id, text and label and the
-        label names (what a stage's result depends on: the same ids with an edited text or label differ)."""
+        label names (what a stage's result depends on: the same ids with an edited text or label differ);
+        `class_counts` each split's examples per label."""
         splits = {"train": self.train, "validation": self.validation, "test": self.test}
         ids = {name: list(part.ids) for name, part in splits.items()}
         digest = hashlib.sha256(repr(sorted(ids.items())).encode()).hexdigest()
@@ -66,6 +73,7 @@ class DataSplits:
             "sizes": {name: len(part) for name, part in splits.items()},
             "sha256": digest,
             "content_sha256": content.hexdigest(),
+            "class_counts": self.class_counts(),
             **({"note": self.note} if self.note else {}),
             "ids": ids,
         }
@@ -80,17 +88,43 @@ def _order(examples: TextSet, seed: int) -> list[int]:
     return sorted(range(len(examples)), key=lambda i: _rank(seed, examples.ids[i]))
 
 
-def split_examples(examples: TextSet, cfg: SplitConfig) -> tuple[TextSet, TextSet, TextSet]:
-    """Seeded train / validation / test split of `examples`, ordered by a hash of (seed, id)."""
-    order = _order(examples, cfg.seed)
-    n_test = round(len(order) * cfg.test)
-    n_val = round(len(order) * cfg.validation)
-    test, val, train = order[:n_test], order[n_test : n_test + n_val], order[n_test + n_val :]
+def _parts(examples: TextSet, fractions: tuple[float, ...], seed: int, stratify: bool) -> list[list[int]]:
+    """Indices of `examples` for each of `fractions` (in order) and the rest last, each part in hash order. Stratified,
+    each class is divided on its own: round(fraction × its count) of it, and at least one where it has three or more
+    examples, so that no split lacks a class the data has enough of."""
+    order = _order(examples, seed)
+    groups = [[i for i in order if examples.labels[i] == c] for c in np.unique(examples.labels)] if stratify \
+        else [order]
+    parts = [[] for _ in range(len(fractions) + 1)]
+    for group in groups:
+        start = 0
+        for k, fraction in enumerate(fractions):
+            n = round(len(group) * fraction)
+            n = max(n, 1) if stratify and len(group) >= 3 else n
+            parts[k] += group[start : start + n]
+            start += n
+        parts[-1] += group[start:]
+    rank = {i: r for r, i in enumerate(order)}
+    return [sorted(part, key=rank.__getitem__) for part in parts]
+
+
+def split_examples(examples: TextSet, cfg: SplitConfig, stratify: bool = True) -> tuple[TextSet, TextSet, TextSet]:
+    """Seeded train / validation / test split of `examples`, ordered by a hash of (seed, id), by label when
+    `stratify`."""
+    test, val, train = _parts(examples, (cfg.test, cfg.validation), cfg.seed, stratify)
     return examples.select(train), examples.select(val), examples.select(test)
 
 
-def hold_out(examples: TextSet, fraction: float, seed: int) -> tuple[TextSet, TextSet]:
-    """(rest, held out): a seeded `fraction` of `examples` held out, e.g. validation carved from train."""
-    order = _order(examples, seed)
-    n = round(len(order) * fraction)
-    return examples.select(order[n:]), examples.select(order[:n])
+def hold_out(examples: TextSet, fraction: float, seed: int, stratify: bool = True) -> tuple[TextSet, TextSet]:
+    """(rest, held out): a seeded `fraction` of `examples` held out (by label when `stratify`), e.g. validation
+    carved from train."""
+    held, rest = _parts(examples, (fraction,), seed, stratify)
+    return examples.select(rest), examples.select(held)
+
+
+def missing_classes(class_counts: dict[str, dict[str, int]]) -> list[str]:
+    """'the test split has no example of negative' for each split that lacks a label the data has (from a
+    manifest's `class_counts`): its accuracy says nothing about that class."""
+    present = {name for counts in class_counts.values() for name, n in counts.items() if n}
+    return [f"the {split} split has no example of {', '.join(missing)}" for split, counts in class_counts.items()
+            if (missing := [name for name, n in counts.items() if n == 0 and name in present])]

@@ -149,20 +149,21 @@ def load_data(cfg: DataConfig, label2id: Mapping[str, int] | None = None) -> Dat
 
 def _resolve_splits(sets: dict[str, TextSet], cfg: DataConfig) -> tuple[tuple[TextSet, TextSet, TextSet], str]:
     """(train, validation, test) from the splits a source has, and how they were made ("" when as given)."""
-    held = f"a seeded {cfg.split.validation:g} of train held out as validation"
+    held = f"a seeded {cfg.split.validation:g} of train{' (by label)' if cfg.stratified else ''} held out as " \
+        f"validation"
     if "all" in sets:
-        return split_examples(sets["all"], cfg.split), ""
+        return split_examples(sets["all"], cfg.split, cfg.stratified), ""
     if "train" not in sets:
         raise DataError(f"{cfg.source} has no train split (splits: {', '.join(sets)}). Fix: name the split to train "
                         f"on train, or give one file to be split by data.split")
     if "test" in sets and "validation" in sets:
         return (sets["train"], sets["validation"], sets["test"]), ""
+    train, validation = hold_out(sets["train"], cfg.split.validation, cfg.split.seed, cfg.stratified)
     if "test" in sets:
-        return (*hold_out(sets["train"], cfg.split.validation, cfg.split.seed), sets["test"]), held
+        return (train, validation, sets["test"]), held
     if "validation" in sets:
-        return (*hold_out(sets["train"], cfg.split.validation, cfg.split.seed), sets["validation"]), \
-            f"no test split: the validation split is the test split, {held}"
-    return split_examples(sets["train"], cfg.split), "a train split alone: split by data.split"
+        return (train, validation, sets["validation"]), f"no test split: the validation split is the test split, {held}"
+    return split_examples(sets["train"], cfg.split, cfg.stratified), "a train split alone: split by data.split"
 
 
 def _check_sizes(splits: dict[str, TextSet], cfg: DataConfig) -> None:

@@ -33,7 +33,13 @@ def split_role(name: str) -> str | None:
 
 def _read_csv(path: Path) -> list[dict]:
     with path.open(newline="", encoding="utf-8-sig") as f:
-        rows = list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    header = reader.fieldnames or []
+    other = next((sep for sep in ";\t|" if len(header) == 1 and sep in header[0]), None)
+    if other:
+        raise DataError(f"{path} looks {other!r}-separated (its header is {header[0]!r}); edgepress reads comma-"
+                        f"separated CSV. Fix: save it with commas (pandas: df.to_csv(path, index=False))")
     ragged = [i for i, row in enumerate(rows, start=2) if None in row]  # DictReader files extra fields under None
     if ragged:
         raise DataError(f"{path}: line {ragged[0]} has more fields than the header"

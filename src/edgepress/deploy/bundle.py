@@ -4,6 +4,7 @@ tokenizers and numpy are all it needs) and `edgepress.json`, the manifest: targe
 every operator with its domain, inputs, max length, labels, what was measured on the build machine and where, and a
 sha256 per file. A run's last step and `edgepress bundle` both call `bundle_model`."""
 
+import contextlib
 import io
 import json
 import logging
@@ -92,15 +93,22 @@ def _graph(model_dir: Path) -> Path:
     return model_dir / model_file(json_object(manifest) if manifest.is_file() else {})
 
 
+def final_of_run(path: Path, verb: str = "bundle") -> Path | None:
+    """A run dir's `final/` bundle (None when `path` is not a run dir); a run that wrote none is a ModelError."""
+    if not (Path(path) / "run.json").is_file():
+        return None
+    final = Path(path) / "final"
+    if not _graph(final).is_file():
+        raise ModelError(f"{path} is a run without a final/ bundle (a gate failed, or it stopped before an export "
+                         f"stage). Fix: finish the run, or {verb} one stage's model: {path}/stages/NN-NAME/model")
+    return final
+
+
 def _source(path: Path) -> tuple[Path, Path | None]:
     """(the model dir to bundle, the run dir it came from or None): a run dir means its `final/` bundle."""
     path = Path(path)
-    if (path / "run.json").is_file():
-        final = path / "final"
-        if not _graph(final).is_file():
-            raise ModelError(f"{path} is a run without a final/ bundle (a gate failed, or it stopped before an export "
-                             f"stage). Fix: finish the run, or bundle one stage's model: "
-                             f"{path}/stages/NN-NAME/model")
+    final = final_of_run(path)
+    if final is not None:
         return final, path
     missing = [name for name in BUNDLE_FILES[1:] if not (path / name).is_file()]
     missing = ([] if _graph(path).is_file() else [BUNDLE_FILES[0]]) + missing
@@ -148,8 +156,13 @@ def _mobile_files(tmp: Path) -> dict:
     from onnxruntime.tools.mobile_helpers.usability_checker import analyze_model
 
     with tempfile.TemporaryDirectory(prefix="edgepress-ort-") as scratch:
-        convert_onnx_models_to_ort(tmp / "model.onnx", output_dir=Path(scratch),
-                                   optimization_styles=[OptimizationStyle.Fixed], target_platform="arm")
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):  # the converter prints its progress; a failure is raised below
+            convert_onnx_models_to_ort(tmp / "model.onnx", output_dir=Path(scratch),
+                                       optimization_styles=[OptimizationStyle.Fixed], target_platform="arm")
+        if not (Path(scratch) / ORT_MODEL).is_file():
+            raise ModelError(f"ONNX Runtime's converter made no ORT model: {printed.getvalue().strip()}. Fix: "
+                             f"report it; bundle for another target meanwhile")
         for name in (ORT_MODEL, ORT_OPERATORS):
             shutil.move(Path(scratch) / name, tmp / name)
     report, logger = io.StringIO(), logging.getLogger("edgepress.deploy.usability")

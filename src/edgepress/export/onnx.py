@@ -23,7 +23,8 @@ from edgepress.export.parity import (
     parity_feeds,
     spread_by_length,
 )
-from edgepress.files import atomic_dir
+from edgepress.files import atomic_dir, read_json, write_json
+from edgepress.logs import parity_text
 from edgepress.runtime.predictor import load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session
 
@@ -140,19 +141,28 @@ def pin_head_counts(path: Path) -> int:
     return pinned
 
 
+def save_config(config, out: Path) -> None:
+    """config.json with the label names always written: transformers 5 leaves default ones (LABEL_0, ...) out, and
+    an ONNX model's readers (predict.py, transformers.js) have no defaults to fall back on."""
+    config.save_pretrained(out)
+    names = {str(i): name for i, name in sorted(config.id2label.items())}
+    saved = read_json(out / "config.json")
+    write_json(out / "config.json", {**saved, "id2label": names, "label2id": {n: int(i) for i, n in names.items()}})
+
+
 def export_model_object(model, tokenizer, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig, what: str) -> dict:
     """Export an in-memory classifier (any per-layer shape) to `out_dir` and check it against torch on `texts`."""
     with atomic_dir(Path(out_dir)) as tmp:
         write_onnx(model, tokenizer, tmp / ONNX_FILE, cfg.opset)
         pin_head_counts(tmp / ONNX_FILE)
-        model.config.save_pretrained(tmp)
+        save_config(model.config, tmp)
         tokenizer.save_pretrained(tmp)
         check_onnx_file(tmp / ONNX_FILE)
         session = open_session(tmp / ONNX_FILE, SessionConfig(providers=("cpu",), optimization="disable"))
         feeds = parity_feeds(load_tokenizer(tmp, cfg.max_length), spread_by_length(texts, cfg.parity.n_texts),
                              input_names(session), cfg.parity.batch_size)
         parity = check_parity(torch_runner(model), ort_runner(session), feeds, cfg.parity, what)
-    log.info("export: %s -> %s, parity %s", what, out_dir, parity)
+    log.info("export: %s; parity: %s", what, parity_text(parity))
     return {"parity": parity}
 
 

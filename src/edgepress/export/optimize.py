@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from edgepress.compress.quantize import Int8DynamicConfig
 from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files, ort_runner
 from edgepress.files import atomic_dir, write_json
+from edgepress.logs import parity_text, quiet, readable
 from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.runtime.predictor import SESSION_FILE, fixed_shape_feeds, load_tokenizer, position_limit, time_runner
@@ -144,7 +145,8 @@ def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple
                 # timing only: the int8 stage checks its own graph's parity and accuracy, not this copy's
                 int8 = cfg.quantized_with.model_copy(update={"keep_float": 0, "max_length": cfg.max_length,
                                                              "parity": UNCHECKED})
-                int8_dynamic(fused, Path(scratch) / f"{k}-int8", texts, int8)
+                with quiet("edgepress.compress.quantize"):  # one candidate among several, timed below
+                    int8_dynamic(fused, Path(scratch) / f"{k}-int8", texts, int8)
                 fused = Path(scratch) / f"{k}-int8"
             graphs[name] = fused / ONNX_FILE
         timings = _time_side_by_side(graphs, texts, cfg)
@@ -168,7 +170,8 @@ def optimize_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Opt
         ops = _fuse(Path(src_dir) / ONNX_FILE, tmp, off)
         parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the fused graph",
                                     SessionConfig(optimization="disable"))
-    log.info("optimize: fused %s (left out: %s), parity %s", ops, list(off), parity)
+    log.info("optimize: fused %s (left out: %s); parity: %s", readable(ops), readable(list(off)),
+             parity_text(parity))
     return {"fused_ops": ops, "disabled": list(off), "parity": parity, **({"timing": timing} if timing else {})}
 
 
@@ -184,5 +187,5 @@ def fp16_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Fp16Con
         copy_side_files(Path(src_dir), tmp)
         parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the fp16 graph",
                           SessionConfig(providers=cfg.providers))
-    log.info("fp16: %s -> %s, parity %s", src_dir, out_dir, parity)
+    log.info("fp16: %s converted; parity: %s", src_dir, parity_text(parity))
     return {"parity": parity}

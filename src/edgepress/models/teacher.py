@@ -74,4 +74,7 @@ def resolve_model(spec: str) -> Path:
     if spec.startswith("demo:") and not Path(spec).exists():
         raise ModelError(f"unknown demo model '{spec}'. Fix: the demo model is {TEACHER}; anything else is a path "
                          f"to a Hugging Face model dir")
-    return Path(spec).expanduser()
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise ModelError(f"{spec} does not exist. Fix: check the path (a Hugging Face model dir, or {TEACHER})")
+    return path

@@ -101,6 +101,7 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
     tokenizer) and loaded back into `model`. `on_step(unwrapped model, step)` runs after every optimizer step.
     Epochs before `keep_from_epoch` are trained and evaluated but never kept (a pruning schedule still under way)."""
     from accelerate.utils import set_seed
+    from rich.console import Console
     from rich.progress import Progress
 
     set_seed(cfg.seed)
@@ -110,7 +111,9 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
     best, start, history = None, time.perf_counter(), []
     counter = _Steps(on_step, accelerator.unwrap_model(model))
-    with Progress(disable=not accelerator.is_local_main_process, transient=True) as progress:
+    console = Console(stderr=True)  # beside the log; drawn only on a terminal (a file would keep blank lines)
+    with Progress(console=console, disable=not (accelerator.is_local_main_process and console.is_terminal),
+                  transient=True) as progress:
         for epoch in range(1, cfg.epochs + 1):
             loss = _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn, progress, epoch, counter)
             metrics, _ = evaluate_classifier(accelerator.unwrap_model(model), tokenizer, validation, cfg.max_length)

@@ -24,17 +24,20 @@ def measure_model_dir(model_dir: Path, data: DataSplits, max_length: int) -> tup
 def evaluate_model(model: str, data_cfg: DataConfig, split: str = "test") -> dict:
     """Metrics of a model (a torch model dir, an ONNX model dir or any bundle, or a demo name) on one split of
     `data_cfg` (`all`: every example of the source), labels mapped by the model's; an ONNX graph is evaluated one
-    text per call, as a run measures it."""
+    text per call, as a run measures it. `splits_note` says how the splits were made when not as the source gave
+    them (e.g. a validation split standing in for a missing test split)."""
+    from edgepress.deploy.bundle import final_of_run
     from edgepress.pipeline.inputs import check_within_positions
     from edgepress.pipeline.latency import onnx_path
     from edgepress.pipeline.measure import measure_artifact
 
     model_dir = resolve_model(model)
+    model_dir = final_of_run(model_dir, "evaluate") or model_dir
     graph = onnx_path(model_dir)
     label2id = label2id_of(model_dir, torch_weights=graph is None)
     check_within_positions(model_dir, {"--max-length": data_cfg.max_length})
     data = load_data(data_cfg, label2id)
     data = replace(data, test=data.everything() if split == "all" else getattr(data, split))
-    if graph is None:
-        return measure_model_dir(model_dir, data, data_cfg.max_length)[0]
-    return measure_artifact(model_dir, data, data_cfg.max_length, (), None, LatencyConfig())[0]
+    metrics = measure_model_dir(model_dir, data, data_cfg.max_length)[0] if graph is None else \
+        measure_artifact(model_dir, data, data_cfg.max_length, (), None, LatencyConfig())[0]
+    return {**metrics, **({"splits_note": data.note} if data.note else {})}

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from edgepress.configs import bools_as_numbers, build, describe_all
+from edgepress.configs import build, validated
 from edgepress.data.config import DataConfig
-from edgepress.deploy.targets import TARGETS, refusals
+from edgepress.deploy.targets import INT8_METHODS, TARGETS, detect_target, refusals, target_params
 from edgepress.errors import ConfigError
 from edgepress.registry import METHODS
 from edgepress.runtime.latency import LatencyConfig
@@ -168,9 +168,30 @@ class PipelineConfig(BaseModel):
                     *parity_gate_problems(self.stages)]
         if self.runtime.target is not None:
             problems += refusals(self.runtime.target, [(s.name, m) for s in self.stages for m in _methods(s)])
+            problems += full_range_problems(self.stages, self.runtime.target)
         if problems:
             raise ValueError("\n  ✗ ".join(problems))
         return self
+
+
+def with_target(target: str, method: str, params: dict) -> tuple[dict, dict]:
+    """`target_params` with the method's own `per_channel` default (True for a method without the field: qat is
+    per channel)."""
+    field = METHODS[method].config.model_fields.get("per_channel")
+    return target_params(target, method, params, True if field is None else bool(field.default))
+
+
+def full_range_problems(stages: list[StageConfig], target: str) -> list[str]:
+    """For x86-avx2: each int8 attempt whose weights would be full range (per-tensor scales, for which the target
+    fills in no reduce_range, or reduce_range: false). Its bundle is refused unless the run was measured on a CPU
+    without VNNI, where any saturation is in the accuracy the gates passed: on any other machine, say so now."""
+    if target != "x86-avx2" or detect_target() == "x86-avx2":
+        return []
+    return [f"stage '{stage.name}' ({method}): its int8 weights would be full range (reduce_range off), which target "
+            f"x86-avx2 refuses unless measured on a CPU without VNNI (this one has VNNI). Fix: per_channel: true "
+            f"(the target then sets reduce_range: true), or reduce_range: true, or target x86-vnni"
+            for stage in stages for method, params in stage.attempts
+            if method in INT8_METHODS and not with_target(target, method, params)[0].get("reduce_range")]
 
 
 def _methods(stage: StageConfig) -> list[str]:
@@ -240,11 +261,7 @@ def check_method(method: str, params: dict[str, Any]) -> None:
     """`method` must be in the registry and `params` must fit its config."""
     if method not in METHODS:
         raise ValueError(f"unknown method '{method}': choose from {', '.join(METHODS)}")
-    problems = bools_as_numbers(METHODS[method].config, params)
-    try:
-        METHODS[method].config.model_validate(params)
-    except ValidationError as e:
-        problems += describe_all(e)
+    problems = validated(METHODS[method].config, params)[1]
     if problems:
         raise ValueError(f"params of {method}: {'; '.join(problems)}") from None
 
@@ -295,7 +312,9 @@ def read_yaml(path: Path) -> Any:
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {e}") from None
+        where = str(e).replace('"<unicode string>"', str(path))
+        raise ConfigError(f"{path} is not valid YAML: {where}\nFix: correct the YAML at that line (a pipeline config "
+                          f"is a mapping of model, data, runtime and stages, as in examples/)") from None
     except RecursionError:
         raise ConfigError(f"{path} nests too deeply to be a pipeline config. Fix: write it flat") from None
     if _expanded_size(data, {}) > MAX_VALUES:

@@ -16,8 +16,9 @@ def _version(*packages: str) -> str | None:
     return None
 
 
-def environment() -> dict:
-    """cpu, cores, threads, python, torch, onnxruntime, providers_available."""
+def environment(threads: int) -> dict:
+    """cpu, cores, the `threads` every timing ran on, the threads torch trains on, python, torch, onnxruntime,
+    providers_available."""
     import onnxruntime
     import torch
 
@@ -25,7 +26,8 @@ def environment() -> dict:
         "cpu": cpu_model(),
         "machine": platform.machine(),
         "cores": os.cpu_count(),
-        "threads": torch.get_num_threads(),
+        "threads": threads,
+        "training_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": _version("transformers"),

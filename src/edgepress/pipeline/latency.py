@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from edgepress.errors import ConfigError
+from edgepress.errors import ConfigError, ModelError
 from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.runtime.predictor import (
@@ -52,15 +52,30 @@ def torch_model_runner(model_dir: Path, threads: int | None):
 def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu", threads: int | None = None,
                     cfg: LatencyConfig = LatencyConfig()) -> dict:
     """{"fixed": {p50_ms, ...}, "natural": {...}, "providers_used"} of an ONNX artifact or a torch model dir."""
+    if not Path(artifact).exists():
+        raise ModelError(f"{artifact} does not exist. Fix: check the path")
+    path = onnx_path(artifact)
+    if path is None:
+        if provider != "cpu":
+            raise ConfigError(f"{artifact} is a torch model; edgepress times torch models on cpu only")
+        import torch
+
+        before = torch.get_num_threads()
+        try:  # timed on `threads`; training afterwards gets torch's own count back
+            return _measure(artifact, None, texts, provider, threads, cfg)
+        finally:
+            torch.set_num_threads(before)
+    return _measure(artifact, path, texts, provider, threads, cfg)
+
+
+def _measure(artifact: Path, path: Path | None, texts: tuple[str, ...], provider: str, threads: int | None,
+             cfg: LatencyConfig) -> dict:
     import onnxruntime
 
     from edgepress.export.parity import ort_runner
 
-    path = onnx_path(artifact)
     model_dir = model_dir_of(artifact)
     if path is None:
-        if provider != "cpu":
-            raise ConfigError(f"{artifact} is a torch model; edgepress times torch models on cpu only")
         run, names = torch_model_runner(model_dir, threads)
         providers = ["torch-cpu"]
     else:

@@ -4,6 +4,7 @@ import json
 from itertools import pairwise
 
 from edgepress import __version__
+from edgepress.data.dataset import missing_classes
 from edgepress.files import read_json, write_json, write_text
 from edgepress.pipeline.rundir import RunDir
 
@@ -39,7 +40,7 @@ def build_report(run: RunDir) -> dict:
         "version": REPORT_VERSION,
         "edgepress": __version__,
         **meta,
-        "data": {key: split.get(key) for key in ("source", "id2label", "sizes", "sha256", "note")},
+        "data": {key: split.get(key) for key in ("source", "id2label", "sizes", "sha256", "note", "class_counts")},
         "baseline": {"artifact": baseline["artifact"], "metrics": baseline["metrics"]} if baseline
         else {"artifact": None, "metrics": {}},
         "stages": stages,
@@ -97,12 +98,16 @@ def _sparse_lines(report: dict) -> list[str]:
             and "size_gzip_bytes" in before["metrics"]]
 
 
+MEASURED_WORDS = {"accuracy": lambda v: f"accuracy {v:.4f}", "size_bytes": lambda v: f"{v / 1e6:.2f} MB",
+                  "p50_ms": lambda v: f"CPU p50 {v:.2f} ms"}
+
+
 def _attempt_line(name: str, i: int, attempt: dict) -> str:
     """One attempt of a stage with fallbacks: its method and the params it was given, what it measured, and why it
     failed (the gates it missed, or its error)."""
     given = json.dumps(attempt.get("params") or {}, separators=(", ", ": "))
     measured = attempt.get("measured") or {}
-    numbers = ", ".join(f"{k} {v:.4g}" for k, v in measured.items())
+    numbers = ", ".join(MEASURED_WORDS[k](v) for k, v in measured.items())
     why = "; ".join(f"{gate_text(g)}" for g in attempt["gates"] if not g["passed"]) or attempt.get("error", "")
     return (f"- `{name}` attempt {i}: {attempt['method']} {given} {attempt['status']}"
             f"{f' ({numbers})' if numbers else ''}{f': {why}' if why and attempt['status'] != 'passed' else ''}")
@@ -152,7 +157,9 @@ def data_line(report: dict) -> str:
     """The data, for a person: source, split sizes, label names."""
     labels = ", ".join((report["data"].get("id2label") or {}).values()) or "not recorded"
     note = f" Splits: {report['data']['note']}." if report["data"].get("note") else ""
-    return f"Data: {report['data']['source']} ({_sizes(report)} examples; labels: {labels}).{note}"
+    missing = "".join(f" ⚠ {line.capitalize()}: accuracy there says nothing about it."
+                      for line in missing_classes(report["data"].get("class_counts") or {}))
+    return f"Data: {report['data']['source']} ({_sizes(report)} examples; labels: {labels}).{note}{missing}"
 
 
 def _providers_used(report: dict) -> list[str]:

@@ -8,7 +8,6 @@ this run's id, so report.json, rewritten after the baseline and after each stage
 the end (`passed`, `failed` or `error`), describes this attempt alone. A killed run leaves stage records that
 `--resume` checks (config, input hash, split) before it reuses them."""
 
-import json
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -21,12 +20,14 @@ import numpy as np
 from edgepress.compress.int4 import TORCH_ALGORITHMS
 from edgepress.configs import build
 from edgepress.data import DataSplits
+from edgepress.data.dataset import missing_classes
 from edgepress.data.metrics import accuracy_drop_ci95
 from edgepress.deploy.bundle import bundle_model, run_manifest
-from edgepress.deploy.targets import resolve_target, target_params
+from edgepress.deploy.targets import resolve_target
 from edgepress.errors import ConfigError, EdgepressError, ExportParityError, GateFailed
 from edgepress.files import tree_sha256, write_json
-from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, RuntimeConfig, StageConfig
+from edgepress.logs import readable, summarise_library_messages
+from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, RuntimeConfig, StageConfig, with_target
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.gates import evaluate_gates
 from edgepress.pipeline.inputs import check_inputs
@@ -119,13 +120,6 @@ class RunState:
             self.torch_source = artifact
 
 
-def with_target(target: str, method: str, params: dict) -> tuple[dict, dict]:
-    """`target_params` with the method's own `per_channel` default (True for a method without the field: qat is
-    per channel)."""
-    field = METHODS[method].config.model_fields.get("per_channel")
-    return target_params(target, method, params, True if field is None else bool(field.default))
-
-
 def files_read(method: str, params: dict) -> dict[str, str]:
     """{param: sha256} of the files or dirs a method's params name (a path field, e.g. int4's `torch_model`): what
     they hold can change under the same name."""
@@ -203,7 +197,7 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
     attempt (a parity miss is recorded as the parity gate it is), never the end of the run."""
     spec = METHODS[method]
     params, filled = with_target(state.target["name"], method, params)
-    log.info("stage %s: %s %s", stage.name, method, json.dumps(params) if params else "(defaults)")
+    log.info("stage %s: %s %s", stage.name, method, readable(params) if params else "(defaults)")
     for param, default in filled.items():
         log.info("stage %s: %s = %s for target %s: %s", stage.name, param, default["value"], state.target["name"],
                  default["why"])
@@ -213,11 +207,13 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
         details = {**_call(state, method, cfg, dst), **({"target_defaults": filled} if filled else {})}
         metrics, preds = state.measure(dst)
     except EdgepressError as e:
+        summarise_library_messages(f"stage {stage.name}")
         log.error("stage %s: %s failed: %s", stage.name, method, e)
         parity = isinstance(e, ExportParityError) and cfg is not None
         details = {"error": str(e), **({"parity": e.result} if parity else {})}
         return Outcome(method, cfg.model_dump(mode="json") if cfg else params, "failed", {}, None,
                        _parity_gates(e, cfg) if parity else [], details, None if parity else e)
+    summarise_library_messages(f"stage {stage.name}")
     metrics["accuracy_drop_ci95"] = state.drop_ci(preds)
     gates = evaluate_gates(stage.gates, metrics, state.baseline, state.previous, details.get("parity"))
     status = "passed" if all(g["passed"] for g in gates) else "failed"
@@ -242,7 +238,9 @@ def _run_stage(state: RunState, index: int, stage: StageConfig, key: dict) -> tu
     attempts = []
     for method, params in stage.attempts:
         outcome = _attempt(state, stage, method, params, folder / "model")
-        measured = {k: outcome.metrics[k] for k in ("accuracy", "size_bytes") if k in outcome.metrics}
+        cpu = outcome.metrics.get("latency", {}).get("cpu", {})
+        measured = {k: outcome.metrics[k] for k in ("accuracy", "size_bytes") if k in outcome.metrics} \
+            | ({"p50_ms": cpu["p50_ms"]} if cpu else {})
         attempts.append({"method": method, "params": params, "status": outcome.status, "gates": outcome.gates,
                          "measured": measured,
                          **({"error": outcome.details["error"]} if "error" in outcome.details else {})})
@@ -316,6 +314,7 @@ def _final_bundle(state: RunState) -> None:
     manifest = run_manifest(root, state.cfg, state.data, state.previous, state.meta, state.source)
     bundle_model(state.source, root / "final", state.cfg.runtime.target, overwrite=True, manifest=manifest,
                  run_root=root)
+    summarise_library_messages("final bundle")
 
 
 def _now() -> str:
@@ -326,7 +325,7 @@ def _record_run(state: RunState, status: str, error: str | None = None) -> dict:
     """run.json (this run's id, status, config, environment), then the report built from the files."""
     if not state.meta:
         state.meta = {"run_id": state.run_id, "started": _now(), "config": state.cfg.model_dump(mode="json"),
-                      "environment": environment(), "target": state.target}
+                      "environment": environment(state.cfg.runtime.threads), "target": state.target}
     finished = {} if status == "running" else {"finished": _now()}
     write_json(state.run.root / "run.json", {**state.meta, "status": status, "error": error, **finished})
     return write_report(state.run)
@@ -378,6 +377,8 @@ def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_fi
     try:
         _record_run(state, "running")
         run.write_split(data)
+        for line in missing_classes(data.class_counts()):
+            log.warning("data: %s (the report says so too)", line)
         _baseline(state, model_dir)
         write_report(run)
         failed = _stages(state)

@@ -385,7 +385,8 @@ def read_bundle(bundle: Path) -> tuple[dict, dict]:
                          f"dir of a run, a dir written by `edgepress bundle`, or one written by `edgepress export`")
     config = json_object(bundle / "config.json")
     if "id2label" not in config:
-        raise ModelError(f"{bundle}/config.json has no id2label. Fix: save the model with its label names")
+        raise ModelError(f"{bundle}/config.json has no id2label. Fix: export it again with `edgepress export` "
+                         f"(which writes the names), or add id2label to config.json")
     return config, manifest
 
 

@@ -1,0 +1,109 @@
+"""What a person reads in the log: edgepress's own lines in plain words and rounded numbers, and what the libraries
+under it log (ONNX Runtime's quantizer and transformer fusions, its model converter) collected and said once each,
+with a count, instead of once per call."""
+
+import logging
+import re
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+log = logging.getLogger("edgepress")
+
+
+def readable(value) -> str:
+    """A value for a log line: floats to 4 significant digits, a dict as 'key value, key value', a list in brackets."""
+    if isinstance(value, bool) or value is None:
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {readable(v)}" if not isinstance(v, dict) else f"{k} ({readable(v)})"
+                         for k, v in value.items()) or "none"
+    if isinstance(value, list | tuple):
+        return f"[{', '.join(map(readable, value))}]" if value else "none"
+    return str(value)
+
+
+def parity_text(parity: dict) -> str:
+    """'max |Δlogit| 9.3e-09, label agreement 1 on 60 texts' from a parity record."""
+    return (f"max |Δlogit| {parity['max_abs_diff']:.2g}, label agreement {parity['agreement']:.4g} on "
+            f"{parity['n_examples']} texts")
+
+
+class LibraryMessages(logging.Handler):
+    """On the root logger: counts the records of every logger but edgepress's own, printing none of them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen: Counter = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not record.name.startswith("edgepress"):
+            self.seen[(record.levelno, _source(record), _message(record))] += 1
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The message; a Python warning's without the file, line and source line `warnings` puts around it."""
+    message = record.getMessage().strip()
+    warning = re.search(r"^\S+:\d+: (\w+: .*)$", message.splitlines()[0]) if record.name == "py.warnings" else None
+    return warning.group(1) if warning else message
+
+
+def _source(record: logging.LogRecord) -> str:
+    """The logger's name; for the root logger (a module-level `logging.warning`), the package that called it."""
+    if record.name == "py.warnings":  # the file that warned: "/.../site-packages/transformers/x.py:12: ..."
+        found = re.search(r"site-packages/([^/]+)/", record.getMessage())
+        return found.group(1) if found else "python"
+    if record.name != "root":
+        return record.name
+    path = Path(record.pathname).parts
+    return path[path.index("site-packages") + 1] if "site-packages" in path[:-1] else record.module
+
+
+LIBRARY_MESSAGES = LibraryMessages()
+
+
+def collect_library_messages() -> None:
+    """Route every library's log records and Python warnings to `LIBRARY_MESSAGES` (the CLI does this once). With a
+    handler on the root logger, a library's module-level `logging.warning` no longer installs Python's default one
+    either."""
+    root = logging.getLogger()
+    if LIBRARY_MESSAGES not in root.handlers:
+        root.addHandler(LIBRARY_MESSAGES)
+    logging.captureWarnings(True)  # Python warnings (torch's, numpy's) too, through the py.warnings logger
+
+
+def summarise_library_messages(where: str) -> None:
+    """Log each distinct library message collected since the last summary once, at its own level, with a count."""
+    for (level, name, message), n in sorted(LIBRARY_MESSAGES.seen.items()):
+        log.log(level, "%s: %s said%s: %s", where, name,
+                f" {n} times" if n > 1 else "", message)
+    LIBRARY_MESSAGES.seen.clear()
+
+
+@contextmanager
+def quiet(logger_name: str):
+    """Inside, `logger_name` logs warnings only (e.g. a method called many times over to time candidates)."""
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextmanager
+def collected(logger_name: str):
+    """Inside, a library logger that prints through its own handler (neural-compressor's: a line per layer and
+    step) sends its warnings to the root logger, where they are collected, and drops its progress lines."""
+    logger = logging.getLogger(logger_name)
+    saved = logger.handlers[:], logger.propagate, logger.level
+    logger.handlers, logger.propagate = [], True
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.handlers, logger.propagate = saved[0], saved[1]
+        logger.setLevel(saved[2])
