@@ -111,6 +111,9 @@ def run(
                                               "passed with the same config and data.")] = False,
     target: Annotated[Target | None, typer.Option(help="Where the bundle will run (instead of runtime.target; "
                                                        "default: this machine).")] = None,
+    cache: Annotated[Path | None, typer.Option(help="A stage cache shared with other runs: a stage attempt whose "
+                                                    "method, params, input, data, runtime and machine match an "
+                                                    "earlier one's takes its result.")] = None,
 ) -> None:
     """Run a pipeline: baseline, then every stage with its gates. Exit 0 all gates passed, 3 a gate failed,
     2 bad input, 1 internal error."""
@@ -122,7 +125,7 @@ def run(
         cfg = _call(with_runtime, cfg, f"--device {device.value}", providers=[device.value])
     if target is not None:
         cfg = _call(with_runtime, cfg, f"--target {target.value}", target=target.value)
-    _summary(_call(run_pipeline, cfg, out_dir, resume=resume, config_file=config), out_dir)
+    _summary(_call(run_pipeline, cfg, out_dir, resume=resume, config_file=config, cache=cache), out_dir)
 
 
 @app.command()

@@ -30,12 +30,13 @@ from edgepress.logs import readable, summarise_library_messages
 from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, RuntimeConfig, StageConfig, with_target
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.gates import evaluate_gates
-from edgepress.pipeline.inputs import check_inputs
+from edgepress.pipeline.inputs import check_inputs, local_inputs
 from edgepress.pipeline.latency import onnx_path
 from edgepress.pipeline.launch import launched
 from edgepress.pipeline.measure import ONNX_EVALUATION, measure_artifact
 from edgepress.pipeline.report import write_report
 from edgepress.pipeline.rundir import RunDir, attach_log
+from edgepress.pipeline.stagecache import StageCache, machine_key, open_cache
 from edgepress.registry import METHODS
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class RunState:
     kind: str = "torch"  # what `source` is (registry kinds)
     target: dict = field(default_factory=dict)  # {"name", "detected"}: where the bundle will run
     meta: dict = field(default_factory=dict)  # run.json: id, start time, config, environment
+    cache: StageCache | None = None  # --cache: attempts shared with other runs
 
     def measure(self, artifact: Path) -> tuple[dict, np.ndarray]:
         runtime = self.cfg.runtime
@@ -93,6 +95,15 @@ class RunState:
         return {"stage": stage, "data": self.cfg.data.model_dump(mode="json"),
                 "runtime": runtime_key(self.cfg.runtime), "data_sha256": self.data_sha256,
                 "input_sha256": self.source_sha256}
+
+    def attempt_key(self, method: str, cfg) -> dict:
+        """What one attempt's result depends on, for the stage cache: the method's full params (a path param by
+        the content it names), the input's and the data's content, the runtime, and the machine that measures."""
+        params = cfg.model_dump(mode="json")
+        read = files_read(method, params)
+        return {"method": method, "params": {k: v for k, v in params.items() if k not in read}, "files_sha256": read,
+                "input_sha256": self.source_sha256, "data": self.cfg.data.model_dump(mode="json"),
+                "data_sha256": self.data_sha256, "runtime": runtime_key(self.cfg.runtime), "machine": machine_key()}
 
     def reusable(self, index: int, name: str, key: dict, artifact: Path) -> dict | None:
         """With --resume, the earlier run's passed record of this stage if `key` matches, its `artifact` is intact,
@@ -204,8 +215,8 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
     cfg = None
     try:
         cfg = build(spec.config, _method_params(state, stage, params, spec.config), where=f"stage {stage.name}")
-        details = {**_call(state, method, cfg, dst), **({"target_defaults": filled} if filled else {})}
-        metrics, preds = state.measure(dst)
+        details, metrics, preds = _computed(state, stage, method, cfg, dst)
+        details = {**details, **({"target_defaults": filled} if filled else {})}
     except EdgepressError as e:
         summarise_library_messages(f"stage {stage.name}")
         log.error("stage %s: %s failed: %s", stage.name, method, e)
@@ -218,6 +229,21 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
     gates = evaluate_gates(stage.gates, metrics, state.baseline, state.previous, details.get("parity"))
     status = "passed" if all(g["passed"] for g in gates) else "failed"
     return Outcome(method, cfg.model_dump(mode="json"), status, metrics, preds, gates, details)
+
+
+def _computed(state: RunState, stage: StageConfig, method: str, cfg, dst: Path) -> tuple[dict, dict, np.ndarray]:
+    """(details, metrics, test predictions) of the method run on the stage's input into `dst`, measured; with a
+    stage cache, an earlier identical attempt's, its artifact copied to `dst` (and a new result stored)."""
+    key = state.attempt_key(method, cfg) if state.cache else None
+    hit = state.cache.get(key, dst) if key else None
+    if hit:
+        log.info("stage %s: %s taken from the cache (%s)", stage.name, method, hit["entry"])
+        return {**hit["details"], "cache_entry": hit["entry"]}, hit["metrics"], hit["predictions"]
+    details = _call(state, method, cfg, dst)
+    metrics, preds = state.measure(dst)
+    if key:
+        state.cache.put(key, dst, details, metrics, preds)
+    return details, metrics, preds
 
 
 def _value(value: float | None) -> str:
@@ -353,13 +379,17 @@ def _failure_error(state: RunState, name: str, outcome: Outcome) -> EdgepressErr
     return GateFailed(f"stage '{name}' missed its gates ({_missed(outcome)}); {where}")
 
 
-def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_file: Path | None = None) -> dict:
+def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_file: Path | None = None,
+                 cache: Path | None = None) -> dict:
     """Run `cfg` into `out`; returns the report. Raises GateFailed (after writing the report) when a stage and all
     its fallbacks miss a gate. With `resume`, each stage an earlier run in `out` passed with the same config,
     input artifact and data (every split's ids, texts and labels) is reused instead of run again. `config_file`, the
-    YAML `cfg` came from, is kept apart from what the run replaces like the model and the data."""
+    YAML `cfg` came from, is kept apart from what the run replaces like the model and the data. With `cache` (a
+    dir), every stage attempt is looked up in and stored to that stage cache (pipeline/stagecache.py)."""
     run = RunDir(Path(out))
     model_dir, data = check_inputs(cfg, run.root, config_file=config_file)
+    stage_cache = open_cache(cache, {"the run dir": run.root, **local_inputs(cfg.model, cfg.data.source)}) \
+        if cache is not None else None
     data_sha256 = data.manifest()["content_sha256"]
     recorded = run.recorded_data()
     same_data = recorded == data_sha256
@@ -368,7 +398,7 @@ def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_fi
         log.warning("--resume: the data (every split's texts and labels) %s: every stage of the run in %s runs again",
                     why, out)
     state = RunState(cfg, run, uuid.uuid4().hex[:12], data, data_sha256, resume=resume and same_data,
-                     target=resolve_target(cfg.runtime.target))
+                     target=resolve_target(cfg.runtime.target), cache=stage_cache)
     try:
         run.prepare([s.name for s in cfg.stages], state.resume)
     except OSError as e:

@@ -1,0 +1,97 @@
+"""A cache of stage attempts addressed by their content, shared by runs (`edgepress run --cache DIR`): an attempt
+whose result depends on exactly what an earlier one's did takes that result (artifact, details, metrics, test
+predictions) instead of running again, whatever run, stage name or gates it belongs to. What a result depends on:
+the method and its full params (a file a param names by its content), the input artifact's content, the data
+config and every split's content, the runtime section, and the machine and versions that measured it. Gates are
+not part of it: a run judges a cached result by its own gates, against its own baseline.
+
+Layout: DIR/<key sha256>/entry.json (the key, the artifact's sha256, the result) and DIR/<key sha256>/model/.
+Each entry appears whole (written beside, then renamed) and is never changed; an entry whose artifact no longer
+matches its sha256 is ignored."""
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgepress import __version__
+from edgepress.errors import ConfigError
+from edgepress.files import atomic_dir, read_json, tree_sha256, write_json
+
+ENTRY = "entry.json"
+
+log = logging.getLogger(__name__)
+
+
+def machine_key() -> dict:
+    """What a cached latency was measured with: this CPU and the versions of what ran it."""
+    import onnxruntime
+    import torch
+
+    from edgepress.runtime.predictor import cpu_model
+
+    return {"cpu": cpu_model(), "machine": platform.machine(), "cores": os.cpu_count(), "edgepress": __version__,
+            "torch": torch.__version__, "onnxruntime": onnxruntime.__version__}
+
+
+@dataclass(frozen=True)
+class StageCache:
+    root: Path
+
+    def _entry(self, key: dict) -> Path:
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        return self.root / digest
+
+    def get(self, key: dict, dst: Path) -> dict | None:
+        """The entry for `key` ({"details", "metrics", "predictions"}), its artifact copied to `dst`; None when there
+        is none, or it is unreadable or its artifact changed."""
+        entry = self._entry(key)
+        try:
+            record = read_json(entry / ENTRY)
+            intact = record["key"] == key and tree_sha256(entry / "model") == record["artifact_sha256"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not intact:
+            log.warning("cache entry %s does not match what it recorded: not used", entry)
+            return None
+        with atomic_dir(dst) as tmp:
+            shutil.copytree(entry / "model", tmp, dirs_exist_ok=True)
+        return {**record, "predictions": np.asarray(record["predictions"]), "entry": str(entry)}
+
+    def put(self, key: dict, artifact: Path, details: dict, metrics: dict, predictions: np.ndarray) -> None:
+        """Store an attempt's result under `key`, unless an entry for it exists (another run wrote the same)."""
+        entry = self._entry(key)
+        if (entry / ENTRY).is_file():
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{entry.name}.", suffix=".tmp"))
+        try:
+            shutil.copytree(artifact, tmp / "model")
+            write_json(tmp / ENTRY, {"key": key, "artifact_sha256": tree_sha256(tmp / "model"), "details": details,
+                                     "metrics": metrics, "predictions": predictions.tolist()})
+            os.rename(tmp, entry)  # fails when another writer got there first: theirs is the same result
+        except OSError:
+            pass
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def open_cache(root: Path, apart_from: dict[str, Path]) -> StageCache:
+    """The cache in `root` (made when missing), which must lie apart from the run dir and every input: a run
+    replaces what is in its dir, and a cache inside the model or data would change what it reads."""
+    root = Path(root).expanduser().resolve()
+    for what, path in apart_from.items():
+        path = Path(path).resolve()
+        if root == path or root.is_relative_to(path) or path.is_relative_to(root):
+            raise ConfigError(f"--cache {root} and {what} ({path}) overlap. Fix: keep the cache in a directory of "
+                              f"its own, outside the run dir and the inputs")
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"--cache {root} is a file. Fix: give a directory")
+    return StageCache(root)
