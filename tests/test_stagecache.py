@@ -44,7 +44,8 @@ def test_a_second_run_takes_every_attempt_from_the_cache_whatever_its_stage_name
     assert [s["metrics"]["latency"]["cpu"]["p50_ms"] for s in second] == \
         [s["metrics"]["latency"]["cpu"]["p50_ms"] for s in first]  # the measured result, not a new measurement
     assert [g["kind"] for g in second[0]["gates"]] == ["accuracy"]  # judged by this run's own gates
-    assert "taken from the cache" in (tmp_path / "b" / "run.log").read_text()
+    log = (tmp_path / "b" / "run.log").read_text()
+    assert "baseline: taken from the cache" in log and log.count("taken from the cache") == 4
 
 
 def test_other_data_content_or_a_damaged_entry_runs_again(tmp_path, tiny_model_dir, movie_data):
@@ -56,8 +57,8 @@ def test_other_data_content_or_a_damaged_entry_runs_again(tmp_path, tiny_model_d
     runner.run_pipeline(load_config(_config(tmp_path / "b.yaml", tiny_model_dir, flipped, stages)), tmp_path / "b",
                         cache=tmp_path / "cache")
     assert "cache_entry" not in _stages(tmp_path / "b")[0]["details"]
-    entries = sorted(p for p in (tmp_path / "cache").iterdir() if p.is_dir())
-    assert len(entries) == 2
+    entries = sorted(p for p in (tmp_path / "cache").iterdir() if (p / "model").is_dir())
+    assert len(entries) == 2  # (and the two baselines, measured on different data)
     for entry in entries:  # a damaged artifact: the entry no longer matches its sha256
         (entry / "model" / "model.onnx").write_bytes(b"damaged")
     runner.run_pipeline(load_config(_config(tmp_path / "c.yaml", tiny_model_dir, data, stages)), tmp_path / "c",

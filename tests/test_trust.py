@@ -841,6 +841,16 @@ def test_evaluate_and_bench_take_a_run_dir_and_name_a_missing_path(earlier, tmp_
         assert result.exit_code == 2 and "nothere does not exist. Fix: check the path" in result.output
 
 
+def test_a_test_split_too_short_for_the_latency_shape_is_refused_before_running(tmp_path, tiny_model_dir):
+    (tmp_path / "d.csv").write_text("text,label\n" + "".join(f"sentence {i},{i % 2}\n" for i in range(40)))
+    config = write_config(tmp_path / "p.yaml", tiny_model_dir, STAGES[:1], data={"source": str(tmp_path / "d.csv")})
+    for command in (("validate", config), ("run", config, "--out", tmp_path / "run")):
+        result = invoke(*command)
+        assert result.exit_code == 2 and "runtime.latency: the test split's sentences (every stage is timed on " \
+            "them) hold 16 tokens; 128 are needed for the fixed shape 1 x 128" in result.output, result.output
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_csv_separated_by_semicolons_is_named_as_such(tmp_path, tiny_onnx_dir):
     (tmp_path / "semi.csv").write_text("id;text;label\n1;a fine, fine film;positive\n2;dull;negative\n")
     result = invoke("evaluate", tiny_onnx_dir, "--data", tmp_path / "semi.csv")

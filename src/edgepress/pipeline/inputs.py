@@ -14,7 +14,7 @@ from edgepress.models.teacher import TEACHER, encoder_dir, resolve_model
 from edgepress.pipeline.config import PipelineConfig
 from edgepress.pipeline.rundir import RUN_FILES
 from edgepress.registry import METHODS
-from edgepress.runtime.predictor import MANIFEST, position_limit
+from edgepress.runtime.predictor import MANIFEST, fixed_shape_feeds, load_tokenizer, position_limit
 from edgepress.runtime.session import check_providers
 
 
@@ -42,6 +42,18 @@ def check_lengths(model_dir: Path, cfg: PipelineConfig) -> None:
                 where = "params" if i == 0 else f"on_fail.fallback[{i - 1}].params"
                 asked[f"stage '{stage.name}' {where}.max_length"] = params["max_length"]
     check_within_positions(model_dir, asked)
+
+
+def check_latency_shape(model_dir: Path, cfg: PipelineConfig, data: DataSplits) -> None:
+    """The test split holds the real tokens every stage is timed on: batch_size x sequence_length of them."""
+    latency = cfg.runtime.latency
+    limit = position_limit(read_model_config(model_dir))
+    try:
+        fixed_shape_feeds(load_tokenizer(model_dir, limit), data.test.texts, latency.batch_size,
+                          latency.sequence_length, ("input_ids",), limit)
+    except ConfigError as e:
+        said = str(e).replace("the sentences given", "the test split's sentences (every stage is timed on them)")
+        raise ConfigError(f"runtime.latency: {said}") from None
 
 
 def check_within_positions(model_dir: Path, asked: dict[str, int]) -> None:
@@ -112,4 +124,7 @@ def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bo
         check_lengths(model_dir, cfg)
         check_methods(cfg, *loaded)
     label2id = label2id_of(model_dir) if model_dir else {name: i for i, name in DEMO_LABELS.items()}
-    return model_dir, load_data(cfg.data, label2id)
+    data = load_data(cfg.data, label2id)
+    if model_dir is not None:
+        check_latency_shape(model_dir, cfg, data)
+    return model_dir, data

@@ -101,8 +101,12 @@ class RunState:
         the content it names), the input's and the data's content, the runtime, and the machine that measures."""
         params = cfg.model_dump(mode="json")
         read = files_read(method, params)
-        return {"method": method, "params": {k: v for k, v in params.items() if k not in read}, "files_sha256": read,
-                "input_sha256": self.source_sha256, "data": self.cfg.data.model_dump(mode="json"),
+        return self.measured_key(method=method, params={k: v for k, v in params.items() if k not in read},
+                                 files_sha256=read)
+
+    def measured_key(self, **what) -> dict:
+        """`what` was computed from the current input, and measured on this run's data, runtime and machine."""
+        return {**what, "input_sha256": self.source_sha256, "data": self.cfg.data.model_dump(mode="json"),
                 "data_sha256": self.data_sha256, "runtime": runtime_key(self.cfg.runtime), "machine": machine_key()}
 
     def reusable(self, index: int, name: str, key: dict, artifact: Path) -> dict | None:
@@ -293,6 +297,19 @@ def _reuse(state: RunState, index: int, hit: dict) -> None:
     log.info("%s: reused from run %s (--resume)", hit["name"], hit["run_id"])
 
 
+def _measured_baseline(state: RunState, model_dir: Path) -> tuple[dict, np.ndarray]:
+    """The model's metrics and test predictions; with a stage cache, an earlier identical measurement's."""
+    key = state.measured_key(baseline=True) if state.cache else None
+    hit = state.cache.get(key, None) if key else None
+    if hit:
+        log.info("baseline: taken from the cache (%s)", hit["entry"])
+        return hit["metrics"], hit["predictions"]
+    metrics, preds = state.measure(model_dir)
+    if key:
+        state.cache.put(key, None, {}, metrics, preds)
+    return metrics, preds
+
+
 def _baseline(state: RunState, model_dir: Path) -> None:
     state.source, state.source_sha256, state.torch_source = model_dir, tree_sha256(model_dir), model_dir
     key = state.reuse_key({"model": state.cfg.model, "model_dir": str(model_dir)})
@@ -302,7 +319,7 @@ def _baseline(state: RunState, model_dir: Path) -> None:
         metrics, preds = hit["metrics"], np.asarray(hit["predictions"])
     else:
         state.run.clear_stage(0, "baseline")
-        metrics, preds = state.measure(model_dir)
+        metrics, preds = _measured_baseline(state, model_dir)
         record = {"name": "baseline", "method": "baseline", "status": "passed", "artifact": str(model_dir),
                   "artifact_sha256": state.source_sha256, "kind": "torch", "gates": [], "details": {},
                   "run_id": state.run_id}

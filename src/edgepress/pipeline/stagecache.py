@@ -5,7 +5,8 @@ the method and its full params (a file a param names by its content), the input 
 config and every split's content, the runtime section, and the machine and versions that measured it. Gates are
 not part of it: a run judges a cached result by its own gates, against its own baseline.
 
-Layout: DIR/<key sha256>/entry.json (the key, the artifact's sha256, the result) and DIR/<key sha256>/model/.
+Layout: DIR/<key sha256>/entry.json (the key, the artifact's sha256, the result) and DIR/<key sha256>/model/ (none
+for the baseline's measurement, whose artifact is the user's model).
 Each entry appears whole (written beside, then renamed) and is never changed; an entry whose artifact no longer
 matches its sha256 is ignored."""
 
@@ -49,33 +50,37 @@ class StageCache:
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
         return self.root / digest
 
-    def get(self, key: dict, dst: Path) -> dict | None:
-        """The entry for `key` ({"details", "metrics", "predictions"}), its artifact copied to `dst`; None when there
-        is none, or it is unreadable or its artifact changed."""
+    def get(self, key: dict, dst: Path | None) -> dict | None:
+        """The entry for `key` ({"details", "metrics", "predictions"}), its artifact copied to `dst` (None: a
+        measurement without an artifact, the baseline's); None when there is none, or it is unreadable or its
+        artifact changed."""
         entry = self._entry(key)
         try:
             record = read_json(entry / ENTRY)
-            intact = record["key"] == key and tree_sha256(entry / "model") == record["artifact_sha256"]
+            intact = record["key"] == key and (dst is None or tree_sha256(entry / "model") == record["artifact_sha256"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
         if not intact:
             log.warning("cache entry %s does not match what it recorded: not used", entry)
             return None
-        with atomic_dir(dst) as tmp:
-            shutil.copytree(entry / "model", tmp, dirs_exist_ok=True)
+        if dst is not None:
+            with atomic_dir(dst) as tmp:
+                shutil.copytree(entry / "model", tmp, dirs_exist_ok=True)
         return {**record, "predictions": np.asarray(record["predictions"]), "entry": str(entry)}
 
-    def put(self, key: dict, artifact: Path, details: dict, metrics: dict, predictions: np.ndarray) -> None:
-        """Store an attempt's result under `key`, unless an entry for it exists (another run wrote the same)."""
+    def put(self, key: dict, artifact: Path | None, details: dict, metrics: dict, predictions: np.ndarray) -> None:
+        """Store a result under `key` (with a copy of `artifact`, when there is one), unless an entry for it exists
+        (another run wrote the same)."""
         entry = self._entry(key)
         if (entry / ENTRY).is_file():
             return
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{entry.name}.", suffix=".tmp"))
         try:
-            shutil.copytree(artifact, tmp / "model")
-            write_json(tmp / ENTRY, {"key": key, "artifact_sha256": tree_sha256(tmp / "model"), "details": details,
-                                     "metrics": metrics, "predictions": predictions.tolist()})
+            if artifact is not None:
+                shutil.copytree(artifact, tmp / "model")
+            write_json(tmp / ENTRY, {"key": key, "artifact_sha256": tree_sha256(tmp / "model") if artifact else None,
+                                     "details": details, "metrics": metrics, "predictions": predictions.tolist()})
             os.rename(tmp, entry)  # fails when another writer got there first: theirs is the same result
         except OSError:
             pass
