@@ -1,0 +1,83 @@
+"""Latency first: each architecture shape a search may train (depth, heads and FFN width kept), built from the
+teacher's weights (timing does not depend on their values), exported, fused and quantized as it would ship, and
+timed side by side on this machine before anything is trained. A shape slower and larger than another is never
+worth training."""
+
+import copy
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgepress.compress.distill import DistillConfig, make_student
+from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+from edgepress.compress.structured import prune_ffn, prune_heads
+from edgepress.export.onnx import ExportConfig, export_model_object
+from edgepress.export.optimize import UNCHECKED, OptimizeConfig, optimize_onnx
+from edgepress.export.parity import ONNX_FILE
+from edgepress.logs import quiet
+from edgepress.models.heads import encoder_layers
+from edgepress.pipeline.latency import compare_latency
+from edgepress.runtime.latency import LatencyConfig
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A student's architecture: `layers` of the teacher's, and the share of heads and FFN neurons each keeps."""
+
+    layers: int
+    heads_keep: float = 1.0
+    ffn_keep: float = 1.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.layers} layers, heads {self.heads_keep:g}, ffn {self.ffn_keep:g}"
+
+
+def build_shape(teacher, shape: Shape):
+    """A copy of `teacher` in `shape`: its first layers' weights where a distill would map others (timing only)."""
+    depth = len(encoder_layers(teacher))
+    model = copy.deepcopy(teacher) if shape.layers == depth else \
+        make_student(teacher, DistillConfig(student_layers=shape.layers))[0]
+    heads, width = model.config.num_attention_heads, model.config.intermediate_size
+    kept_heads, kept_neurons = max(1, round(heads * shape.heads_keep)), max(1, round(width * shape.ffn_keep))
+    if kept_heads < heads:
+        prune_heads(model, [list(range(kept_heads))] * shape.layers)
+    if kept_neurons < width:
+        prune_ffn(model, [list(range(kept_neurons))] * shape.layers)
+    return model
+
+
+def time_shapes(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...], threads: int | None,
+                latency: LatencyConfig, int8: Int8DynamicConfig | None = Int8DynamicConfig()) -> dict[str, dict]:
+    """Per shape (by name): the median fixed-shape and natural p50 over interleaved rounds (`compare_latency`) and
+    the shipped graph's size in MB, each shape exported, fused and (with `int8`) quantized as a run would."""
+    from edgepress.models.loading import load_classifier
+
+    teacher, tokenizer = load_classifier(teacher_dir)
+    with tempfile.TemporaryDirectory(prefix="edgepress-shapes-") as scratch:
+        graphs = {}
+        for k, shape in enumerate(shapes):
+            step = Path(scratch) / str(k)
+            with quiet("edgepress"):  # a line per shape and step would drown the table
+                export_model_object(build_shape(teacher, shape), tokenizer, step / "onnx", texts, ExportConfig(),
+                                    f"shape {shape.name}")
+                optimize_onnx(step / "onnx", step / "fused", texts, OptimizeConfig(fusions="all"))
+                if int8 is not None:  # timing only: the graph a run ships is checked by its own stages
+                    int8_dynamic(step / "fused", step / "int8", texts, int8.model_copy(update={"parity": UNCHECKED}))
+            graphs[shape.name] = step / ("int8" if int8 is not None else "fused")
+        timings = compare_latency(graphs, texts, threads, cfg=latency)
+        return {name: {**timings[name], "size_mb": (graph / ONNX_FILE).stat().st_size / 1e6}
+                for name, graph in graphs.items()}
+
+
+def dominated(table: dict[str, dict]) -> dict[str, str]:
+    """{shape: the shape that beats it}: for each shape, another at least as fast and as small and better in one."""
+    beaten = {}
+    for name, row in table.items():
+        for other, better in table.items():
+            no_worse = better["fixed_p50_ms"] <= row["fixed_p50_ms"] and better["size_mb"] <= row["size_mb"]
+            if other != name and no_worse and (better["fixed_p50_ms"], better["size_mb"]) != \
+                    (row["fixed_p50_ms"], row["size_mb"]):
+                beaten[name] = other
+                break
+    return beaten
