@@ -50,10 +50,10 @@ def check_latency_shape(model_dir: Path, cfg: PipelineConfig, data: DataSplits) 
     limit = position_limit(read_model_config(model_dir))
     try:
         fixed_shape_feeds(load_tokenizer(model_dir, limit), data.test.texts, latency.batch_size,
-                          latency.sequence_length, ("input_ids",), limit)
+                          latency.sequence_length, ("input_ids",), limit,
+                          "the test split's sentences (every stage is timed on them)")
     except ConfigError as e:
-        said = str(e).replace("the sentences given", "the test split's sentences (every stage is timed on them)")
-        raise ConfigError(f"runtime.latency: {said}") from None
+        raise ConfigError(f"runtime.latency: {e}") from None
 
 
 def check_within_positions(model_dir: Path, asked: dict[str, int]) -> None:

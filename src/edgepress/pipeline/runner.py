@@ -222,13 +222,13 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
         details, metrics, preds = _computed(state, stage, method, cfg, dst)
         details = {**details, **({"target_defaults": filled} if filled else {})}
     except EdgepressError as e:
-        summarise_library_messages(f"stage {stage.name}")
         log.error("stage %s: %s failed: %s", stage.name, method, e)
         parity = isinstance(e, ExportParityError) and cfg is not None
         details = {"error": str(e), **({"parity": e.result} if parity else {})}
         return Outcome(method, cfg.model_dump(mode="json") if cfg else params, "failed", {}, None,
                        _parity_gates(e, cfg) if parity else [], details, None if parity else e)
-    summarise_library_messages(f"stage {stage.name}")
+    finally:
+        summarise_library_messages(f"stage {stage.name}")
     metrics["accuracy_drop_ci95"] = state.drop_ci(preds)
     gates = evaluate_gates(stage.gates, metrics, state.baseline, state.previous, details.get("parity"))
     status = "passed" if all(g["passed"] for g in gates) else "failed"
@@ -236,15 +236,23 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
 
 
 def _computed(state: RunState, stage: StageConfig, method: str, cfg, dst: Path) -> tuple[dict, dict, np.ndarray]:
-    """(details, metrics, test predictions) of the method run on the stage's input into `dst`, measured; with a
-    stage cache, an earlier identical attempt's, its artifact copied to `dst` (and a new result stored)."""
-    key = state.attempt_key(method, cfg) if state.cache else None
+    """(details, metrics, test predictions) of the method run on the stage's input into `dst`, measured (or, with a
+    stage cache, an earlier identical attempt's)."""
+    def compute() -> tuple[dict, dict, np.ndarray]:
+        return _call(state, method, cfg, dst), *state.measure(dst)
+
+    return _cached(state, state.attempt_key(method, cfg) if state.cache else None, dst, compute,
+                   f"stage {stage.name}: {method}")
+
+
+def _cached(state: RunState, key: dict | None, dst: Path | None, compute, what: str) -> tuple[dict, dict, np.ndarray]:
+    """`compute()`'s (details, metrics, predictions), or with a stage cache (`key` set) an earlier identical
+    result's, its artifact copied to `dst` (None: a measurement without an artifact); a new result is stored."""
     hit = state.cache.get(key, dst) if key else None
     if hit:
-        log.info("stage %s: %s taken from the cache (%s)", stage.name, method, hit["entry"])
+        log.info("%s taken from the cache (%s)", what, hit["entry"])
         return {**hit["details"], "cache_entry": hit["entry"]}, hit["metrics"], hit["predictions"]
-    details = _call(state, method, cfg, dst)
-    metrics, preds = state.measure(dst)
+    details, metrics, preds = compute()
     if key:
         state.cache.put(key, dst, details, metrics, preds)
     return details, metrics, preds
@@ -297,19 +305,6 @@ def _reuse(state: RunState, index: int, hit: dict) -> None:
     log.info("%s: reused from run %s (--resume)", hit["name"], hit["run_id"])
 
 
-def _measured_baseline(state: RunState, model_dir: Path) -> tuple[dict, np.ndarray]:
-    """The model's metrics and test predictions; with a stage cache, an earlier identical measurement's."""
-    key = state.measured_key(baseline=True) if state.cache else None
-    hit = state.cache.get(key, None) if key else None
-    if hit:
-        log.info("baseline: taken from the cache (%s)", hit["entry"])
-        return hit["metrics"], hit["predictions"]
-    metrics, preds = state.measure(model_dir)
-    if key:
-        state.cache.put(key, None, {}, metrics, preds)
-    return metrics, preds
-
-
 def _baseline(state: RunState, model_dir: Path) -> None:
     state.source, state.source_sha256, state.torch_source = model_dir, tree_sha256(model_dir), model_dir
     key = state.reuse_key({"model": state.cfg.model, "model_dir": str(model_dir)})
@@ -319,7 +314,8 @@ def _baseline(state: RunState, model_dir: Path) -> None:
         metrics, preds = hit["metrics"], np.asarray(hit["predictions"])
     else:
         state.run.clear_stage(0, "baseline")
-        metrics, preds = _measured_baseline(state, model_dir)
+        _, metrics, preds = _cached(state, state.measured_key(baseline=True) if state.cache else None, None,
+                                    lambda: ({}, *state.measure(model_dir)), "baseline:")
         record = {"name": "baseline", "method": "baseline", "status": "passed", "artifact": str(model_dir),
                   "artifact_sha256": state.source_sha256, "kind": "torch", "gates": [], "details": {},
                   "run_id": state.run_id}

@@ -10,6 +10,7 @@ for the baseline's measurement, whose artifact is the user's model).
 Each entry appears whole (written beside, then renamed) and is never changed; an entry whose artifact no longer
 matches its sha256 is ignored."""
 
+import functools
 import hashlib
 import json
 import logging
@@ -31,6 +32,7 @@ ENTRY = "entry.json"
 log = logging.getLogger(__name__)
 
 
+@functools.cache  # the same for the whole process; asked for at every attempt
 def machine_key() -> dict:
     """What a cached latency was measured with: this CPU and the versions of what ran it."""
     import onnxruntime

@@ -302,8 +302,9 @@ def time_runner(run: Callable[[Feeds], object], feeds: list[Feeds], warmup: int,
 
 
 def fixed_shape_feeds(tokenizer, texts: tuple[str, ...], batch_size: int, sequence_length: int,
-                      input_names: tuple[str, ...], limit: int) -> Feeds:
-    """(batch_size, sequence_length) of real tokens: consecutive sentences concatenated until each row is full."""
+                      input_names: tuple[str, ...], limit: int, what: str = "the sentences given") -> Feeds:
+    """(batch_size, sequence_length) of real tokens: consecutive sentences concatenated until each row is full;
+    `what` names the texts in the error when they hold too few."""
     if sequence_length > limit:
         raise ConfigError(f"sequence_length {sequence_length} is longer than the model's position limit {limit}. "
                           f"Fix: ask for at most {limit}")
@@ -314,7 +315,7 @@ def fixed_shape_feeds(tokenizer, texts: tuple[str, ...], batch_size: int, sequen
         if len(stream) >= need:
             break
     if len(stream) < need:
-        raise ConfigError(f"the sentences given hold {len(stream)} tokens; {need} are needed for the fixed shape "
+        raise ConfigError(f"{what} hold {len(stream)} tokens; {need} are needed for the fixed shape "
                           f"{batch_size} x {sequence_length}. Fix: a smaller batch_size or sequence_length, or more "
                           f"sentences")
     ids = np.asarray(stream[:need], dtype=np.int64).reshape(batch_size, sequence_length)
