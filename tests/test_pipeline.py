@@ -14,7 +14,8 @@ from edgepress.pipeline.gates import evaluate_gates
 from edgepress.registry import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = sorted([*ROOT.glob("examples/*.yaml"), ROOT / "src/edgepress/pipeline/demo.yaml"])
+SHIPPED = sorted([*(p for p in ROOT.glob("examples/*.yaml") if not p.name.startswith("search-")),
+                  ROOT / "src/edgepress/pipeline/demo.yaml"])  # search configs: tests/test_search.py
 FAST_RUNTIME = {"threads": 1, "latency": {"warmup": 1, "runs": 5}}
 
 

@@ -1,8 +1,23 @@
-"""The pieces of `edgepress search` (issue 25) as they land: the latency-first table of shapes."""
+"""`edgepress search` (issue 25): the latency-first table of shapes, trials on validation sharing a stage cache,
+best.yaml reproduced by `edgepress run`, bad input, resume after SIGKILL, two workers on one study."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
 
 from edgepress.models.loading import load_classifier
 from edgepress.runtime.latency import LatencyConfig
+from edgepress.search.config import load_search, pipeline_for
 from edgepress.search.shapes import Shape, build_shape, dominated, time_shapes
+from edgepress.search.study import _points
+from tests.test_stagecache import _csv
+from tests.test_trust import FAST_RUNTIME, invoke
 
 
 def test_a_shape_is_built_with_its_depth_heads_and_ffn_width(tiny_model_dir):
@@ -23,6 +38,120 @@ def test_shapes_are_timed_as_they_ship_and_the_dominated_named(tiny_model_dir, m
     assert all(row["fixed_p50_ms"] > 0 and row["providers_used"] == ["CPUExecutionProvider"] for row in table.values())
     sizes = [table[s.name]["size_mb"] for s in shapes]
     assert sizes[0] > sizes[1] > sizes[2]  # int8 graphs of fewer layers, then fewer heads and neurons
-    synthetic = {"a": {"fixed_p50_ms": 1.0, "size_mb": 5.0}, "b": {"fixed_p50_ms": 2.0, "size_mb": 6.0},
-                 "c": {"fixed_p50_ms": 0.5, "size_mb": 9.0}, "d": {"fixed_p50_ms": 1.0, "size_mb": 5.0}}
-    assert dominated(synthetic) == {"b": "a"}  # c is faster, a and d tie: neither beats the other
+    a, b, c, d = Shape(2), Shape(2, heads_keep=0.5), Shape(1), Shape(2, ffn_keep=0.5)
+    synthetic = {a.name: {"fixed_p50_ms": 1.0, "size_mb": 5.0}, b.name: {"fixed_p50_ms": 1.2, "size_mb": 5.0},
+                 c.name: {"fixed_p50_ms": 0.5, "size_mb": 3.0}, d.name: {"fixed_p50_ms": 0.8, "size_mb": 5.0}}
+    # half the heads is no faster than all of them: never worth training. The 1-layer shape beats every other on
+    # both counts but keeps less of the teacher, and d is faster than a: neither is beaten
+    assert dominated(synthetic, [a, b, c, d]) == {b.name: a.name}
+
+
+# The search on the tiny teacher: one student depth, two head shares, so that every trial starts with the same
+# distilled student (trained once, then taken from the cache)
+SPACE = {"layers": [1], "heads_keep": [1.0, 0.5], "ffn_keep": [1.0], "vocab": [False],
+         "quantization": ["int8-dynamic"], "epochs": [1]}
+
+
+def test_every_shipped_search_config_makes_valid_pipelines():
+    for path in sorted(Path(__file__).resolve().parents[1].glob("examples/search-*.yaml")):
+        cfg = load_search(path)
+        space = cfg.space.filled(6)  # the demo teacher's depth
+        pipelines = [pipeline_for(cfg, 6, point) for point in _points(space)]
+        assert len(pipelines) == len(space.shapes()) * len(space.quantization) * len(space.vocab) * len(space.epochs)
+        assert all(p.stages[-1].gates.accuracy.max_drop == cfg.constraints.accuracy.max_drop for p in pipelines)
+
+
+def search_config(path: Path, model: Path, data: Path, **changes) -> Path:
+    body = {"model": str(model), "data": {"source": str(data)}, "runtime": FAST_RUNTIME,
+            "constraints": {"accuracy": {"max_drop": 0.5}}, "space": SPACE, **changes}
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory, tiny_model_dir, movie_data) -> Path:
+    root = tmp_path_factory.mktemp("search")
+    config = search_config(root / "search.yaml", tiny_model_dir, _csv(root / "d.csv", movie_data))
+    result = invoke("search", config, "--out", root / "out", "--trials", 3)
+    assert result.exit_code == 0, result.output
+    return root / "out"
+
+
+def _report(out: Path) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def test_a_search_trains_its_trials_on_validation_and_shares_their_prefix(searched):
+    report = _report(searched)
+    assert len(report["trials"]) == 3 and all(t["stop"] == "passed" for t in report["trials"])
+    assert list(report["shapes"]) == ["1 layers, heads 1, ffn 1", "1 layers, heads 0.5, ffn 1"]
+    for trial in report["trials"]:
+        split = json.loads((Path(trial["run_dir"]) / "data_split.json").read_text())
+        assert split["ids"]["test"] == split["ids"]["validation"]  # a trial never reads the test split
+    logs = [(Path(t["run_dir"]) / "run.log").read_text() for t in report["trials"]]
+    assert sum("stage distill: distill taken from the cache" in log for log in logs) == 2  # trained once
+    assert report["winner"] in report["front"] and report["finalists"]["teacher"]["accuracy"] > 0
+    assert "## Finalists on the test split" in (searched / "report.md").read_text()
+    assert "<svg" in (searched / "report.html").read_text()
+
+
+def test_best_yaml_is_a_pipeline_that_edgepress_run_reproduces(searched, tmp_path):
+    best = _report(searched)["best"]
+    assert best["reproduced"] and Path(best["bundle"], "predict.py").is_file()
+    result = invoke("run", searched / "best.yaml", "--out", tmp_path / "again")
+    assert result.exit_code == 0, result.output
+    final = json.loads((tmp_path / "again" / "report.json").read_text())["stages"][-1]["metrics"]
+    assert final["accuracy"] == best["accuracy"] and final["accuracy_drop_ci95"] == best["drop_ci95"]
+    assert final["size_bytes"] / 1e6 == pytest.approx(best["size_mb"])
+
+
+def test_a_second_search_into_the_same_dir_needs_resume(searched):
+    result = invoke("search", searched.parent / "search.yaml", "--out", searched, "--trials", 1)
+    assert result.exit_code == 2 and "--resume" in result.output
+
+
+@pytest.mark.parametrize("changes, args, expected", [
+    ({"constraints": {"latency": {"max_p50_ms": 1e-6}}}, ("--trials", 1), "latency.max_p50_ms excluded every one"),
+    ({"space": {**SPACE, "layers": [5]}}, ("--trials", 1), "the teacher has 2"),
+    ({}, ("--budget", "soon"), "is not a duration"),
+    ({}, (), "give --budget"),
+])
+def test_bad_searches_exit_2_before_any_training(tmp_path, tiny_model_dir, movie_data, changes, args, expected):
+    config = search_config(tmp_path / "s.yaml", tiny_model_dir, _csv(tmp_path / "d.csv", movie_data), **changes)
+    result = invoke("search", config, "--out", tmp_path / "out", *args)
+    assert result.exit_code == 2 and expected in result.output, result.output
+    assert not (tmp_path / "out" / "trials").exists()
+
+
+def _worker(config: Path, out: Path, *args) -> subprocess.Popen:
+    command = [sys.executable, "-c", "from edgepress.cli.app import main; main()", "search", str(config), "--out",
+               str(out), *map(str, args)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_a_killed_search_resumes_where_it_stopped(tmp_path, tiny_model_dir, movie_data):
+    config = search_config(tmp_path / "s.yaml", tiny_model_dir, _csv(tmp_path / "d.csv", movie_data))
+    worker = _worker(config, tmp_path / "out", "--trials", 3)
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "out" / "trials" / "0001" / "run.json").is_file() and worker.poll() is None:
+        assert time.monotonic() < deadline, "the search did not reach its second trial"
+        time.sleep(0.2)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    result = invoke("search", config, "--out", tmp_path / "out", "--trials", 3, "--resume")
+    assert result.exit_code == 0, result.output
+    stops = [t["stop"] for t in _report(tmp_path / "out")["trials"]]
+    assert stops == ["passed", "killed", "passed"]
+
+
+def test_two_workers_share_one_study_and_run_each_trial_once(tmp_path, tiny_model_dir, movie_data):
+    config = search_config(tmp_path / "s.yaml", tiny_model_dir, _csv(tmp_path / "d.csv", movie_data))
+    workers = [_worker(config, tmp_path / "out", "--trials", 4, "--resume") for _ in range(2)]
+    for worker in workers:
+        output = worker.communicate(timeout=600)[0]
+        assert worker.returncode == 0, output
+    trials = _report(tmp_path / "out")["trials"]
+    assert 4 <= len(trials) <= 5  # each worker checks the count before it asks: both may ask for the 4th
+    assert [t["number"] for t in trials] == list(range(len(trials))) and all(t["stop"] == "passed" for t in trials)
+    assert len({t["worker"]["pid"] for t in trials}) == 2  # both worked
+    assert len({t["run_dir"] for t in trials}) == len(trials)

@@ -128,6 +128,71 @@ def run(
     _summary(_call(run_pipeline, cfg, out_dir, resume=resume, config_file=config, cache=cache), out_dir)
 
 
+def _seconds(budget: str) -> float:
+    """'2h', '90m', '45s', '1h30m' or plain seconds, as seconds."""
+    import re
+
+    from edgepress.errors import ConfigError
+
+    parts = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*", budget)
+    if not budget.strip() or parts is None:
+        raise ConfigError(f"--budget {budget!r} is not a duration. Fix: e.g. 2h, 90m, 1h30m or 600s")
+    hours, minutes, seconds = (float(p) if p else 0.0 for p in parts.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise ConfigError(f"--budget {budget!r} is no time at all. Fix: e.g. 2h")
+    return total
+
+
+@app.command()
+def search(
+    config: Annotated[Path, typer.Argument(help="Search YAML: model, data, runtime, constraints, objective, space "
+                                                "(see examples/search-demo.yaml).")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Search directory: the study, every trial's run, the "
+                                                        "report, best.yaml and the winner's run.")],
+    budget: Annotated[str | None, typer.Option(help="Wall-clock time for trials, e.g. 2h or 45m: no trial starts "
+                                                    "that would not end in it (by the median trial).")] = None,
+    trials: Annotated[int | None, typer.Option(min=1, help="Trials in the study in all (every worker's).")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue the search in --out (or join it as a second worker).")]
+    = False,
+    storage: Annotated[str | None, typer.Option(help="A database URL for the study (e.g. postgresql://...) shared "
+                                                     "by workers on several machines; default: --out/study.db.")]
+    = None,
+) -> None:
+    """Find the fastest (or smallest) pipeline that passes the constraints: shapes timed first, trials selected on
+    the validation split, finalists scored on test, the winner written as best.yaml and run. Exit 0 a winner, 3 no
+    trial passed in the budget, 2 bad input (or a space the constraints leave empty)."""
+    import logging
+    import time
+
+    from rich.markup import escape
+
+    from edgepress.search.config import load_search
+    from edgepress.search.study import run_search
+
+    cfg = _call(load_search, config)
+    seconds = _call(_seconds, budget) if budget is not None else None
+    for handler in logging.getLogger("edgepress").handlers:  # each trial's run.log keeps every stage's lines
+        handler.addFilter(lambda record: record.name.startswith("edgepress.search") and
+                          record.levelno >= logging.WARNING)
+    started = time.monotonic()
+
+    def progress(number: int, result: dict, best) -> None:
+        measured = f"accuracy {result['accuracy']:.4f}, {result['p50_ms']:.2f} ms, {result['size_mb']:.1f} MB" \
+            if "accuracy" in result else ""
+        leader = f"best: trial {best.number} ({best.values[1]:.4g} {cfg.objective})" if best else "none passed yet"
+        left = f" · {max(0.0, seconds - (time.monotonic() - started)) / 60:.0f} min left" if seconds else ""
+        err.print(f"trial {number}: {result['stop']} {escape(result.get('why') or '')} {measured} "
+                  f"({result['seconds']:.0f} s) · {leader}{left}", highlight=False, soft_wrap=True)
+
+    report = _call(run_search, cfg, out_dir, budget_s=seconds, trials=trials, resume=resume, storage=storage,
+                   config_file=config, progress=progress)
+    from edgepress.search.report import status_line
+
+    out.print(status_line(report), highlight=False, soft_wrap=True)
+    out.print(f"report: {out_dir / 'report.md'}", highlight=False)
+
+
 @app.command()
 def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML to check.")]) -> None:
     """Check a pipeline without running it: the config (every problem listed), then that the model loads, the data

@@ -10,7 +10,7 @@ the end (`passed`, `failed` or `error`), describes this attempt alone. A killed 
 
 import logging
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import get_args
@@ -392,15 +392,24 @@ def _failure_error(state: RunState, name: str, outcome: Outcome) -> EdgepressErr
     return GateFailed(f"stage '{name}' missed its gates ({_missed(outcome)}); {where}")
 
 
+TRIAL_NOTE = ("a search trial: the validation split stands in for the test split, which the search scores only "
+              "for its finalists")
+
+
 def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_file: Path | None = None,
-                 cache: Path | None = None) -> dict:
+                 cache: Path | None = None, evaluate_on: str = "test") -> dict:
     """Run `cfg` into `out`; returns the report. Raises GateFailed (after writing the report) when a stage and all
     its fallbacks miss a gate. With `resume`, each stage an earlier run in `out` passed with the same config,
     input artifact and data (every split's ids, texts and labels) is reused instead of run again. `config_file`, the
     YAML `cfg` came from, is kept apart from what the run replaces like the model and the data. With `cache` (a
-    dir), every stage attempt is looked up in and stored to that stage cache (pipeline/stagecache.py)."""
+    dir), every stage attempt is looked up in and stored to that stage cache (pipeline/stagecache.py).
+    `evaluate_on="validation"` (a search trial) measures and gates every stage on the validation split, which then
+    stands in for the test split everywhere (the methods' own details included, the data's digest and so every
+    cache and resume key too): a trial never reads the test split."""
     run = RunDir(Path(out))
     model_dir, data = check_inputs(cfg, run.root, config_file=config_file)
+    if evaluate_on == "validation":
+        data = replace(data, test=data.validation, note="; ".join(filter(None, (data.note, TRIAL_NOTE))))
     stage_cache = open_cache(cache, {"the run dir": run.root, **local_inputs(cfg.model, cfg.data.source)}) \
         if cache is not None else None
     data_sha256 = data.manifest()["content_sha256"]

@@ -70,14 +70,24 @@ def time_shapes(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...], 
                 for name, graph in graphs.items()}
 
 
-def dominated(table: dict[str, dict]) -> dict[str, str]:
-    """{shape: the shape that beats it}: for each shape, another at least as fast and as small and better in one."""
+def keeps_as_much(a: Shape, b: Shape) -> bool:
+    """Whether `a` keeps at least as much of the teacher as `b` (depth, heads and FFN neurons): it can learn what
+    `b` can."""
+    return a.layers >= b.layers and a.heads_keep >= b.heads_keep and a.ffn_keep >= b.ffn_keep
+
+
+def dominated(table: dict[str, dict], shapes: list[Shape]) -> dict[str, str]:
+    """{shape: the shape that beats it}: for each shape, another that keeps at least as much of the teacher and is
+    at least as fast and as small, better in one (e.g. half the heads timed no faster than all of them: the pruned
+    shape would only lose accuracy). A smaller shape never beats a larger one: it may learn less."""
     beaten = {}
-    for name, row in table.items():
-        for other, better in table.items():
+    for shape in shapes:
+        row = table[shape.name]
+        for other in shapes:
+            better = table[other.name]
             no_worse = better["fixed_p50_ms"] <= row["fixed_p50_ms"] and better["size_mb"] <= row["size_mb"]
-            if other != name and no_worse and (better["fixed_p50_ms"], better["size_mb"]) != \
-                    (row["fixed_p50_ms"], row["size_mb"]):
-                beaten[name] = other
+            if other != shape and keeps_as_much(other, shape) and no_worse and \
+                    (better["fixed_p50_ms"], better["size_mb"]) != (row["fixed_p50_ms"], row["size_mb"]):
+                beaten[shape.name] = other.name
                 break
     return beaten

@@ -1,0 +1,169 @@
+"""The search YAML (`edgepress search SEARCH.yaml`): what a pipeline config holds but its stages (model, data,
+runtime), plus the user's constraints, the objective and the space. Every point of the space is an ordinary
+pipeline of the existing methods (`pipeline_for`): the search adds no method of its own."""
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from edgepress.configs import build
+from edgepress.data.config import DataConfig
+from edgepress.errors import ConfigError
+from edgepress.pipeline.config import (
+    AccuracyGate,
+    Gates,
+    PipelineConfig,
+    RuntimeConfig,
+    SizeGate,
+    StageConfig,
+    Strict,
+    read_yaml,
+)
+from edgepress.search.shapes import Shape
+
+# What each quantization choice ships, after the trained torch model: the stages that make it
+QUANTIZATIONS: dict[str, list[dict]] = {
+    "none": [{"name": "export", "method": "export"}, {"name": "fuse", "method": "optimize"}],
+    "int8-dynamic": [{"name": "export", "method": "export"}, {"name": "fuse", "method": "optimize"},
+                     {"name": "int8", "method": "int8-dynamic", "params": {"per_channel": False}}],
+    "int8-dynamic-per-channel": [{"name": "export", "method": "export"}, {"name": "fuse", "method": "optimize"},
+                                 {"name": "int8", "method": "int8-dynamic", "params": {"per_channel": True}}],
+    "int8-static": [{"name": "export", "method": "export"}, {"name": "int8", "method": "int8-static"}],
+    "qat": [{"name": "qat", "method": "qat", "params": {"epochs": 1, "learning_rate": 2.0e-5}},
+            {"name": "export", "method": "export"}],
+    "int4": [{"name": "export", "method": "export"}, {"name": "int4", "method": "int4",
+                                                      "params": {"embeddings": False}}],
+    "int4-words": [{"name": "export", "method": "export"}, {"name": "int4", "method": "int4",
+                                                            "params": {"embeddings": True, "accuracy_level": 4}}],
+}
+Quantization = Literal[tuple(QUANTIZATIONS)]
+# The demo's distillation recipe (pipeline/demo.yaml), the one the search trains every student with
+DISTILL = {"style": "hinton", "learning_rate": 1.0e-4, "temperature": 2.0, "alpha": 0.5}
+
+
+class AccuracyConstraint(BaseModel):
+    model_config = Strict
+    max_drop: float = Field(0.01, ge=0, le=1, description="vs the teacher, on the validation split")
+    strict: bool = Field(False, description="max_drop against the upper end of the drop's paired 95% CI")
+
+
+class FidelityConstraint(BaseModel):
+    model_config = Strict
+    min_agreement: float = Field(ge=0, le=1, description="share of validation texts labelled as the teacher does")
+
+
+class LatencyConstraint(BaseModel):
+    model_config = Strict
+    max_p50_ms: float = Field(gt=0)
+
+
+class SizeConstraint(BaseModel):
+    model_config = Strict
+    max_mb: float = Field(gt=0)
+
+
+class Constraints(BaseModel):
+    model_config = Strict
+    accuracy: AccuracyConstraint = AccuracyConstraint()
+    fidelity: FidelityConstraint | None = None
+    latency: LatencyConstraint | None = None
+    size: SizeConstraint | None = None
+
+
+def _choices(kind):
+    return Field(None, min_length=1, description=f"the {kind} to try")
+
+
+class Space(BaseModel):
+    """The choices a trial draws from; unset: `defaults(depth)`."""
+
+    model_config = Strict
+    layers: list[int] | None = _choices("student depths (the teacher's own depth: no distillation)")
+    heads_keep: list[float] | None = _choices("shares of attention heads kept (1: no head pruning)")
+    ffn_keep: list[float] | None = _choices("shares of FFN neurons kept (1: no FFN pruning)")
+    vocab: list[bool] | None = _choices("vocabulary pruning off (false) and on (true)")
+    quantization: list[Quantization] | None = _choices("quantizations")
+    epochs: list[int] | None = _choices("epochs of every training stage (distill, heads, ffn)")
+
+    @field_validator("layers", "epochs")
+    @classmethod
+    def _positive(cls, values: list[int] | None) -> list[int] | None:
+        if values is not None and min(values) < 1:
+            raise ValueError("every choice must be 1 or more")
+        return None if values is None else sorted(set(values))
+
+    @field_validator("heads_keep", "ffn_keep")
+    @classmethod
+    def _shares(cls, values: list[float] | None) -> list[float] | None:
+        if values is not None and not all(0 < v <= 1 for v in values):
+            raise ValueError("every choice must be a share in (0, 1]")
+        return None if values is None else sorted(set(values), reverse=True)
+
+    def filled(self, depth: int) -> "Space":
+        """Every unset choice at its default for a teacher of `depth` layers: students of 2 to depth/2 + 1 layers
+        and the teacher's own depth, heads 1 and 0.5, FFN 1, 0.5 and 0.25, vocab off and on, the int8 choices, 2
+        or 4 epochs."""
+        defaults = {"layers": sorted({d for d in range(2, depth // 2 + 2) if d < depth} | {depth}),
+                    "heads_keep": [1.0, 0.5], "ffn_keep": [1.0, 0.5, 0.25], "vocab": [False, True],
+                    "quantization": ["int8-dynamic", "int8-dynamic-per-channel", "int8-static"], "epochs": [2, 4]}
+        return self.model_copy(update={k: v for k, v in defaults.items() if getattr(self, k) is None})
+
+    def shapes(self) -> list[Shape]:
+        return [Shape(layers, heads, ffn) for layers in self.layers for heads in self.heads_keep
+                for ffn in self.ffn_keep]
+
+
+class SearchConfig(BaseModel):
+    """A search: `edgepress search SEARCH.yaml --out SEARCH_DIR`."""
+
+    model_config = Strict
+    model: str = Field("demo:minilm-movie", min_length=1)
+    data: DataConfig = DataConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+    constraints: Constraints = Constraints()
+    objective: Literal["latency", "size"] = "latency"
+    space: Space = Space()
+    seed: int = Field(13, ge=0, description="the sampler's seed")
+
+
+def load_search(path: str | Path) -> SearchConfig:
+    data = read_yaml(Path(path))
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must be a mapping with model, data, runtime, constraints, objective and space "
+                          f"(see examples/search-demo.yaml)")
+    return build(SearchConfig, data, where=str(path))
+
+
+def final_gates(constraints: Constraints, provider: str) -> Gates:
+    """The constraints a run can gate on, as the last stage's gates (agreement with the teacher is the search's
+    own check: no gate compares with the baseline's labels)."""
+    latency = constraints.latency
+    return Gates(accuracy=AccuracyGate(max_drop=constraints.accuracy.max_drop, strict=constraints.accuracy.strict),
+                 size=SizeGate(max_mb=constraints.size.max_mb) if constraints.size else None,
+                 latency={"provider": provider, "max_p50_ms": latency.max_p50_ms} if latency else None)
+
+
+def pipeline_for(cfg: SearchConfig, depth: int, point: dict) -> PipelineConfig:
+    """The pipeline of one point ({layers, heads_keep, ffn_keep, vocab, quantization, epochs}) of a teacher of
+    `depth` layers: distill, heads, ffn, vocab (those the point asks for), then the quantization's stages; the
+    constraints gate the last stage only (a trial is judged by what ships)."""
+    epochs = point["epochs"]
+    stages = []
+    if point["layers"] < depth:
+        stages.append({"name": "distill", "method": "distill",
+                       "params": {"student_layers": point["layers"], "epochs": epochs, **DISTILL}})
+    for name in ("heads", "ffn"):
+        if point[f"{name}_keep"] < 1:
+            stages.append({"name": name, "method": name, "params": {"keep": point[f"{name}_keep"], "epochs": epochs}})
+    if point["vocab"]:
+        stages.append({"name": "vocab", "method": "vocab"})
+    stages += [dict(s) for s in QUANTIZATIONS[point["quantization"]]]
+    if point["quantization"] == "qat":
+        stages[-2] = {**stages[-2], "params": {**stages[-2]["params"], "epochs": max(1, epochs // 2)}}
+    gates = final_gates(cfg.constraints, cfg.runtime.providers[0])
+    stages[-1] = {**stages[-1], "gates": gates.model_dump(exclude_none=True)}
+    return build(PipelineConfig, {"model": cfg.model, "data": cfg.data.model_dump(mode="json"),
+                                  "runtime": cfg.runtime.model_dump(mode="json", exclude_none=True),
+                                  "stages": [StageConfig.model_validate(s).model_dump(mode="json") for s in stages]},
+                 where=f"the pipeline of search point {point}")

@@ -1,0 +1,122 @@
+"""SEARCH_DIR/report.{md,html}: how the budget was spent, the shape table, every trial, the validation front, the
+finalists on test and the winner's run; built from report.json's dict alone."""
+
+from edgepress.pipeline.plots import _svg
+
+
+def _f(value, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def _ci(ci, sign: str = "+") -> str:
+    return "–" if not ci else f"[{ci[0]:{sign}.4f}, {ci[1]:{sign}.4f}]"
+
+
+def constraints_text(constraints: dict) -> str:
+    """`accuracy.max_drop 0.01, size.max_mb 9`: the constraints set."""
+    return ", ".join(f"{kind}.{rule} {value}" for kind, limits in constraints.items() if limits
+                     for rule, value in limits.items() if value not in (None, False))
+
+
+def status_line(report: dict) -> str:
+    best, winner = report.get("best"), report["winner"]
+    if best:
+        return (f"Winner: trial {best['trial']}, test accuracy {best['accuracy']:.4f} (drop vs the teacher "
+                f"{_ci(best['drop_ci95'])}), {best['p50_ms']:.2f} ms p50, {best['size_mb']:.1f} MB: `best.yaml`, "
+                f"bundle `{best['bundle']}`" + ("" if best["reproduced"] else
+                                                " ⚠ its run's test accuracy differs from the trial's model on test"))
+    if winner is not None:
+        return f"Best so far: trial {winner} (validation); the search is not finished"
+    return "No trial has passed the constraints yet"
+
+
+def spent_lines(report: dict) -> list[str]:
+    rows = report["trials"]
+    stops = {}
+    for row in rows:
+        stops[row["stop"]] = stops.get(row["stop"], 0) + 1
+    trained = [r for r in rows if r["seconds"]]
+    epochs = sorted({r["params"].get("epochs") for r in trained if r["params"]})
+    return [f"{len(rows)} trial(s): " + ", ".join(f"{n} {stop}" for stop, n in sorted(stops.items())) + ".",
+            f"{sum(r['seconds'] for r in trained):.0f} s in trials (this process's loop: "
+            f"{report['spent'].get('seconds', 0):.0f} s); training epochs per stage drawn from "
+            f"{', '.join(map(str, epochs)) or '–'}. A prefix one trial trained (a student, a pruned model) is taken "
+            f"from the stage cache by every later trial that starts with it.",
+            "No trial is stopped early: every trial trains its full epochs (epoch-level pruning is not built yet)."]
+
+
+def shape_rows(report: dict) -> list[list[str]]:
+    return [[name, f"{row['fixed_p50_ms']:.2f}", f"{row['size_mb']:.1f}", row.get("excluded", "trained if drawn")]
+            for name, row in report["shapes"].items()]
+
+
+def trial_table(report: dict) -> list[list[str]]:
+    front = set(report["front"])
+    return [[f"{r['number']}{' ★' if r['number'] in front else ''}",
+             ", ".join(f"{k} {v}" for k, v in r["params"].items()), _f(r["accuracy"], ".4f"), _f(r["p50_ms"], ".2f"),
+             _f(r["size_mb"], ".1f"), _f(r["agreement"], ".4f"), r["stop"] + (f": {r['why']}" if r["why"] else ""),
+             _f(r["seconds"], ".0f")] for r in report["trials"]]
+
+
+def finalist_rows(report: dict) -> list[list[str]]:
+    scored = report.get("finalists") or {}
+    rows = [["teacher", f"{scored['teacher']['accuracy']:.4f}", _ci(scored["teacher"]["accuracy_ci95"], ""), "–"]] \
+        if scored else []
+    return rows + [[f"trial {n}", f"{s['accuracy']:.4f}", _ci(s["accuracy_ci95"], ""), _ci(s["drop_ci95"])]
+                   for n, s in scored.items() if n != "teacher"]
+
+
+TRIAL_HEADER = ["trial", "point", "validation accuracy", "p50 ms", "size MB", "agreement", "outcome", "s"]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
+        ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+
+
+def render_markdown(report: dict) -> str:
+    c = report["config"]
+    lines = ["# edgepress search", "", status_line(report), "",
+             f"Model `{c['model']}`, data `{c['data']['source']}`; objective: {report['objective']}; constraints: "
+             f"{constraints_text(c['constraints'])}. Trials are measured and selected on the validation split; the "
+             f"test split scores the finalists once.", "", "## How the budget was spent", "",
+             *[f"- {line}" for line in spent_lines(report)], "", "## Shapes (timed before any training, int8)", "",
+             *_table(["shape", "p50 ms", "size MB", "status"], shape_rows(report)), "",
+             "## Trials (★: validation front)", "", *_table(TRIAL_HEADER, trial_table(report)), ""]
+    if report.get("finalists"):
+        lines += ["## Finalists on the test split", "",
+                  *_table(["model", "test accuracy", "95% CI", "drop vs teacher, 95% CI"], finalist_rows(report)), ""]
+    return "\n".join(lines)
+
+
+def front_plot(report: dict) -> str | None:
+    """Validation accuracy against the objective for every trial measured, size as the marker, the front joined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    key = "p50_ms" if report["objective"] == "latency" else "size_mb"
+    rows = [r for r in report["trials"] if r["accuracy"] is not None]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.scatter([r[key] for r in rows], [r["accuracy"] for r in rows], s=[10 + 4 * r["size_mb"] for r in rows],
+               c=["#17803d" if r["stop"] == "passed" else "#999" for r in rows], alpha=0.7)
+    front = sorted((r for r in rows if r["number"] in report["front"]), key=lambda r: r[key])
+    ax.plot([r[key] for r in front], [r["accuracy"] for r in front], "-", color="#17803d")
+    ax.set(xlabel="CPU p50 ms" if key == "p50_ms" else "size MB", ylabel="validation accuracy")
+    svg = _svg(fig)
+    plt.close(fig)
+    return svg
+
+
+def render_html(report: dict) -> str:
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    env = Environment(loader=PackageLoader("edgepress.search", "."), autoescape=select_autoescape(["html", "j2"]))
+    return env.get_template("report.html.j2").render(
+        report=report, status=status_line(report), constraints=constraints_text(report["config"]["constraints"]),
+        spent=spent_lines(report), shapes=shape_rows(report),
+        trials=trial_table(report), trial_header=TRIAL_HEADER, finalists=finalist_rows(report),
+        plot=front_plot(report))

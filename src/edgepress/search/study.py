@@ -1,0 +1,439 @@
+"""`edgepress search`: the fastest (or smallest) pipeline that passes the user's constraints, found by Optuna.
+
+Flow: check the inputs and every point of the space (each is an ordinary pipeline: `config.pipeline_for`); time
+every architecture shape as it would ship (`shapes.time_shapes`) and drop those that cannot meet the constraints or
+are beaten by another; then trials, each an `edgepress run` of one point into SEARCH_DIR/trials/NNNN, measured and
+gated on the **validation** split (`run_pipeline(evaluate_on="validation")`), sharing SEARCH_DIR/cache (a stage
+cache: a distilled student is trained once for every trial that starts with it). Optuna's multi-objective TPE
+draws the points (accuracy up, the objective down, the constraints as its constraints). At the end the passing
+trials on the validation front are the finalists: their final models are scored once on the test split, and the
+winner's pipeline is written as best.yaml and run as such into SEARCH_DIR/best (its report, its bundle).
+
+What is on disk: the study (SEARCH_DIR/study.db, or the --storage URL) is the record of what was tried; a trial is
+told to it only once its run dir is complete. A killed search leaves a running trial, failed when the search is
+resumed (`--resume`: at once for a worker of this machine whose process is gone; by Optuna's heartbeat for one on
+another machine). The report is rewritten after every trial."""
+
+import logging
+import math
+import os
+import socket
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgepress.errors import ConfigError, EdgepressError, GateFailed
+from edgepress.files import check_apart, check_owned, check_writable, read_json, write_json, write_text
+from edgepress.search.config import SearchConfig, pipeline_for
+from edgepress.search.shapes import Shape, dominated, time_shapes
+
+log = logging.getLogger(__name__)
+
+MARKER = "search.json"  # what makes a directory a search dir
+STUDY = "edgepress-search"
+FINALISTS = 3
+HEARTBEAT_S, GRACE_S = 60, 180  # a trial of a worker that stopped beating this long ago is failed (other machines)
+
+
+class SearchExhausted(GateFailed):
+    """The budget ended before any trial passed the constraints (exit 3, the report written)."""
+
+
+@dataclass
+class Prepared:
+    """What the trials share: the teacher's dir and depth, the filled space, its shape table, the data splits."""
+
+    model_dir: Path
+    depth: int
+    space: object
+    shapes: list[Shape]
+    table: dict
+    data: object
+
+
+def _points(space) -> list[dict]:
+    import itertools
+
+    return [{"layers": s.layers, "heads_keep": s.heads_keep, "ffn_keep": s.ffn_keep, "vocab": v,
+             "quantization": q, "epochs": e}
+            for s, v, q, e in itertools.product(space.shapes(), space.vocab, space.quantization, space.epochs)]
+
+
+def check_space(cfg: SearchConfig, model, tokenizer, depth: int, space) -> None:
+    """Every point's pipeline is valid and every method's pre-run check accepts it on this teacher; else one
+    ConfigError naming each point refused (exit 2, before anything is trained)."""
+    from edgepress.pipeline.inputs import check_methods
+
+    if max(space.layers) > depth:
+        raise ConfigError(f"space.layers asks for {max(space.layers)} layers; the teacher has {depth}. Fix: choose "
+                          f"depths from 1 to {depth}")
+    problems, checked = [], set()
+    for point in _points(space):
+        try:
+            pipeline = pipeline_for(cfg, depth, point)
+            training = tuple((s.method, tuple(sorted(s.params.items()))) for s in pipeline.stages)
+            if training not in checked:
+                checked.add(training)
+                check_methods(pipeline, model, tokenizer)
+        except EdgepressError as e:
+            problems.append(f"point {point}: {e}")
+    if problems:
+        shown = "\n".join(f"  ✗ {p}" for p in problems[:5])
+        raise ConfigError(f"{len(problems)} point(s) of the space cannot run:\n{shown}\nFix: narrow the space "
+                          f"(space.layers, heads_keep, ffn_keep, quantization) to what this model takes")
+
+
+def shape_table(prepared_dir: Path, model_dir: Path, shapes: list[Shape], cfg: SearchConfig, texts) -> dict:
+    """The timed shapes (shapes.json in SEARCH_DIR, made once: a resumed search keeps its table)."""
+    from edgepress.files import tree_sha256
+    from edgepress.pipeline.stagecache import machine_key
+
+    key = {"model_sha256": tree_sha256(model_dir), "shapes": [s.name for s in shapes],
+           "runtime": cfg.runtime.model_dump(mode="json"), "machine": machine_key()}
+    path = prepared_dir / "shapes.json"
+    if path.is_file() and read_json(path).get("key") == key:
+        return read_json(path)["table"]
+    latency = cfg.runtime.latency.model_copy(update={"warmup": min(cfg.runtime.latency.warmup, 10),
+                                                     "runs": min(cfg.runtime.latency.runs, 50)})
+    log.info("timing %d shapes as they would ship (export, fusion, int8), side by side", len(shapes))
+    table = time_shapes(model_dir, shapes, texts, cfg.runtime.threads, latency)
+    write_json(path, {"key": key, "table": table})
+    return table
+
+
+def allowed_shapes(cfg: SearchConfig, space, table: dict) -> tuple[list[Shape], dict[str, str]]:
+    """(the shapes worth training, {shape: why not} for the others). The size limit applies here only where no
+    later choice can shrink the graph below the int8 shape timed (no vocabulary pruning, no int4)."""
+    shapes, why = space.shapes(), {}
+    limit = cfg.constraints.latency.max_p50_ms if cfg.constraints.latency else None
+    size = cfg.constraints.size.max_mb if cfg.constraints.size else None
+    size_known = space.vocab == [False] and not any(q.startswith("int4") for q in space.quantization)
+    for shape in shapes:
+        row = table[shape.name]
+        if limit is not None and row["fixed_p50_ms"] > limit:
+            why[shape.name] = f"latency.max_p50_ms: {row['fixed_p50_ms']:.2f} ms in int8 > {limit:g}"
+        elif size is not None and size_known and row["size_mb"] > size:
+            why[shape.name] = f"size.max_mb: {row['size_mb']:.1f} MB in int8 > {size:g}"
+    open_shapes = [s for s in shapes if s.name not in why]
+    for name, by in dominated(table, open_shapes).items():
+        why[name] = f"beaten by {by} (as fast and as small, keeps as much of the teacher)"
+    return [s for s in shapes if s.name not in why], why
+
+
+def prepare(cfg: SearchConfig, out: Path, resume: bool, config_file: Path | None) -> Prepared:
+    """Every check that needs no training, then the shape table and its filter; raises a ConfigError (exit 2) for
+    bad input and for a space the constraints leave empty."""
+    from edgepress.models.heads import encoder_layers
+    from edgepress.pipeline.inputs import check_inputs, check_model, local_inputs
+
+    check_writable(out)
+    check_apart(out, local_inputs(cfg.model, cfg.data.source, config_file))
+    if (out / MARKER).is_file() and not resume:
+        raise ConfigError(f"{out} holds a search. Fix: add --resume to continue it, or choose another --out")
+    check_owned(out, MARKER, "search")
+    if (out / MARKER).is_file() and read_json(out / MARKER)["config"] != cfg.model_dump(mode="json"):
+        raise ConfigError(f"{out} holds a search of another config ({out / MARKER}): its trials would mix with "
+                          f"this one's. Fix: choose another --out, or resume with the config it was started with")
+    model_dir, (model, tokenizer) = check_model(cfg.model, build_teacher=True)
+    depth = len(encoder_layers(model))
+    space = cfg.space.filled(depth)
+    check_space(cfg, model, tokenizer, depth, space)
+    _, data = check_inputs(pipeline_for(cfg, depth, _points(space)[0]))
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / MARKER).is_file():
+        write_json(out / MARKER, {"config": cfg.model_dump(mode="json"), "created": time.time()})
+    table = shape_table(out, model_dir, space.shapes(), cfg, data.validation.texts)
+    shapes, why = allowed_shapes(cfg, space, table)
+    for name, reason in why.items():
+        table[name]["excluded"] = reason
+    if not shapes:
+        reasons = sorted({reason.split(":")[0] for reason in why.values()})
+        raise ConfigError(f"no shape of the space can meet the constraints ({', '.join(reasons)} excluded every "
+                          f"one; the table: {out / 'shapes.json'}). Fix: loosen {' or '.join(reasons)}, or widen "
+                          f"space.layers / heads_keep / ffn_keep toward smaller shapes")
+    return Prepared(model_dir, depth, space, shapes, table, data)
+
+
+def open_study(cfg: SearchConfig, out: Path, storage: str | None):
+    """The study in SEARCH_DIR/study.db (or `storage`, shared by workers on several machines), created or loaded;
+    workers of this machine open it one at a time (the first one creates its tables)."""
+    import optuna
+    from filelock import FileLock
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
+    try:
+        with FileLock(out / ".study.lock"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat's arguments
+            rdb = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith(
+                "sqlite") else None, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+            sampler = optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=4)
+            return optuna.create_study(storage=rdb, sampler=sampler, study_name=STUDY, load_if_exists=True,
+                                       directions=["maximize", "minimize"])
+    except Exception as e:  # sqlalchemy's errors: a bad URL, a server that does not answer, a missing driver
+        raise ConfigError(f"the study at {url} cannot be opened ({type(e).__name__}: {e}). Fix: for --storage, a "
+                          f"reachable database URL (e.g. postgresql://user:password@host/db) with its driver "
+                          f"installed") from None
+
+
+def fail_dead_trials(study) -> list[int]:
+    """Running trials of a worker of this machine whose process is gone (killed): failed, so that the search goes
+    on without them (a worker elsewhere: Optuna's heartbeat does the same after its grace period)."""
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    dead = []
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        worker = trial.user_attrs.get("worker", {})
+        if worker.get("host") == socket.gethostname() and not _alive(worker.get("pid", -1)):
+            study._storage.set_trial_system_attr(trial._trial_id, "edgepress_stop", "killed")
+            study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+            dead.append(trial.number)
+    return dead
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid > 0
+
+
+def _distributions(prepared: Prepared) -> dict:
+    from optuna.distributions import CategoricalDistribution as Choice
+
+    space = prepared.space
+    return {"shape": Choice([s.name for s in prepared.shapes]), "vocab": Choice(space.vocab),
+            "quantization": Choice(space.quantization), "epochs": Choice(space.epochs)}
+
+
+def _point(prepared: Prepared, params: dict) -> dict:
+    shape = next(s for s in prepared.shapes if s.name == params["shape"])
+    return {"layers": shape.layers, "heads_keep": shape.heads_keep, "ffn_keep": shape.ffn_keep,
+            "vocab": params["vocab"], "quantization": params["quantization"], "epochs": params["epochs"]}
+
+
+def trial_result(cfg: SearchConfig, run_dir: Path) -> dict:
+    """What a trial's run says, from its report: the last stage measured (validation accuracy, latency, size),
+    agreement with the teacher's labels, and the constraints' violations (<= 0: met)."""
+    report = read_json(run_dir / "report.json")
+    measured = [s for s in report["stages"] if "accuracy" in s["metrics"]]
+    last = measured[-1] if measured else None
+    if last is None or last is not report["stages"][-1]:
+        failed = report["stages"][-1] if report["stages"] else None
+        return {"stop": "error", "why": report.get("error") or (failed and failed["status"]) or "no stage ran"}
+    m, provider = last["metrics"], cfg.runtime.providers[0]
+    teacher = read_json(run_dir / "stages" / "00-baseline" / "predictions.json")["predictions"]
+    final = read_json(Path(last["artifact"]).parent / "predictions.json")["predictions"]
+    result = {"accuracy": m["accuracy"], "teacher_accuracy": report["baseline"]["metrics"]["accuracy"],
+              "drop_ci95": m.get("accuracy_drop_ci95"), "p50_ms": m["latency"][provider]["p50_ms"],
+              "size_mb": m["size_bytes"] / 1e6, "agreement": float(np.mean(np.array(teacher) == np.array(final))),
+              "artifact": last["artifact"]}
+    violations = {f"{g['kind']}.{g['rule']}": _excess(g) for g in last["gates"]}
+    if cfg.constraints.fidelity:
+        violations["fidelity.min_agreement"] = cfg.constraints.fidelity.min_agreement - result["agreement"]
+    missed = [name for name, excess in violations.items() if excess > 0]
+    return {**result, "violations": violations, "stop": "passed" if not missed else "missed",
+            "why": ", ".join(missed)}
+
+
+def _excess(gate: dict) -> float:
+    """How far a gate's value is beyond its limit (<= 0: within), whatever the rule's direction."""
+    if gate["value"] is None:
+        return 1.0
+    over = gate["value"] - gate["limit"] if gate["rule"].startswith("max") else gate["limit"] - gate["value"]
+    return min(over, 0.0) if gate["passed"] else max(over, 1e-9)
+
+
+def run_trial(cfg: SearchConfig, prepared: Prepared, out: Path, point: dict, number: int) -> dict:
+    from edgepress.pipeline.runner import run_pipeline
+
+    pipeline = pipeline_for(cfg, prepared.depth, point)
+    run_dir = out / "trials" / f"{number:04d}"
+    started = time.monotonic()
+    try:
+        run_pipeline(pipeline, run_dir, cache=out / "cache", evaluate_on="validation")
+    except GateFailed:
+        pass  # the report says which gate; a missed constraint is a result
+    except EdgepressError as e:
+        log.warning("trial %d: %s", number, e)
+    result = trial_result(cfg, run_dir) if (run_dir / "report.json").is_file() else {"stop": "error",
+                                                                                      "why": "no report"}
+    return {**result, "seconds": time.monotonic() - started, "run_dir": str(run_dir)}
+
+
+def _objective(cfg: SearchConfig, result: dict) -> float:
+    return result["p50_ms"] if cfg.objective == "latency" else result["size_mb"]
+
+
+def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_s: float | None,
+                trials: int | None, progress) -> dict:
+    """Trials until `trials` are in the study or the budget would be overrun by one more (the median trial's time);
+    returns how the time was spent."""
+    import optuna
+    from optuna.storages._heartbeat import get_heartbeat_thread  # Optuna's own, outside Study.optimize
+
+    started, durations = time.monotonic(), []
+    distributions = _distributions(prepared)
+    while True:
+        done = len(study.get_trials(deepcopy=False))
+        if trials is not None and done >= trials:
+            break
+        elapsed = time.monotonic() - started
+        if budget_s is not None and elapsed + (float(np.median(durations)) if durations else 0) > budget_s:
+            break
+        with warnings.catch_warnings():  # "heartbeat is supposed to be used with Study.optimize": beaten below
+            warnings.simplefilter("ignore", UserWarning)
+            trial = study.ask(distributions)
+        trial.set_user_attr("worker", {"host": socket.gethostname(), "pid": os.getpid()})
+        point = _point(prepared, trial.params)
+        log.info("trial %d: %s", trial.number, point)
+        beat = get_heartbeat_thread(trial._trial_id, study._storage)  # what Study.optimize runs for each trial
+        beat.start()
+        try:
+            result = run_trial(cfg, prepared, out, point, trial.number)
+        except BaseException:
+            study._storage.set_trial_system_attr(trial._trial_id, "edgepress_stop", "interrupted")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
+        finally:
+            beat.join()
+        durations.append(result["seconds"])
+        for key in ("stop", "why", "seconds", "run_dir", "agreement", "p50_ms", "size_mb", "drop_ci95",
+                    "teacher_accuracy", "artifact"):
+            if key in result:
+                trial.set_user_attr(key, result[key])
+        if result["stop"] == "error":
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            for name, excess in result["violations"].items():  # > 0: missed; Optuna's samplers prefer the met
+                trial.set_constraint(name, excess)
+            study.tell(trial, [result["accuracy"], _objective(cfg, result)])
+        write_search_report(cfg, prepared, out, study, spent={"seconds": time.monotonic() - started})
+        if progress is not None:
+            progress(trial.number, result, best_passing(study))
+    return {"seconds": time.monotonic() - started, "trials_here": len(durations)}
+
+
+def _passing(study) -> list:
+    import optuna
+
+    return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.user_attrs.get("stop") == "passed"]
+
+
+def validation_front(study) -> list:
+    """The passing trials no other passing trial beats on both validation accuracy and the objective, by objective."""
+    passing = _passing(study)
+    front = [t for t in passing if not any(o.values[0] >= t.values[0] and o.values[1] <= t.values[1]
+                                           and o.values != t.values for o in passing)]
+    unique = {tuple(t.values): t for t in sorted(front, key=lambda t: t.number, reverse=True)}
+    return sorted(unique.values(), key=lambda t: t.values[1])
+
+
+def best_passing(study):
+    """The winner on validation: the passing trial with the best objective (ties: the more accurate)."""
+    passing = _passing(study)
+    return min(passing, key=lambda t: (t.values[1], -t.values[0], t.number)) if passing else None
+
+
+def score_finalists(cfg: SearchConfig, prepared: Prepared, finalists: list) -> dict:
+    """Each finalist's final model scored once on the test split, against the teacher there: accuracy with its CI
+    and the paired drop's CI."""
+    from edgepress.data.metrics import accuracy_drop_ci95
+    from edgepress.pipeline.baseline import measure_model_dir
+    from edgepress.pipeline.measure import measure_artifact
+
+    data, n = prepared.data, cfg.data.max_length
+    teacher, teacher_preds = measure_model_dir(prepared.model_dir, data, n)
+    scored = {"teacher": {"accuracy": teacher["accuracy"], "accuracy_ci95": teacher["accuracy_ci95"]}}
+    for trial in finalists:
+        metrics, preds = measure_artifact(Path(trial.user_attrs["artifact"]), data, n, (), cfg.runtime.threads,
+                                          cfg.runtime.latency)
+        scored[str(trial.number)] = {"accuracy": metrics["accuracy"], "accuracy_ci95": metrics["accuracy_ci95"],
+                                     "drop_ci95": accuracy_drop_ci95(data.test.labels, teacher_preds, preds)}
+    return scored
+
+
+def trial_rows(study) -> list[dict]:
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        stop = t.system_attrs.get("edgepress_stop") or t.user_attrs.get("stop") or t.state.name.lower()
+        rows.append({"number": t.number, "params": t.params, "state": t.state.name.lower(), "stop": stop,
+                     "why": t.user_attrs.get("why", ""),
+                     "accuracy": t.values[0] if t.values else None,
+                     **{k: t.user_attrs.get(k) for k in ("p50_ms", "size_mb", "agreement", "seconds", "run_dir",
+                                                                  "worker")}})
+    return rows
+
+
+def write_search_report(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict,
+                        finalists: dict | None = None, best: dict | None = None) -> dict:
+    from edgepress.search.report import render_html, render_markdown
+
+    front = validation_front(study)
+    winner = best_passing(study)
+    report = {"config": cfg.model_dump(mode="json"), "objective": cfg.objective, "shapes": prepared.table,
+              "trials": trial_rows(study), "front": [t.number for t in front],
+              "winner": winner.number if winner else None, "finalists": finalists, "best": best, "spent": spent}
+    write_json(out / "report.json", report)
+    write_text(out / "report.md", render_markdown(report))
+    write_text(out / "report.html", render_html(report))
+    return report
+
+
+def finish(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict) -> dict:
+    """The finalists scored on test, best.yaml written and run into SEARCH_DIR/best (its report and bundle)."""
+    from edgepress.pipeline.runner import run_pipeline
+
+    front = validation_front(study)[:FINALISTS]
+    winner = best_passing(study)
+    if winner is None:
+        write_search_report(cfg, prepared, out, study, spent)
+        raise SearchExhausted(f"no trial passed the constraints in {len(study.trials)} trial(s); the best found is in "
+                              f"{out / 'report.md'}. Fix: a longer --budget or more --trials, or looser constraints")
+    finalists = score_finalists(cfg, prepared, [*front, *([] if winner in front else [winner])])
+    pipeline = pipeline_for(cfg, prepared.depth, _point(prepared, winner.params))
+    header = (f"# The search's winner (trial {winner.number} of {out}): validation accuracy "
+              f"{winner.values[0]:.4f}, {cfg.objective} {winner.values[1]:.4g}.\n"
+              f"# `edgepress run best.yaml --out RUN_DIR` reproduces it.\n")
+    import yaml
+
+    write_text(out / "best.yaml", header + yaml.safe_dump(pipeline.model_dump(mode="json", exclude_defaults=True),
+                                                          sort_keys=False))
+    best_report = run_pipeline(pipeline, out / "best", cache=out / "cache", config_file=out / "best.yaml")
+    final = best_report["stages"][-1]["metrics"]
+    best = {"trial": winner.number, "accuracy": final["accuracy"], "accuracy_ci95": final["accuracy_ci95"],
+            "drop_ci95": final.get("accuracy_drop_ci95"),
+            "p50_ms": final["latency"][cfg.runtime.providers[0]]["p50_ms"], "size_mb": final["size_bytes"] / 1e6,
+            "bundle": str(out / "best" / "final"),
+            "reproduced": math.isclose(final["accuracy"], finalists[str(winner.number)]["accuracy"])}
+    return write_search_report(cfg, prepared, out, study, spent, finalists, best)
+
+
+def run_search(cfg: SearchConfig, out: Path, budget_s: float | None = None, trials: int | None = None,
+               resume: bool = False, storage: str | None = None, config_file: Path | None = None,
+               progress=None) -> dict:
+    """Search `cfg`'s space into `out`; returns the report. Raises ConfigError (exit 2) before any training for bad
+    input or an empty space, SearchExhausted (exit 3) when no trial passed."""
+    out = Path(out)
+    if budget_s is None and trials is None:
+        raise ConfigError("give --budget (e.g. 2h) or --trials N: a search needs a limit")
+    prepared = prepare(cfg, out, resume, config_file)
+    study = open_study(cfg, out, storage)
+    killed = fail_dead_trials(study)
+    if killed:
+        log.warning("trials %s were stopped by a killed search: failed, the search goes on", killed)
+    spent = search_loop(cfg, prepared, out, study, budget_s, trials, progress)
+    from filelock import FileLock
+
+    with FileLock(out / ".finish.lock"):  # workers sharing SEARCH_DIR finish one after the other
+        return finish(cfg, prepared, out, study, spent)
