@@ -20,6 +20,10 @@ def constraints_text(constraints: dict) -> str:
 
 def status_line(report: dict) -> str:
     best, winner = report.get("best"), report["winner"]
+    if best and not best.get("passed", True):
+        return (f"Trial {best['trial']} won on the validation split, but its run of `best.yaml` missed the "
+                f"constraints on the test split (test accuracy {best['accuracy']:.4f}, drop vs the teacher "
+                f"{_ci(best['drop_ci95'])}): see `best/report.md`")
     if best:
         return (f"Winner: trial {best['trial']}, test accuracy {best['accuracy']:.4f} (drop vs the teacher "
                 f"{_ci(best['drop_ci95'])}), {best['p50_ms']:.2f} ms p50, {best['size_mb']:.1f} MB: `best.yaml`, "

@@ -409,14 +409,22 @@ def finish(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict)
 
     write_text(out / "best.yaml", header + yaml.safe_dump(pipeline.model_dump(mode="json", exclude_defaults=True),
                                                           sort_keys=False))
-    best_report = run_pipeline(pipeline, out / "best", cache=out / "cache", config_file=out / "best.yaml")
-    final = best_report["stages"][-1]["metrics"]
+    missed = None
+    try:
+        run_pipeline(pipeline, out / "best", cache=out / "cache", config_file=out / "best.yaml")
+    except GateFailed as e:  # passed on validation, not on test: the verdict is the test split's
+        missed = str(e)
+    final = read_json(out / "best" / "report.json")["stages"][-1]["metrics"]
     best = {"trial": winner.number, "accuracy": final["accuracy"], "accuracy_ci95": final["accuracy_ci95"],
             "drop_ci95": final.get("accuracy_drop_ci95"),
             "p50_ms": final["latency"][cfg.runtime.providers[0]]["p50_ms"], "size_mb": final["size_bytes"] / 1e6,
-            "bundle": str(out / "best" / "final"),
+            "passed": missed is None, "bundle": str(out / "best" / "final") if missed is None else None,
             "reproduced": math.isclose(final["accuracy"], finalists[str(winner.number)]["accuracy"])}
-    return write_search_report(cfg, prepared, out, study, spent, finalists, best)
+    report = write_search_report(cfg, prepared, out, study, spent, finalists, best)
+    if missed is not None:
+        raise GateFailed(f"the winner on validation (trial {winner.number}) missed the constraints on the test split "
+                         f"when best.yaml ran: {missed}")
+    return report
 
 
 def run_search(cfg: SearchConfig, out: Path, budget_s: float | None = None, trials: int | None = None,
