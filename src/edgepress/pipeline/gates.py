@@ -1,12 +1,15 @@
 """Gates: every limit a stage's config sets, checked against its measured metrics. Each check becomes a record
-{kind, rule, limit, value, passed}; a stage passes when all of them pass."""
+{kind, rule, limit, value, passed, excess}; a stage passes when all of them pass. `excess` is how far the value lies
+beyond its limit, in the limit's direction (<= 0: within; None: not measured), what a search ranks missed
+constraints by."""
 
 from edgepress.pipeline.config import Gates
 
 
 def _check(kind: str, rule: str, limit: float, value: float | None, ok_when_below: bool) -> dict:
-    passed = value is not None and (value <= limit if ok_when_below else value >= limit)
-    return {"kind": kind, "rule": rule, "limit": limit, "value": value, "passed": bool(passed)}
+    excess = None if value is None else (value - limit if ok_when_below else limit - value)
+    return {"kind": kind, "rule": rule, "limit": limit, "value": value, "passed": excess is not None and excess <= 0,
+            "excess": excess}
 
 
 def _latency(metrics: dict, provider: str) -> dict | None:

@@ -14,6 +14,7 @@ told to it only once its run dir is complete. A killed search leaves a running t
 resumed (`--resume`: at once for a worker of this machine whose process is gone; by Optuna's heartbeat for one on
 another machine). The report is rewritten after every trial."""
 
+import json
 import logging
 import math
 import os
@@ -24,10 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
 
+from edgepress.data import DataSplits
 from edgepress.errors import ConfigError, EdgepressError, GateFailed
 from edgepress.files import check_apart, check_owned, check_writable, read_json, write_json, write_text
-from edgepress.search.config import SearchConfig, pipeline_for
+from edgepress.pipeline.rundir import RunDir
+from edgepress.search.config import SearchConfig, Space, pipeline_for
 from edgepress.search.shapes import Shape, dominated, time_shapes
 
 log = logging.getLogger(__name__)
@@ -48,10 +52,10 @@ class Prepared:
 
     model_dir: Path
     depth: int
-    space: object
+    space: Space
     shapes: list[Shape]
     table: dict
-    data: object
+    data: DataSplits
 
 
 def _points(space) -> list[dict]:
@@ -74,7 +78,7 @@ def check_space(cfg: SearchConfig, model, tokenizer, depth: int, space) -> None:
     for point in _points(space):
         try:
             pipeline = pipeline_for(cfg, depth, point)
-            training = tuple((s.method, tuple(sorted(s.params.items()))) for s in pipeline.stages)
+            training = json.dumps([[s.method, s.params] for s in pipeline.stages], sort_keys=True)
             if training not in checked:
                 checked.add(training)
                 check_methods(pipeline, model, tokenizer)
@@ -191,8 +195,7 @@ def fail_dead_trials(study) -> list[int]:
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         worker = trial.user_attrs.get("worker", {})
         if worker.get("host") == socket.gethostname() and not _alive(worker.get("pid", -1)):
-            study._storage.set_trial_system_attr(trial._trial_id, "edgepress_stop", "killed")
-            study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+            study.tell(trial.number, state=optuna.trial.TrialState.FAIL)  # no `stop`: the report says killed
             dead.append(trial.number)
     return dead
 
@@ -231,26 +234,18 @@ def trial_result(cfg: SearchConfig, run_dir: Path) -> dict:
         failed = report["stages"][-1] if report["stages"] else None
         return {"stop": "error", "why": report.get("error") or (failed and failed["status"]) or "no stage ran"}
     m, provider = last["metrics"], cfg.runtime.providers[0]
-    teacher = read_json(run_dir / "stages" / "00-baseline" / "predictions.json")["predictions"]
+    teacher = read_json(RunDir(run_dir).stage_dir(0, "baseline") / "predictions.json")["predictions"]
     final = read_json(Path(last["artifact"]).parent / "predictions.json")["predictions"]
     result = {"accuracy": m["accuracy"], "teacher_accuracy": report["baseline"]["metrics"]["accuracy"],
               "drop_ci95": m.get("accuracy_drop_ci95"), "p50_ms": m["latency"][provider]["p50_ms"],
               "size_mb": m["size_bytes"] / 1e6, "agreement": float(np.mean(np.array(teacher) == np.array(final))),
               "artifact": last["artifact"]}
-    violations = {f"{g['kind']}.{g['rule']}": _excess(g) for g in last["gates"]}
+    violations = {f"{g['kind']}.{g['rule']}": 1.0 if g["excess"] is None else g["excess"] for g in last["gates"]}
     if cfg.constraints.fidelity:
         violations["fidelity.min_agreement"] = cfg.constraints.fidelity.min_agreement - result["agreement"]
     missed = [name for name, excess in violations.items() if excess > 0]
     return {**result, "violations": violations, "stop": "passed" if not missed else "missed",
             "why": ", ".join(missed)}
-
-
-def _excess(gate: dict) -> float:
-    """How far a gate's value is beyond its limit (<= 0: within), whatever the rule's direction."""
-    if gate["value"] is None:
-        return 1.0
-    over = gate["value"] - gate["limit"] if gate["rule"].startswith("max") else gate["limit"] - gate["value"]
-    return min(over, 0.0) if gate["passed"] else max(over, 1e-9)
 
 
 def run_trial(cfg: SearchConfig, prepared: Prepared, out: Path, point: dict, number: int) -> dict:
@@ -301,7 +296,7 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
         try:
             result = run_trial(cfg, prepared, out, point, trial.number)
         except BaseException:
-            study._storage.set_trial_system_attr(trial._trial_id, "edgepress_stop", "interrupted")
+            trial.set_user_attr("stop", "interrupted")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
         finally:
@@ -366,7 +361,8 @@ def score_finalists(cfg: SearchConfig, prepared: Prepared, finalists: list) -> d
 def trial_rows(study) -> list[dict]:
     rows = []
     for t in study.get_trials(deepcopy=False):
-        stop = t.system_attrs.get("edgepress_stop") or t.user_attrs.get("stop") or t.state.name.lower()
+        # a failed trial that recorded no outcome was stopped with its worker (killed, or its heartbeat lost)
+        stop = t.user_attrs.get("stop") or ("killed" if t.state.name == "FAIL" else t.state.name.lower())
         rows.append({"number": t.number, "params": t.params, "state": t.state.name.lower(), "stop": stop,
                      "why": t.user_attrs.get("why", ""),
                      "accuracy": t.values[0] if t.values else None,
@@ -405,8 +401,6 @@ def finish(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict)
     header = (f"# The search's winner (trial {winner.number} of {out}): validation accuracy "
               f"{winner.values[0]:.4f}, {cfg.objective} {winner.values[1]:.4g}.\n"
               f"# `edgepress run best.yaml --out RUN_DIR` reproduces it.\n")
-    import yaml
-
     write_text(out / "best.yaml", header + yaml.safe_dump(pipeline.model_dump(mode="json", exclude_defaults=True),
                                                           sort_keys=False))
     missed = None
