@@ -93,6 +93,18 @@ def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
 
 
 @pytest.fixture(scope="session")
+def trained_teacher(tmp_path_factory, tokenizer, movie_data) -> Path:
+    """A 2-layer tiny teacher that learned something (above chance) from 3,000 real sentences."""
+    from edgepress.models.train import TrainConfig, train_classifier
+
+    path = tmp_path_factory.mktemp("teacher")
+    model = tiny_bert(tokenizer, seed=1)
+    cfg = TrainConfig(epochs=3, batch_size=32, learning_rate=2e-3, max_length=48, warmup_ratio=0.0, seed=5)
+    train_classifier(model, tokenizer, movie_data.train.take(3000), movie_data.validation.take(300), cfg, path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def tiny_onnx_dir(tmp_path_factory, tiny_model_dir, movie_data) -> Path:
     """The tiny classifier exported and parity-checked (model.onnx + config + tokenizer)."""
     from edgepress.export.onnx import export_onnx

@@ -14,7 +14,6 @@ from edgepress.data.dataset import DataSplits
 from edgepress.errors import ConfigError
 from edgepress.models.evaluate import evaluate_classifier
 from edgepress.models.loading import load_classifier
-from edgepress.models.train import TrainConfig, train_classifier
 from tests.conftest import tiny_bert, tiny_distilbert
 
 
@@ -64,16 +63,6 @@ def test_hidden_losses_ignore_padding():
         assert _hidden_loss(student, other, mask, DistillConfig(style=style)) == pytest.approx(0, abs=1e-6)
     other[2][1, 0] += 1.0
     assert _hidden_loss(student, other, mask, DistillConfig(style="tinybert")) > 0
-
-
-@pytest.fixture(scope="module")
-def trained_teacher(tmp_path_factory, tokenizer, movie_data):
-    """A 2-layer tiny teacher that learned something (above chance) from 3,000 real sentences."""
-    path = tmp_path_factory.mktemp("teacher")
-    model = tiny_bert(tokenizer, seed=1)
-    cfg = TrainConfig(epochs=3, batch_size=32, learning_rate=2e-3, max_length=48, warmup_ratio=0.0, seed=5)
-    train_classifier(model, tokenizer, movie_data.train.take(3000), movie_data.validation.take(300), cfg, path)
-    return path
 
 
 def test_hinton_student_keeps_what_the_teacher_learned(trained_teacher, tmp_path, movie_data):

@@ -15,7 +15,7 @@ from edgepress.models.loading import load_classifier
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.search.config import load_search, pipeline_for
 from edgepress.search.shapes import Shape, build_shape, dominated, time_shapes
-from edgepress.search.study import _points
+from edgepress.search.study import _points, open_study, prepare, search_loop, trial_rows
 from tests.test_stagecache import _csv
 from tests.test_trust import FAST_RUNTIME, invoke
 
@@ -98,6 +98,9 @@ def test_a_search_trains_its_trials_on_validation_and_shares_their_prefix(search
 def test_best_yaml_is_a_pipeline_that_edgepress_run_reproduces(searched, tmp_path):
     best = _report(searched)["best"]
     assert best["reproduced"] and Path(best["bundle"], "predict.py").is_file()
+    # its trained stages are the trial's (the same train and validation splits), measured on test: none retrained
+    log = (searched / "best" / "run.log").read_text()
+    assert "stage distill: distill trained model taken from the cache" in log and "epoch 1/" not in log
     result = invoke("run", searched / "best.yaml", "--out", tmp_path / "again")
     assert result.exit_code == 0, result.output
     final = json.loads((tmp_path / "again" / "report.json").read_text())["stages"][-1]["metrics"]
@@ -155,3 +158,42 @@ def test_two_workers_share_one_study_and_run_each_trial_once(tmp_path, tiny_mode
     assert [t["number"] for t in trials] == list(range(len(trials))) and all(t["stop"] == "passed" for t in trials)
     assert len({t["worker"]["pid"] for t in trials}) == 2  # both worked
     assert len({t["run_dir"] for t in trials}) == len(trials)
+
+
+def test_a_trial_that_cannot_meet_the_constraint_is_pruned_and_its_prefix_never_trained_again(
+        tmp_path, tiny_model_dir, movie_data):
+    # On the tiny teacher a student matches the teacher within noise, so the accuracy the constraint requires is
+    # set out of reach here (1.0); everything else is the search's own loop: the epoch watch inside the training
+    # loop, the pruned stage recorded by the run, the prefix remembered, the study told
+    config = search_config(tmp_path / "s.yaml", tiny_model_dir, _csv(tmp_path / "d.csv", movie_data),
+                           pruning={"margin": 0.02}, space={**SPACE, "epochs": [3]})
+    cfg, out = load_search(config), tmp_path / "out"
+    prepared = prepare(cfg, out, resume=False, config_file=config)
+    prepared.required = 1.0
+    study = open_study(cfg, out, None)
+    search_loop(cfg, prepared, out, study, budget_s=None, trials=3, progress=None)
+    first, *later = trial_rows(study)
+    assert first["stop"] == "pruned" and first["state"] == "pruned" and first["epochs_trained"] == 1
+    assert first["why"].startswith("distill pruned after epoch 1/3: validation accuracy 0.")
+    distill, *after = json.loads((Path(first["run_dir"]) / "report.json").read_text())["stages"]
+    assert distill["name"] == "distill" and distill["status"] == "failed" and "pruned" in distill["details"]["error"]
+    assert {s["status"] for s in after} == {"skipped"}
+    for trial in later:  # both heads shares start with the same distilled student: pruned before they start
+        assert trial["stop"] == "pruned" and trial["why"].startswith("as trial 0 (distill pruned after epoch 1/3")
+        assert trial["epochs_trained"] == 0 and trial["run_dir"] is None
+    assert all(t.constraints["accuracy.max_drop"] > 0.02 for t in study.trials)  # how far short: the sampler ranks by it
+    assert "3 trial(s) pruned (0, 1, 2). 1 training epoch(s) run in all" in (out / "report.md").read_text()
+
+
+def test_a_search_dir_from_before_a_new_field_resumes_when_the_field_is_at_its_default(
+        tmp_path, tiny_model_dir, movie_data):
+    config = search_config(tmp_path / "s.yaml", tiny_model_dir, _csv(tmp_path / "d.csv", movie_data))
+    recorded = load_search(config).model_dump(mode="json")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "search.json").write_text(json.dumps({"config": {**recorded, "pruning": {"margin": 0.5}}}))
+    result = invoke("search", config, "--out", out, "--trials", 1, "--resume")
+    assert result.exit_code == 2 and "holds a search of another config" in result.output, result.output
+    (out / "search.json").write_text(json.dumps({"config": {k: v for k, v in recorded.items() if k != "pruning"}}))
+    result = invoke("search", config, "--out", out, "--trials", 1, "--resume")
+    assert result.exit_code == 0, result.output

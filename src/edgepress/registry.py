@@ -50,6 +50,7 @@ class Method:
     # what can be known before a run: `check(model, tokenizer, cfg)` raises the ConfigError the method would raise
     # (run on the model the config names, by `validate` and before `run` touches anything)
     check: Callable[..., None] | None = None
+    reads_test: bool = False  # its details are computed on the test split, not only its metrics
 
     def output(self, taken: str) -> str:
         """The kind of artifact this method makes from one of kind `taken`."""
@@ -73,13 +74,13 @@ METHODS: dict[str, Method] = {
                   inputs="splits", check=check_structured),
     "vocab": Method(VocabConfig, vocab_prune, ("torch",), "torch",
                     "drop the word-embedding rows of tokens the train split never uses (no training)",
-                    inputs="splits", check=check_vocab),
+                    inputs="splits", check=check_vocab, reads_test=True),
     "magnitude": Method(MagnitudeConfig, magnitude, ("torch",), "torch",
                         "zero the smallest weights (one shot or a cubic ramp), fine-tune with the zeros held",
                         inputs="splits", check=check_sparse),
     "lottery": Method(LotteryConfig, lottery, ("torch",), "torch",
                       "lottery ticket: iterative magnitude pruning, survivors rewound, optional random control",
-                      inputs="splits", check=check_sparse),
+                      inputs="splits", check=check_sparse, reads_test=True),
     "qat": Method(QatConfig, qat, ("torch",), "torch-qat",
                   "quantization-aware training (Q8BERT): int8 fake quantization through a distilled fine-tune; "
                   "export writes its int8 graph", inputs="splits"),

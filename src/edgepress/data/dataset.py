@@ -55,6 +55,15 @@ class DataSplits:
                   for name, part in (("train", self.train), ("validation", self.validation), ("test", self.test))}
         return {split: {name: int(n[i]) for i, name in sorted(self.id2label.items())} for split, n in counts.items()}
 
+    def content_sha256(self, splits: tuple[str, ...] = ("train", "validation", "test")) -> str:
+        """A digest of every example (split, id, text, label) of `splits` and of the label names."""
+        content = hashlib.sha256(json.dumps(sorted(self.id2label.items())).encode())
+        for name in splits:
+            part = getattr(self, name)
+            for row in zip(part.ids, part.texts, part.labels.tolist(), strict=True):
+                content.update(json.dumps([name, *row], ensure_ascii=False).encode() + b"\n")
+        return content.hexdigest()
+
     def manifest(self) -> dict:
         """The example ids of every split, recorded in each run so that a split can be checked and reproduced:
         `sha256` digests the ids of every split, `content_sha256` every example's split, id, text and label and the
@@ -63,16 +72,12 @@ class DataSplits:
         splits = {"train": self.train, "validation": self.validation, "test": self.test}
         ids = {name: list(part.ids) for name, part in splits.items()}
         digest = hashlib.sha256(repr(sorted(ids.items())).encode()).hexdigest()
-        content = hashlib.sha256(json.dumps(sorted(self.id2label.items())).encode())
-        for name, part in splits.items():
-            for row in zip(part.ids, part.texts, part.labels.tolist(), strict=True):
-                content.update(json.dumps([name, *row], ensure_ascii=False).encode() + b"\n")
         return {
             "source": self.source,
             "id2label": {str(k): v for k, v in self.id2label.items()},
             "sizes": {name: len(part) for name, part in splits.items()},
             "sha256": digest,
-            "content_sha256": content.hexdigest(),
+            "content_sha256": self.content_sha256(),
             "class_counts": self.class_counts(),
             **({"note": self.note} if self.note else {}),
             "ids": ids,

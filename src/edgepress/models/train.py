@@ -4,16 +4,20 @@
 Later stages (distillation, pruning fine-tunes, QAT) pass their own `loss_fn(outputs, batch) -> loss`; every batch
 carries `index` (positions in the train set) so that a loss can look up per-example targets such as teacher logits.
 `on_step(model, step)` runs after every optimizer step (step counts from 1): where pruning re-applies its masks,
-lottery tickets take their rewind snapshot, or a schedule moves on.
+lottery tickets take their rewind snapshot, or a schedule moves on. A watcher set with `watch_epochs(fn)` sees
+every training run's history after each epoch, `fn(history, epochs)`, and may stop the run by raising (what a search
+does with a trial that cannot meet its accuracy constraint).
 
 `TrainConfig` is also the base of every training method's config (distill, heads, ffn, ...): the training fields are
 declared once, and a method's config is passed to the loop as it is.
 """
 
+import contextlib
+import contextvars
 import copy
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +55,20 @@ class TrainResult:
 
 LossFn = Callable[[object, dict], object]
 StepHook = Callable[[object, int], None]
+EpochWatch = Callable[[list[dict], int], None]
 log = logging.getLogger(__name__)
+_watch: contextvars.ContextVar[EpochWatch | None] = contextvars.ContextVar("epoch_watch", default=None)
+
+
+@contextlib.contextmanager
+def watch_epochs(watch: EpochWatch) -> Iterator[None]:
+    """Within the block, `watch(history, epochs)` runs after every epoch of every training run that could be kept
+    (history: those epochs so far, each with its validation accuracy); whatever it raises ends that training run."""
+    token = _watch.set(watch)
+    try:
+        yield
+    finally:
+        _watch.reset(token)
 
 
 def _default_loss(outputs, batch):
@@ -120,6 +137,8 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
             history.append({"epoch": epoch, "train_loss": loss, "val_accuracy": metrics["accuracy"]})
             log.info("epoch %d/%d: train loss %.4f, validation accuracy %.4f", epoch, cfg.epochs, loss,
                      metrics["accuracy"])
+            if _watch.get() is not None and epoch >= keep_from_epoch:  # a schedule under way is not judged
+                _watch.get()(history[keep_from_epoch - 1:], cfg.epochs)
             if epoch >= keep_from_epoch and (best is None or metrics["accuracy"] > best[1]):
                 state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())
                 best = (epoch, metrics["accuracy"], state)

@@ -63,6 +63,16 @@ class SizeConstraint(BaseModel):
     max_mb: float = Field(gt=0)
 
 
+class Pruning(BaseModel):
+    """Epoch-level pruning: a trial stops at the end of a training epoch whose stage's best validation accuracy so
+    far lies more than `margin` below what `accuracy.max_drop` requires (the teacher's validation accuracy minus it);
+    a later trial that would train the same stages on the same input is stopped before it starts."""
+
+    model_config = Strict
+    margin: float = Field(0.02, ge=0, le=1, description="how far below the required accuracy a training epoch may "
+                                                        "lie before its trial stops (later stages may recover some)")
+
+
 class Constraints(BaseModel):
     model_config = Strict
     accuracy: AccuracyConstraint = AccuracyConstraint()
@@ -124,6 +134,7 @@ class SearchConfig(BaseModel):
     constraints: Constraints = Constraints()
     objective: Literal["latency", "size"] = "latency"
     space: Space = Space()
+    pruning: Pruning | None = Field(Pruning(), description="null: every trial trains all its epochs")
     seed: int = Field(13, ge=0, description="the sampler's seed")
 
 

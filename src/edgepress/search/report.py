@@ -46,7 +46,20 @@ def spent_lines(report: dict) -> list[str]:
             f"{report['spent'].get('seconds', 0):.0f} s); training epochs per stage drawn from "
             f"{', '.join(map(str, epochs)) or '–'}. A prefix one trial trained (a student, a pruned model) is taken "
             f"from the stage cache by every later trial that starts with it.",
-            "No trial is stopped early: every trial trains its full epochs (epoch-level pruning is not built yet)."]
+            pruning_line(report)]
+
+
+def pruning_line(report: dict) -> str:
+    rows, pruning = report["trials"], report["config"].get("pruning")
+    epochs = sum(r.get("epochs_trained") or 0 for r in rows)
+    trained = f"{epochs} training epoch(s) run in all (a stage taken from the cache trains none)."
+    if not pruning:
+        return f"Pruning off: every trial trains all its epochs. {trained}"
+    pruned = [r for r in rows if r["stop"] == "pruned"]
+    return (f"Pruning: a trial stops after a training epoch whose stage's best validation accuracy lies more than "
+            f"{pruning['margin']:g} below the {report['required_accuracy']:.4f} the constraint requires, and a trial "
+            f"that starts with a pruned trial's stages does not start; {len(pruned)} trial(s) pruned"
+            + (f" ({', '.join(str(r['number']) for r in pruned)})" if pruned else "") + f". {trained}")
 
 
 def shape_rows(report: dict) -> list[list[str]]:
@@ -59,7 +72,7 @@ def trial_table(report: dict) -> list[list[str]]:
     return [[f"{r['number']}{' ★' if r['number'] in front else ''}",
              ", ".join(f"{k} {v}" for k, v in r["params"].items()), _f(r["accuracy"], ".4f"), _f(r["p50_ms"], ".2f"),
              _f(r["size_mb"], ".1f"), _f(r["agreement"], ".4f"), r["stop"] + (f": {r['why']}" if r["why"] else ""),
-             _f(r["seconds"], ".0f")] for r in report["trials"]]
+             _f(r.get("epochs_trained"), "d"), _f(r["seconds"], ".0f")] for r in report["trials"]]
 
 
 def finalist_rows(report: dict) -> list[list[str]]:
@@ -70,7 +83,8 @@ def finalist_rows(report: dict) -> list[list[str]]:
                    for n, s in scored.items() if n != "teacher"]
 
 
-TRIAL_HEADER = ["trial", "point", "validation accuracy", "p50 ms", "size MB", "agreement", "outcome", "s"]
+TRIAL_HEADER = ["trial", "point", "validation accuracy", "p50 ms", "size MB", "agreement", "outcome", "epochs",
+                "s"]
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

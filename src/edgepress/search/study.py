@@ -10,10 +10,13 @@ trials on the validation front are the finalists: their final models are scored 
 winner's pipeline is written as best.yaml and run as such into SEARCH_DIR/best (its report, its bundle).
 
 What is on disk: the study (SEARCH_DIR/study.db, or the --storage URL) is the record of what was tried; a trial is
-told to it only once its run dir is complete. A killed search leaves a running trial, failed when the search is
-resumed (`--resume`: at once for a worker of this machine whose process is gone; by Optuna's heartbeat for one on
-another machine). The report is rewritten after every trial."""
+told to it only once its run dir is complete. A trial whose training falls too far below the accuracy constraint
+is pruned at that epoch (`EpochWatch`; Optuna's own pruners refuse multi-objective studies), and a later trial that
+would train the same stages again is pruned before it starts. A killed search leaves a running trial, failed when
+the search is resumed (`--resume`: at once for a worker of this machine whose process is gone; by Optuna's
+heartbeat for one on another machine). The report is rewritten after every trial."""
 
+import contextlib
 import json
 import logging
 import math
@@ -21,7 +24,7 @@ import os
 import socket
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -46,9 +49,36 @@ class SearchExhausted(GateFailed):
     """The budget ended before any trial passed the constraints (exit 3, the report written)."""
 
 
+class TrialPruned(EdgepressError):
+    """A trial's training stopped at an epoch: it could no longer meet the accuracy constraint."""
+
+    exit_code = 3
+
+
+@dataclass
+class EpochWatch:
+    """Watches every training epoch of one trial (`models.train.watch_epochs`): counts them, and stops the trial when
+    a stage's best validation accuracy so far lies more than `margin` below `required`."""
+
+    required: float
+    margin: float
+    epochs: int = 0
+    best: float | None = None
+    why: str = ""
+
+    def __call__(self, history: list[dict], epochs: int) -> None:
+        self.epochs += 1
+        self.best = max(h["val_accuracy"] for h in history)
+        if self.best < self.required - self.margin:
+            self.why = (f"pruned after epoch {len(history)}/{epochs}: validation accuracy {self.best:.4f}, more than "
+                        f"{self.margin:g} below the {self.required:.4f} the constraint requires")
+            raise TrialPruned(self.why)
+
+
 @dataclass
 class Prepared:
-    """What the trials share: the teacher's dir and depth, the filled space, its shape table, the data splits."""
+    """What the trials share: the teacher's dir and depth, the filled space, its shape table, the data splits, and
+    the validation accuracy the accuracy constraint requires (the teacher's minus max_drop)."""
 
     model_dir: Path
     depth: int
@@ -56,6 +86,7 @@ class Prepared:
     shapes: list[Shape]
     table: dict
     data: DataSplits
+    required: float = field(default=0.0)
 
 
 def _points(space) -> list[dict]:
@@ -138,14 +169,17 @@ def prepare(cfg: SearchConfig, out: Path, resume: bool, config_file: Path | None
     if (out / MARKER).is_file() and not resume:
         raise ConfigError(f"{out} holds a search. Fix: add --resume to continue it, or choose another --out")
     check_owned(out, MARKER, "search")
-    if (out / MARKER).is_file() and read_json(out / MARKER)["config"] != cfg.model_dump(mode="json"):
+    if (out / MARKER).is_file() and not _same_config(read_json(out / MARKER)["config"], cfg):
         raise ConfigError(f"{out} holds a search of another config ({out / MARKER}): its trials would mix with "
                           f"this one's. Fix: choose another --out, or resume with the config it was started with")
+    from edgepress.models.evaluate import evaluate_classifier
+
     model_dir, (model, tokenizer) = check_model(cfg.model, build_teacher=True)
     depth = len(encoder_layers(model))
     space = cfg.space.filled(depth)
     check_space(cfg, model, tokenizer, depth, space)
     _, data = check_inputs(pipeline_for(cfg, depth, _points(space)[0]))
+    teacher, _ = evaluate_classifier(model, tokenizer, data.validation, cfg.data.max_length)  # as the trials do
     out.mkdir(parents=True, exist_ok=True)
     if not (out / MARKER).is_file():
         write_json(out / MARKER, {"config": cfg.model_dump(mode="json"), "created": time.time()})
@@ -158,7 +192,18 @@ def prepare(cfg: SearchConfig, out: Path, resume: bool, config_file: Path | None
         raise ConfigError(f"no shape of the space can meet the constraints ({', '.join(reasons)} excluded every "
                           f"one; the table: {out / 'shapes.json'}). Fix: loosen {' or '.join(reasons)}, or widen "
                           f"space.layers / heads_keep / ffn_keep toward smaller shapes")
-    return Prepared(model_dir, depth, space, shapes, table, data)
+    required = teacher["accuracy"] - cfg.constraints.accuracy.max_drop
+    return Prepared(model_dir, depth, space, shapes, table, data, required)
+
+
+def _same_config(recorded: dict, cfg: SearchConfig) -> bool:
+    """`recorded` (search.json's) is `cfg`, fields added since it was written taking their defaults."""
+    from pydantic import ValidationError
+
+    try:
+        return SearchConfig.model_validate(recorded) == cfg
+    except ValidationError:
+        return False
 
 
 def open_study(cfg: SearchConfig, out: Path, storage: str | None):
@@ -224,6 +269,11 @@ def _point(prepared: Prepared, params: dict) -> dict:
             "vocab": params["vocab"], "quantization": params["quantization"], "epochs": params["epochs"]}
 
 
+def _stopped_at(report: dict) -> dict | None:
+    """The stage record a run stopped at (the stages after it are listed as skipped)."""
+    return next((s for s in report["stages"] if s["status"] not in ("passed", "skipped")), None)
+
+
 def trial_result(cfg: SearchConfig, run_dir: Path) -> dict:
     """What a trial's run says, from its report: the last stage measured (validation accuracy, latency, size),
     agreement with the teacher's labels, and the constraints' violations (<= 0: met)."""
@@ -231,7 +281,7 @@ def trial_result(cfg: SearchConfig, run_dir: Path) -> dict:
     measured = [s for s in report["stages"] if "accuracy" in s["metrics"]]
     last = measured[-1] if measured else None
     if last is None or last is not report["stages"][-1]:
-        failed = report["stages"][-1] if report["stages"] else None
+        failed = _stopped_at(report)
         return {"stop": "error", "why": report.get("error") or (failed and failed["status"]) or "no stage ran"}
     m, provider = last["metrics"], cfg.runtime.providers[0]
     teacher = read_json(RunDir(run_dir).stage_dir(0, "baseline") / "predictions.json")["predictions"]
@@ -248,21 +298,61 @@ def trial_result(cfg: SearchConfig, run_dir: Path) -> dict:
             "why": ", ".join(missed)}
 
 
-def run_trial(cfg: SearchConfig, prepared: Prepared, out: Path, point: dict, number: int) -> dict:
+def _prefix(pipeline, stage: str) -> str:
+    """The stages of `pipeline` up to `stage`, as what they compute (method and params): two trials with the same
+    prefix train the same models on the same teacher and data."""
+    names = [s.name for s in pipeline.stages]
+    return json.dumps([[s.method, s.params] for s in pipeline.stages[:names.index(stage) + 1]], sort_keys=True)
+
+
+def pruned_before(study, pipeline) -> tuple[int, str] | None:
+    """(trial number, prefix) of an earlier trial pruned in a prefix of `pipeline`'s stages, if one was."""
+    import optuna
+
+    prefixes = {_prefix(pipeline, s.name) for s in pipeline.stages}
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,)):
+        if t.user_attrs.get("pruned_prefix") in prefixes:
+            return t.number, t.user_attrs["pruned_prefix"]
+    return None
+
+
+def run_trial(cfg: SearchConfig, prepared: Prepared, out: Path, point: dict, number: int, study=None) -> dict:
+    from edgepress.models.train import watch_epochs
     from edgepress.pipeline.runner import run_pipeline
 
     pipeline = pipeline_for(cfg, prepared.depth, point)
     run_dir = out / "trials" / f"{number:04d}"
     started = time.monotonic()
-    try:
-        run_pipeline(pipeline, run_dir, cache=out / "cache", evaluate_on="validation")
-    except GateFailed:
-        pass  # the report says which gate; a missed constraint is a result
-    except EdgepressError as e:
-        log.warning("trial %d: %s", number, e)
+    before = pruned_before(study, pipeline) if study is not None and cfg.pruning else None
+    if before is not None:
+        earlier = study.trials[before[0]].user_attrs
+        return {"stop": "pruned", "why": f"as trial {before[0]} ({earlier['why']}), whose stages it starts with",
+                "pruned_prefix": before[1], "excess": earlier["excess"], "epochs_trained": 0, "seconds": 0.0}
+    watch = EpochWatch(prepared.required, cfg.pruning.margin) if cfg.pruning else None
+    pruned = None
+    with watch_epochs(watch) if watch else contextlib.nullcontext():
+        try:
+            run_pipeline(pipeline, run_dir, cache=out / "cache", evaluate_on="validation")
+        except TrialPruned:
+            pruned = _stopped_at(read_json(run_dir / "report.json"))["name"]
+        except GateFailed:
+            pass  # the report says which gate; a missed constraint is a result
+        except EdgepressError as e:
+            log.warning("trial %d: %s", number, e)
+    trained = {"epochs_trained": watch.epochs if watch else None, "run_dir": str(run_dir)}
+    if pruned is not None:
+        return {"stop": "pruned", "why": f"{pruned} {watch.why}", "pruned_prefix": _prefix(pipeline, pruned),
+                "excess": prepared.required - watch.best, "seconds": time.monotonic() - started, **trained}
     result = trial_result(cfg, run_dir) if (run_dir / "report.json").is_file() else {"stop": "error",
                                                                                       "why": "no report"}
-    return {**result, "seconds": time.monotonic() - started, "run_dir": str(run_dir)}
+    return {**result, "seconds": time.monotonic() - started, **trained}
+
+
+def _expected(durations: list[tuple[float, str]]) -> float:
+    """What the next trial is expected to take: the median of the trials that trained to the end (pruned ones stop
+    early, and the next may not), else of all."""
+    full = [seconds for seconds, stop in durations if stop != "pruned"] or [seconds for seconds, _ in durations]
+    return float(np.median(full)) if full else 0.0
 
 
 def _objective(cfg: SearchConfig, result: dict) -> float:
@@ -283,7 +373,7 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
         if trials is not None and done >= trials:
             break
         elapsed = time.monotonic() - started
-        if budget_s is not None and elapsed + (float(np.median(durations)) if durations else 0) > budget_s:
+        if budget_s is not None and elapsed + _expected(durations) > budget_s:
             break
         with warnings.catch_warnings():  # "heartbeat is supposed to be used with Study.optimize": beaten below
             warnings.simplefilter("ignore", UserWarning)
@@ -294,20 +384,23 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
         beat = get_heartbeat_thread(trial._trial_id, study._storage)  # what Study.optimize runs for each trial
         beat.start()
         try:
-            result = run_trial(cfg, prepared, out, point, trial.number)
+            result = run_trial(cfg, prepared, out, point, trial.number, study)
         except BaseException:
             trial.set_user_attr("stop", "interrupted")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
         finally:
             beat.join()
-        durations.append(result["seconds"])
+        durations.append((result["seconds"], result["stop"]))
         for key in ("stop", "why", "seconds", "run_dir", "agreement", "p50_ms", "size_mb", "drop_ci95",
-                    "teacher_accuracy", "artifact"):
+                    "teacher_accuracy", "artifact", "epochs_trained", "pruned_prefix", "excess"):
             if key in result:
                 trial.set_user_attr(key, result[key])
         if result["stop"] == "error":
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        elif result["stop"] == "pruned":  # how far below the constraint it was: the sampler ranks it by that
+            trial.set_constraint("accuracy.max_drop", result["excess"])
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
             for name, excess in result["violations"].items():  # > 0: missed; Optuna's samplers prefer the met
                 trial.set_constraint(name, excess)
@@ -367,7 +460,7 @@ def trial_rows(study) -> list[dict]:
                      "why": t.user_attrs.get("why", ""),
                      "accuracy": t.values[0] if t.values else None,
                      **{k: t.user_attrs.get(k) for k in ("p50_ms", "size_mb", "agreement", "seconds", "run_dir",
-                                                                  "worker")}})
+                                                                  "worker", "epochs_trained")}})
     return rows
 
 
@@ -378,6 +471,7 @@ def write_search_report(cfg: SearchConfig, prepared: Prepared, out: Path, study,
     front = validation_front(study)
     winner = best_passing(study)
     report = {"config": cfg.model_dump(mode="json"), "objective": cfg.objective, "shapes": prepared.table,
+              "required_accuracy": prepared.required,
               "trials": trial_rows(study), "front": [t.number for t in front],
               "winner": winner.number if winner else None, "finalists": finalists, "best": best, "spent": spent}
     write_json(out / "report.json", report)
