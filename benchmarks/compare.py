@@ -2,13 +2,14 @@
 
     make bench                                   # `make demo` first (resumed: only what changed runs), then this
     .venv/bin/python benchmarks/compare.py --run runs/demo [--out benchmarks/results/compare.json] \
-        [--threads 2] [--rounds 5] [--peer-python .venv-peer/bin/python]
+        [--threads 2] [--rounds 5] [--peer-python .venv-peer/bin/python] [--search runs/search]
 
 Candidates, all on the run's own data: `teacher-torch-fp32` (the run's baseline model, eager, inference mode),
 `teacher-ort-fp32` (the teacher exported and fused by edgepress), `peer-optimum-o2-int8` (optimum's exporter, O2 and
 ORTQuantizer's dynamic int8 preset for this CPU: built by benchmarks/peer.py in its own environment, `make peer-env`,
 since optimum caps transformers below what edgepress needs; the graph it writes is timed here), `edgepress-final`
-(the run's bundle) and every other ONNX stage of the run.
+(the run's bundle) and every other ONNX stage of the run; with `--search SEARCH_DIR`, `edgepress-search` (the bundle
+of the winner's run, SEARCH_DIR/best/final, of a search on the same teacher and data).
 
 Per candidate: test accuracy (n, BCa 95% CI) and the paired CI of its drop against teacher-torch-fp32; size and gzip
 size; p50/p90/p99 at batch 1 x 128 real tokens, p50 over the first 200 test sentences one by one (natural
@@ -301,14 +302,28 @@ def headline(rows: dict) -> dict:
     return {"value": got, "target": TARGETS, "met": met}
 
 
-def compare(run: Path, threads: int, rounds: int, peer_python: Path, work: Path) -> dict:
+def search_bundle(search: Path, report: dict) -> Path:
+    """The bundle of a finished search's winner, checked to come from the run's teacher and data."""
+    best = search / "best"
+    if not (best / "final" / "model.onnx").is_file():
+        raise ConfigError(f"{search} has no winner's bundle (best/final/model.onnx). Fix: let the search finish")
+    theirs = read_json(best / "report.json")
+    if theirs["data"]["sha256"] != report["data"]["sha256"] or \
+            theirs["baseline"]["artifact"] != report["baseline"]["artifact"]:
+        raise ConfigError(f"{search}'s winner was not made from the run's teacher and data splits. Fix: search "
+                          f"with the run's model and data")
+    return best / "final"
+
+
+def compare(run: Path, threads: int, rounds: int, peer_python: Path, work: Path, search: Path | None = None) -> dict:
     report, data = load_run(run)
     teacher = Path(report["baseline"]["artifact"])
     max_length = report["config"]["data"].get("max_length", 128)
     peer_dir, preset = peer(teacher, work, peer_python)
     paths = {TEACHER: (teacher, False), "teacher-ort-fp32": (teacher_ort(teacher, data.validation.texts, work), True),
              PEER: (peer_dir, True), FINAL: (run / "final", True),
-             **{name: (path, True) for name, path in onnx_stages(report, run / "final").items()}}
+             **{name: (path, True) for name, path in onnx_stages(report, run / "final").items()},
+             **({"edgepress-search": (search_bundle(search, report), True)} if search else {})}
     candidates = [Candidate(name, path, is_onnx) for name, (path, is_onnx) in paths.items()]
     sets = fidelity_sets(data, report["config"]["data"]["source"])
     rows = quality(candidates, sets, max_length, threads)
@@ -373,10 +388,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (one warm-up round more)")
     parser.add_argument("--peer-python", type=Path, default=Path(".venv-peer/bin/python"))
+    parser.add_argument("--search", type=Path, help="a finished `edgepress search` dir: its winner as a candidate")
     args = parser.parse_args()
     try:
         with tempfile.TemporaryDirectory(prefix="edgepress-compare-") as work:
-            result = compare(args.run, args.threads, args.rounds, args.peer_python, Path(work))
+            result = compare(args.run, args.threads, args.rounds, args.peer_python, Path(work), args.search)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -181,7 +181,7 @@ def test_a_trial_that_cannot_meet_the_constraint_is_pruned_and_its_prefix_never_
     for trial in later:  # both heads shares start with the same distilled student: pruned before they start
         assert trial["stop"] == "pruned" and trial["why"].startswith("as trial 0 (distill pruned after epoch 1/3")
         assert trial["epochs_trained"] == 0 and trial["run_dir"] is None
-    assert all(t.constraints["accuracy.max_drop"] > 0.02 for t in study.trials)  # how far short: the sampler ranks by it
+    assert all(t.constraints["accuracy.max_drop"] > 0.02 for t in study.trials)  # how far short: ranked by it
     assert "3 trial(s) pruned (0, 1, 2). 1 training epoch(s) run in all" in (out / "report.md").read_text()
 
 
@@ -197,3 +197,66 @@ def test_a_search_dir_from_before_a_new_field_resumes_when_the_field_is_at_its_d
     (out / "search.json").write_text(json.dumps({"config": {k: v for k, v in recorded.items() if k != "pruning"}}))
     result = invoke("search", config, "--out", out, "--trials", 1, "--resume")
     assert result.exit_code == 0, result.output
+
+
+def _postgres_bin(name: str) -> str | None:
+    import glob
+    import shutil
+
+    return shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None)
+
+
+@pytest.fixture
+def postgres_url():
+    """A PostgreSQL server of its own (Debian's `postgresql` package) on 127.0.0.1, for this test only; the test
+    skips where there is no server program or no driver. As root, the server runs as the `postgres` user (it refuses
+    to run as root)."""
+    import os
+    import pwd
+    import shutil
+    import socket
+    import tempfile
+
+    pytest.importorskip("psycopg", reason="the postgres extra (psycopg) is not installed")
+    initdb, pg_ctl = _postgres_bin("initdb"), _postgres_bin("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.skip("no PostgreSQL server programs (Debian: apt-get install postgresql)")
+    as_user: list[str] = []
+    root = Path(tempfile.mkdtemp(prefix="edgepress-pg-"))
+    if os.geteuid() == 0:
+        try:
+            user = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no `postgres` user to run the server as")
+        os.chown(root, user.pw_uid, user.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = root / "data"
+    subprocess.run([*as_user, initdb, "-D", str(data), "-A", "trust", "-U", "edgepress", "--no-sync"], check=True,
+                   capture_output=True)
+    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-w", "-l", str(root / "server.log"), "-o",
+                    f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c fsync=off", "start"], check=True,
+                   capture_output=True)
+    try:
+        yield f"postgresql+psycopg://edgepress@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_workers_with_their_own_dirs_share_a_study_in_postgresql(tmp_path, tiny_model_dir, movie_data, postgres_url):
+    # two machines, as far as one can tell them apart here: each worker its own SEARCH_DIR, one study on the server
+    config = search_config(tmp_path / "s.yaml", tiny_model_dir, _csv(tmp_path / "d.csv", movie_data))
+    workers = [_worker(config, tmp_path / f"out{i}", "--trials", 4, "--storage", postgres_url) for i in range(2)]
+    for worker in workers:
+        output = worker.communicate(timeout=600)[0]
+        assert worker.returncode == 0, output
+    reports = [_report(tmp_path / f"out{i}") for i in range(2)]
+    trials = reports[1]["trials"]
+    assert 4 <= len(trials) <= 5 and [t["number"] for t in trials] == list(range(len(trials)))
+    assert all(t["stop"] == "passed" for t in trials) and len({t["worker"]["pid"] for t in trials}) == 2
+    assert {t["run_dir"].split("/out")[1][0] for t in trials} == {"0", "1"}  # each ran in its own dir
+    assert len(reports[0]["trials"]) >= 4  # one study, seen by both
+    assert not (tmp_path / "out0" / "study.db").exists()

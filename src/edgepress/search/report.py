@@ -27,7 +27,7 @@ def status_line(report: dict) -> str:
     if best:
         return (f"Winner: trial {best['trial']}, test accuracy {best['accuracy']:.4f} (drop vs the teacher "
                 f"{_ci(best['drop_ci95'])}), {best['p50_ms']:.2f} ms p50, {best['size_mb']:.1f} MB: `best.yaml`, "
-                f"bundle `{best['bundle']}`" + ("" if best["reproduced"] else
+                f"bundle `{best['bundle']}`" + ("" if best["reproduced"] is not False else
                                                 " ⚠ its run's test accuracy differs from the trial's model on test"))
     if winner is not None:
         return f"Best so far: trial {winner} (validation); the search is not finished"
@@ -80,7 +80,8 @@ def finalist_rows(report: dict) -> list[list[str]]:
     rows = [["teacher", f"{scored['teacher']['accuracy']:.4f}", _ci(scored["teacher"]["accuracy_ci95"], ""), "–"]] \
         if scored else []
     return rows + [[f"trial {n}", f"{s['accuracy']:.4f}", _ci(s["accuracy_ci95"], ""), _ci(s["drop_ci95"])]
-                   for n, s in scored.items() if n != "teacher"]
+                   if "accuracy" in s else [f"trial {n}", f"not scored here (its model is on {s['elsewhere']})", "–",
+                                            "–"] for n, s in scored.items() if n != "teacher"]
 
 
 TRIAL_HEADER = ["trial", "point", "validation accuracy", "p50 ms", "size MB", "agreement", "outcome", "epochs",

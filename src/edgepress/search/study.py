@@ -224,8 +224,8 @@ def open_study(cfg: SearchConfig, out: Path, storage: str | None):
                                        directions=["maximize", "minimize"])
     except Exception as e:  # sqlalchemy's errors: a bad URL, a server that does not answer, a missing driver
         raise ConfigError(f"the study at {url} cannot be opened ({type(e).__name__}: {e}). Fix: for --storage, a "
-                          f"reachable database URL (e.g. postgresql://user:password@host/db) with its driver "
-                          f"installed") from None
+                          f"reachable database URL (e.g. postgresql+psycopg://user:password@host/db) with its "
+                          f"driver installed (pip install 'edgepress[postgres]')") from None
 
 
 def fail_dead_trials(study) -> list[int]:
@@ -435,7 +435,8 @@ def best_passing(study):
 
 def score_finalists(cfg: SearchConfig, prepared: Prepared, finalists: list) -> dict:
     """Each finalist's final model scored once on the test split, against the teacher there: accuracy with its CI
-    and the paired drop's CI."""
+    and the paired drop's CI. A finalist another machine's worker made (its model is not here) is named, not
+    scored: that worker's own report scores it."""
     from edgepress.data.metrics import accuracy_drop_ci95
     from edgepress.pipeline.baseline import measure_model_dir
     from edgepress.pipeline.measure import measure_artifact
@@ -444,6 +445,9 @@ def score_finalists(cfg: SearchConfig, prepared: Prepared, finalists: list) -> d
     teacher, teacher_preds = measure_model_dir(prepared.model_dir, data, n)
     scored = {"teacher": {"accuracy": teacher["accuracy"], "accuracy_ci95": teacher["accuracy_ci95"]}}
     for trial in finalists:
+        if not Path(trial.user_attrs["artifact"]).exists():
+            scored[str(trial.number)] = {"elsewhere": trial.user_attrs.get("worker", {}).get("host")}
+            continue
         metrics, preds = measure_artifact(Path(trial.user_attrs["artifact"]), data, n, (), cfg.runtime.threads,
                                           cfg.runtime.latency)
         scored[str(trial.number)] = {"accuracy": metrics["accuracy"], "accuracy_ci95": metrics["accuracy_ci95"],
@@ -507,7 +511,8 @@ def finish(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict)
             "drop_ci95": final.get("accuracy_drop_ci95"),
             "p50_ms": final["latency"][cfg.runtime.providers[0]]["p50_ms"], "size_mb": final["size_bytes"] / 1e6,
             "passed": missed is None, "bundle": str(out / "best" / "final") if missed is None else None,
-            "reproduced": math.isclose(final["accuracy"], finalists[str(winner.number)]["accuracy"])}
+            "reproduced": math.isclose(final["accuracy"], finalists[str(winner.number)]["accuracy"])
+            if "accuracy" in finalists[str(winner.number)] else None}
     report = write_search_report(cfg, prepared, out, study, spent, finalists, best)
     if missed is not None:
         raise GateFailed(f"the winner on validation (trial {winner.number}) missed the constraints on the test split "
