@@ -118,6 +118,7 @@ def test_a_second_search_into_the_same_dir_needs_resume(searched):
     ({"space": {**SPACE, "layers": [5]}}, ("--trials", 1), "the teacher has 2"),
     ({}, ("--budget", "soon"), "is not a duration"),
     ({}, (), "give --budget"),
+    ({"stages": [{"name": "x", "method": "export"}]}, ("--trials", 1), "is a pipeline config (it has stages)"),
 ])
 def test_bad_searches_exit_2_before_any_training(tmp_path, tiny_model_dir, movie_data, changes, args, expected):
     config = search_config(tmp_path / "s.yaml", tiny_model_dir, _csv(tmp_path / "d.csv", movie_data), **changes)

@@ -143,6 +143,10 @@ def load_search(path: str | Path) -> SearchConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must be a mapping with model, data, runtime, constraints, objective and space "
                           f"(see examples/search-demo.yaml)")
+    if "stages" in data:
+        raise ConfigError(f"{path} is a pipeline config (it has stages): a search writes the stages itself. Fix: "
+                          f"`edgepress run {path}`, or a search config with constraints and a space instead of "
+                          f"stages (see examples/search-demo.yaml)")
     return build(SearchConfig, data, where=str(path))
 
 
