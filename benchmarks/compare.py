@@ -339,9 +339,9 @@ def compare(run: Path, threads: int, rounds: int, peer_python: Path, work: Path,
         row.update(path=str(candidate.path), precision=kind, **size_metrics(candidate.path), **latency_row(candidate),
                    gflop_b1_s128=flops, floor_ms=floor_ms(flops, kind, peaks))
         row["fraction_of_peak"] = row["floor_ms"] / row["fixed"]["p50_ms"]
-    return {"run": str(run), "run_id": report["run_id"], "environment": environment(), "machine": platform.node(),
-            "cpu": cpu_model(), "isa": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma"))
-                                             or "vnni" in f),
+    return {"run": str(run), "run_id": report["run_id"], "environment": environment(threads),
+            "machine": platform.node(), "cpu": cpu_model(),
+            "isa": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma")) or "vnni" in f),
             "threads": threads, "rounds": rounds, "peer_preset": preset, "peaks_gops": peaks,
             "sets": {s: {"n": len(v["texts"]), "how": v["how"]} for s, v in sets.items()},
             "candidates": rows, "headline": headline(rows)}

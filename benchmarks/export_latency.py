@@ -37,7 +37,7 @@ def main() -> None:
                            OptimizeConfig(fusions="all", disable=("skip_layer_norm", "bias_skip_layer_norm")))
     candidates = {"torch_fp32": model_dir, "onnx_fp32": work / "onnx", "onnx_fused": work / "fused",
                   "onnx_fused_no_skip_layer_norm": work / "fused-no-sln"}
-    result = {"environment": environment(), "machine": platform.node(), "threads": args.threads,
+    result = {"environment": environment(args.threads), "machine": platform.node(), "threads": args.threads,
               "shape": {"batch_size": 1, "sequence_length": 128}, "export_parity": parity,
               "fused_ops": fused["fused_ops"], "fused_parity": fused["parity"],
               "fused_no_sln_ops": no_sln["fused_ops"],

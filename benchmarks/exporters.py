@@ -147,7 +147,7 @@ def main() -> None:
                         shutil.copy(side, d / side.name)
                 latency_dirs[f"{row['exporter']}-{row['attention']}-{fuser}"] = d
     latency = compare_latency(latency_dirs, data.test.texts, args.threads, args.rounds)
-    result = {"environment": environment(), "machine": platform.node(), "cpu": platform.processor(),
+    result = {"environment": environment(args.threads), "machine": platform.node(), "cpu": platform.processor(),
               "threads": args.threads, "parity_texts": len(texts), "candidates": results, "teacher_latency": latency}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

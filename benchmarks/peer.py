@@ -99,7 +99,7 @@ def main() -> None:
     data = load_data(DataConfig())
     peer, preset = build_peer(resolve_model(args.model), work)
     candidates = {"peer_optimum_o2_int8": peer, "edgepress_bundle": Path(args.bundle)}
-    result = {"environment": environment(), "machine": platform.node(), "threads": args.threads,
+    result = {"environment": environment(args.threads), "machine": platform.node(), "threads": args.threads,
               "peer_preset": preset, "model": args.model, "bundle": args.bundle, "candidates": {}}
     for name, path in candidates.items():
         logits = Predictor(path, threads=args.threads).logits(data.test.texts)

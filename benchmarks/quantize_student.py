@@ -131,8 +131,8 @@ def main() -> None:
     latency = compare_latency(artifacts, data.test.texts, args.threads, args.rounds)
     for name, timing in latency.items():
         rows[name]["latency"] = timing
-    write_json(args.out, {"model": str(args.model), "environment": environment(), "machine": platform.node(),
-                          "threads": args.threads, "rounds": args.rounds, "rows": rows})
+    write_json(args.out, {"model": str(args.model), "environment": environment(args.threads),
+                          "machine": platform.node(), "threads": args.threads, "rounds": args.rounds, "rows": rows})
     print("| variant | accuracy [95% CI] | drop CI | MB | gzip MB | p50 / p90 b1×s128 ms | p50 natural ms | kernels |")
     print("|---|---|---|---|---|---|---|---|")
     for name, r in rows.items():

@@ -110,7 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     data = load_data(DataConfig())
     texts = data.test.texts
-    result = {"environment": environment(), "cpu": cpu_model(),
+    result = {"environment": environment(args.threads), "cpu": cpu_model(),
               "isa": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma")) or "vnni" in f),
               "threads": args.threads, "rounds": args.rounds, "weights": "random (seed 0): latency only",
               "models": {}}

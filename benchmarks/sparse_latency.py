@@ -49,7 +49,7 @@ def main() -> None:
         sizes = {name: {**size_metrics(onnx_path(path) or path),
                         **(onnx_param_counts(onnx_path(path)) if onnx_path(path) else {})}
                  for name, path in candidates.items()}
-    result = {"environment": environment(), "machine": platform.node(), "threads": args.threads,
+    result = {"environment": environment(args.threads), "machine": platform.node(), "threads": args.threads,
               "rounds": args.rounds, "dense": args.dense, "sparse": str(args.sparse), "latency": latency,
               "sizes": sizes,
               "sparse_over_dense": {kind: {"fixed_p50": latency[f"sparse_{kind}"]["fixed_p50_ms"]

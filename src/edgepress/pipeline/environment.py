@@ -16,9 +16,9 @@ def _version(*packages: str) -> str | None:
     return None
 
 
-def environment(threads: int) -> dict:
-    """cpu, cores, the `threads` every timing ran on, the threads torch trains on, python, torch, onnxruntime,
-    providers_available."""
+def environment(threads: int | None = None) -> dict:
+    """cpu, cores, the `threads` every timing ran on (None: nothing was timed), the threads torch trains on, python,
+    torch, onnxruntime, providers_available."""
     import onnxruntime
     import torch
 
