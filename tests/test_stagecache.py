@@ -58,7 +58,9 @@ def test_other_data_content_or_a_damaged_entry_runs_again(tmp_path, tiny_model_d
                         cache=tmp_path / "cache")
     assert "cache_entry" not in _stages(tmp_path / "b")[0]["details"]
     entries = sorted(p for p in (tmp_path / "cache").iterdir() if (p / "model").is_dir())
-    assert len(entries) == 2  # (and the two baselines, measured on different data)
+    # per run: the attempt measured, and the model it made (keyed by the train and validation splits alone); the two
+    # baselines, measured on different data, have no model
+    assert len(entries) == 4
     for entry in entries:  # a damaged artifact: the entry no longer matches its sha256
         (entry / "model" / "model.onnx").write_bytes(b"damaged")
     runner.run_pipeline(load_config(_config(tmp_path / "c.yaml", tiny_model_dir, data, stages)), tmp_path / "c",

@@ -66,7 +66,7 @@ class RunState:
     data: DataSplits
     data_sha256: str
     resume: bool
-    fit_sha256: str = ""  # the train and validation splits' content: what a training method's artifact depends on
+    fit_sha256: str = ""  # the train and validation splits' content: what a method's artifact depends on
     baseline: dict = field(default_factory=dict)
     baseline_preds: np.ndarray | None = None
     previous: dict = field(default_factory=dict)
@@ -240,25 +240,25 @@ def _computed(state: RunState, stage: StageConfig, method: str, cfg, dst: Path) 
     """(details, metrics, test predictions) of the method run on the stage's input into `dst`, measured (or, with a
     stage cache, an earlier identical attempt's)."""
     def compute() -> tuple[dict, dict, np.ndarray]:
-        return _trained(state, stage, method, cfg, dst), *state.measure(dst)
+        return _made(state, stage, method, cfg, dst), *state.measure(dst)
 
     return _cached(state, state.attempt_key(method, cfg) if state.cache else None, dst, compute,
                    f"stage {stage.name}: {method}")
 
 
-def _trained(state: RunState, stage: StageConfig, method: str, cfg, dst: Path) -> dict:
-    """The method's details, its artifact written to `dst`. What a training method makes depends on the train and
-    validation splits, not on the test split: with a stage cache, its artifact is shared by runs that differ only in
-    their test split (a search's trials, measured on validation, and its winner's run, measured on test) and then
-    measured by each on its own."""
-    spec = METHODS[method]
-    if state.cache is None or not spec.trains or spec.reads_test:
+def _made(state: RunState, stage: StageConfig, method: str, cfg, dst: Path) -> dict:
+    """The method's details, its artifact written to `dst`. What a method makes depends on the train and validation
+    splits (training, calibration, parity texts), not on the test split, unless it `reads_test`: with a stage cache,
+    its artifact is shared by runs that differ only in their test split (a search's trials, measured on validation,
+    and its winner's run, measured on test), and each measures it on its own test split."""
+    if state.cache is None or METHODS[method].reads_test:
         return _call(state, method, cfg, dst)
     key = {**state.attempt_key(method, cfg), "data_sha256": state.fit_sha256, "measured": False}
     hit = state.cache.get(key, dst)
     if hit:
-        log.info("stage %s: %s trained model taken from the cache (%s)", stage.name, method, hit["entry"])
-        return {**hit["details"], "trained_in": hit["entry"]}
+        log.info("stage %s: %s's model taken from the cache (made on the same train and validation splits: %s)",
+                 stage.name, method, hit["entry"])
+        return {**hit["details"], "made_in": hit["entry"]}
     details = _call(state, method, cfg, dst)
     state.cache.put(key, dst, details, {}, np.zeros(0, dtype=np.int64))
     return details
