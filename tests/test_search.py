@@ -15,7 +15,7 @@ from edgepress.models.loading import load_classifier
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.search.config import load_search, pipeline_for
 from edgepress.search.shapes import Shape, build_shape, dominated, time_shapes
-from edgepress.search.study import _points, open_study, prepare, search_loop, trial_rows
+from edgepress.search.study import _points, open_study, prepare, search_loop, trial_rows, twin_result
 from tests.test_stagecache import _csv
 from tests.test_trust import FAST_RUNTIME, invoke
 
@@ -46,10 +46,10 @@ def test_shapes_are_timed_as_they_ship_and_the_dominated_named(tiny_model_dir, m
     assert dominated(synthetic, [a, b, c, d]) == {b.name: a.name}
 
 
-# The search on the tiny teacher: one student depth, two head shares, so that every trial starts with the same
-# distilled student (trained once, then taken from the cache)
+# The search on the tiny teacher: one student depth, two head shares, two int8 recipes (4 points), so that every
+# trial starts with the same distilled student (trained once, then taken from the cache)
 SPACE = {"layers": [1], "heads_keep": [1.0, 0.5], "ffn_keep": [1.0], "vocab": [False],
-         "quantization": ["int8-dynamic"], "epochs": [1]}
+         "quantization": ["int8-dynamic", "int8-dynamic-per-channel"], "epochs": [1]}
 
 
 def test_every_shipped_search_config_makes_valid_pipelines():
@@ -85,11 +85,13 @@ def test_a_search_trains_its_trials_on_validation_and_shares_their_prefix(search
     report = _report(searched)
     assert len(report["trials"]) == 3 and all(t["stop"] == "passed" for t in report["trials"])
     assert list(report["shapes"]) == ["1 layers, heads 1, ffn 1", "1 layers, heads 0.5, ffn 1"]
-    for trial in report["trials"]:
+    ran = [t for t in report["trials"] if "the point of trial" not in t["why"]]  # a point drawn again is not run
+    assert len({json.dumps(t["params"], sort_keys=True) for t in ran}) == len(ran)
+    for trial in ran:
         split = json.loads((Path(trial["run_dir"]) / "data_split.json").read_text())
         assert split["ids"]["test"] == split["ids"]["validation"]  # a trial never reads the test split
-    logs = [(Path(t["run_dir"]) / "run.log").read_text() for t in report["trials"]]
-    assert sum("stage distill: distill taken from the cache" in log for log in logs) == 2  # trained once
+    logs = [(Path(t["run_dir"]) / "run.log").read_text() for t in ran]
+    assert sum("stage distill: distill taken from the cache" in log for log in logs) == len(ran) - 1  # trained once
     assert report["winner"] in report["front"] and report["finalists"]["teacher"]["accuracy"] > 0
     assert "## Finalists on the test split" in (searched / "report.md").read_text()
     assert "<svg" in (searched / "report.html").read_text()
@@ -138,17 +140,19 @@ def _worker(config: Path, out: Path, *args) -> subprocess.Popen:
 
 def test_a_killed_search_resumes_where_it_stopped(tmp_path, tiny_model_dir, movie_data):
     config = search_config(tmp_path / "s.yaml", tiny_model_dir, _csv(tmp_path / "d.csv", movie_data))
-    worker = _worker(config, tmp_path / "out", "--trials", 3)
+    worker = _worker(config, tmp_path / "out", "--trials", 5)
     deadline = time.monotonic() + 240
-    while not (tmp_path / "out" / "trials" / "0001" / "run.json").is_file() and worker.poll() is None:
-        assert time.monotonic() < deadline, "the search did not reach its second trial"
+    while len(list((tmp_path / "out").glob("trials/*/run.json"))) < 2 and worker.poll() is None:
+        assert time.monotonic() < deadline, "the search did not reach its second run"
         time.sleep(0.2)
     worker.send_signal(signal.SIGKILL)
     worker.wait()
-    result = invoke("search", config, "--out", tmp_path / "out", "--trials", 3, "--resume")
+    result = invoke("search", config, "--out", tmp_path / "out", "--trials", 5, "--resume")
     assert result.exit_code == 0, result.output
-    stops = [t["stop"] for t in _report(tmp_path / "out")["trials"]]
-    assert stops == ["passed", "killed", "passed"]
+    trials = _report(tmp_path / "out")["trials"]
+    killed = [t["number"] for t in trials if t["stop"] == "killed"]
+    assert len(killed) == 1 and all(t["stop"] == "passed" for t in trials if t["number"] not in killed)
+    assert any(t["number"] > killed[0] and t["worker"]["pid"] != worker.pid for t in trials)  # went on after it
 
 
 def test_two_workers_share_one_study_and_run_each_trial_once(tmp_path, tiny_model_dir, movie_data):
@@ -161,32 +165,44 @@ def test_two_workers_share_one_study_and_run_each_trial_once(tmp_path, tiny_mode
     assert 4 <= len(trials) <= 5  # each worker checks the count before it asks: both may ask for the 4th
     assert [t["number"] for t in trials] == list(range(len(trials))) and all(t["stop"] == "passed" for t in trials)
     assert len({t["worker"]["pid"] for t in trials}) == 2  # both worked
-    assert len({t["run_dir"] for t in trials}) == len(trials)
+    ran = [t for t in trials if "the point of trial" not in t["why"]]  # a point drawn again is not run
+    assert len({t["run_dir"] for t in ran}) == len(ran)
 
 
-def test_a_trial_that_cannot_meet_the_constraint_is_pruned_and_its_prefix_never_trained_again(
+def test_a_trial_that_cannot_meet_the_constraint_is_pruned_and_no_prefix_is_trained_twice(
         tmp_path, tiny_model_dir, movie_data):
     # On the tiny teacher a student matches the teacher within noise, so the accuracy the constraint requires is
     # set out of reach here (1.0); everything else is the search's own loop: the epoch watch inside the training
-    # loop, the pruned stage recorded by the run, the prefix remembered, the study told
+    # loop, the pruned stage recorded by the run, the prefix remembered, the study told, the space exhausted
+    space = {**SPACE, "layers": [1, 2], "quantization": ["int8-dynamic"], "epochs": [3]}  # 2: no distillation
     config = search_config(tmp_path / "s.yaml", tiny_model_dir, _csv(tmp_path / "d.csv", movie_data),
-                           pruning={"margin": 0.02}, space={**SPACE, "epochs": [3]})
+                           pruning={"margin": 0.02}, space=space)
     cfg, out = load_search(config), tmp_path / "out"
     prepared = prepare(cfg, out, resume=False, config_file=config)
     prepared.required = 1.0
     study = open_study(cfg, out, None)
-    search_loop(cfg, prepared, out, study, budget_s=None, trials=3, progress=None)
-    first, *later = trial_rows(study)
-    assert first["stop"] == "pruned" and first["state"] == "pruned" and first["epochs_trained"] == 1
-    assert first["why"].startswith("distill pruned after epoch 1/3: validation accuracy 0.")
-    distill, *after = json.loads((Path(first["run_dir"]) / "report.json").read_text())["stages"]
+    spent = search_loop(cfg, prepared, out, study, budget_s=None, trials=20, progress=None)
+    assert spent["exhausted"] and len(study.trials) < 20  # all 4 points settled: the search ended by itself
+    rows = {r["number"]: r for r in trial_rows(study)}
+    trained = [t for t in study.trials if rows[t.number]["epochs_trained"]]
+    assert len({t.user_attrs["pruned_prefix"] for t in trained}) == len(trained)  # no prefix trained twice
+    assert all(rows[t.number]["epochs_trained"] == 1 and t.state.name == "PRUNED" for t in trained)
+    first_student = next(t for t in trained if t.params["shape"].startswith("1 layers"))
+    assert rows[first_student.number]["why"].startswith("distill pruned after epoch 1/3: validation accuracy 0.")
+    distill, *after = json.loads((Path(rows[first_student.number]["run_dir"]) / "report.json").read_text())["stages"]
     assert distill["name"] == "distill" and distill["status"] == "failed" and "pruned" in distill["details"]["error"]
     assert {s["status"] for s in after} == {"skipped"}
-    for trial in later:  # both heads shares start with the same distilled student: pruned before they start
-        assert trial["stop"] == "pruned" and trial["why"].startswith("as trial 0 (distill pruned after epoch 1/3")
-        assert trial["epochs_trained"] == 0 and trial["run_dir"] is None
-    assert all(t.constraints["accuracy.max_drop"] > 0.02 for t in study.trials)  # how far short: ranked by it
-    assert "3 trial(s) pruned (0, 1, 2). 1 training epoch(s) run in all" in (out / "report.md").read_text()
+    for row in rows.values():
+        if row["stop"] == "pruned" and not row["epochs_trained"]:  # pruned before it started, or drawn again
+            assert row["why"].startswith(("as trial ", "the point of trial "))
+            assert row["run_dir"] is None or row["why"].startswith("the point of trial ")  # the twin's run dir
+    assert all(t.constraints["accuracy.max_drop"] > 0.02 for t in study.trials if t.state.name == "PRUNED")
+    teacher_depth = [t for t in study.trials if t.params["shape"] == "2 layers, heads 1, ffn 1"]
+    assert teacher_depth[0].user_attrs["stop"] == "passed" and rows[teacher_depth[0].number]["epochs_trained"] == 0
+    again = twin_result(teacher_depth[0])  # a point drawn again takes its earlier result, nothing runs
+    assert again["same_as"] == teacher_depth[0].number and again["seconds"] == 0 and again["stop"] == "passed"
+    assert again["accuracy"] == teacher_depth[0].values[0] and again["p50_ms"] == teacher_depth[0].user_attrs["p50_ms"]
+    assert f"{len(trained)} training epoch(s) run in all" in (out / "report.md").read_text()
 
 
 def test_a_search_dir_from_before_a_new_field_resumes_when_the_field_is_at_its_default(

@@ -34,14 +34,28 @@ def status_line(report: dict) -> str:
     return "No trial has passed the constraints yet"
 
 
+def first_draws(rows: list[dict]) -> list[dict]:
+    """Each point's first trial, with `draws`: how many trials drew that point (the later ones took its result)."""
+    firsts: dict[str, dict] = {}
+    for row in rows:
+        key = repr(sorted(row["params"].items())) if row["state"] in ("complete", "pruned") else f"#{row['number']}"
+        firsts.setdefault(key, {**row, "draws": 0})["draws"] += 1
+    return list(firsts.values())
+
+
 def spent_lines(report: dict) -> list[str]:
     rows = report["trials"]
+    firsts = first_draws(rows)
     stops = {}
-    for row in rows:
+    for row in firsts:
         stops[row["stop"]] = stops.get(row["stop"], 0) + 1
     trained = [r for r in rows if r["seconds"]]
     epochs = sorted({r["params"].get("epochs") for r in trained if r["params"]})
-    return [f"{len(rows)} trial(s): " + ", ".join(f"{n} {stop}" for stop, n in sorted(stops.items())) + ".",
+    exhausted = " The search ended before its limit: every point had been tried or pruned." \
+        if report["spent"].get("exhausted") else ""
+    return [f"{len(rows)} trial(s) over {len(firsts)} point(s): " + ", ".join(f"{n} {stop}" for stop, n in
+                                                                               sorted(stops.items())) +
+            f"; {len(rows) - len(firsts)} trial(s) drew a point already tried and took its result.{exhausted}",
             f"{sum(r['seconds'] for r in trained):.0f} s in trials (this process's loop: "
             f"{report['spent'].get('seconds', 0):.0f} s); training epochs per stage drawn from "
             f"{', '.join(map(str, epochs)) or '–'}. A prefix one trial trained (a student, a pruned model) is taken "
@@ -55,11 +69,13 @@ def pruning_line(report: dict) -> str:
     trained = f"{epochs} training epoch(s) run in all (a stage taken from the cache trains none)."
     if not pruning:
         return f"Pruning off: every trial trains all its epochs. {trained}"
-    pruned = [r for r in rows if r["stop"] == "pruned"]
+    pruned = [r for r in first_draws(rows) if r["stop"] == "pruned"]
+    early = [r for r in pruned if r.get("epochs_trained")]
     return (f"Pruning: a trial stops after a training epoch whose stage's best validation accuracy lies more than "
             f"{pruning['margin']:g} below the {report['required_accuracy']:.4f} the constraint requires, and a trial "
-            f"that starts with a pruned trial's stages does not start; {len(pruned)} trial(s) pruned"
-            + (f" ({', '.join(str(r['number']) for r in pruned)})" if pruned else "") + f". {trained}")
+            f"that starts with a pruned trial's stages does not start; {len(pruned)} point(s) pruned"
+            + (f" ({len(early)} while training: trials {', '.join(str(r['number']) for r in early)})" if pruned
+               else "") + f". {trained}")
 
 
 def shape_rows(report: dict) -> list[list[str]]:
@@ -68,11 +84,12 @@ def shape_rows(report: dict) -> list[list[str]]:
 
 
 def trial_table(report: dict) -> list[list[str]]:
+    """One row per point: its first trial (report.json lists every trial)."""
     front = set(report["front"])
-    return [[f"{r['number']}{' ★' if r['number'] in front else ''}",
+    return [[f"{r['number']}{' ★' if r['number'] in front else ''}" + (f" (×{r['draws']})" if r["draws"] > 1 else ""),
              ", ".join(f"{k} {v}" for k, v in r["params"].items()), _f(r["accuracy"], ".4f"), _f(r["p50_ms"], ".2f"),
              _f(r["size_mb"], ".1f"), _f(r["agreement"], ".4f"), r["stop"] + (f": {r['why']}" if r["why"] else ""),
-             _f(r.get("epochs_trained"), "d"), _f(r["seconds"], ".0f")] for r in report["trials"]]
+             _f(r.get("epochs_trained"), "d"), _f(r["seconds"], ".0f")] for r in first_draws(report["trials"])]
 
 
 def finalist_rows(report: dict) -> list[list[str]]:
@@ -101,7 +118,8 @@ def render_markdown(report: dict) -> str:
              f"test split scores the finalists once.", "", "## How the budget was spent", "",
              *[f"- {line}" for line in spent_lines(report)], "", "## Shapes (timed before any training, int8)", "",
              *_table(["shape", "p50 ms", "size MB", "status"], shape_rows(report)), "",
-             "## Trials (★: validation front)", "", *_table(TRIAL_HEADER, trial_table(report)), ""]
+             "## Points tried (★: validation front; ×N: drawn by N trials, each listed in report.json)", "",
+             *_table(TRIAL_HEADER, trial_table(report)), ""]
     if report.get("finalists"):
         lines += ["## Finalists on the test split", "",
                   *_table(["model", "test accuracy", "95% CI", "drop vs teacher, 95% CI"], finalist_rows(report)), ""]

@@ -214,18 +214,22 @@ def open_study(cfg: SearchConfig, out: Path, storage: str | None):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
-    try:
-        with FileLock(out / ".study.lock"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat's arguments
-            rdb = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith(
-                "sqlite") else None, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
-            sampler = optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=4)
-            return optuna.create_study(storage=rdb, sampler=sampler, study_name=STUDY, load_if_exists=True,
-                                       directions=["maximize", "minimize"])
-    except Exception as e:  # sqlalchemy's errors: a bad URL, a server that does not answer, a missing driver
-        raise ConfigError(f"the study at {url} cannot be opened ({type(e).__name__}: {e}). Fix: for --storage, a "
-                          f"reachable database URL (e.g. postgresql+psycopg://user:password@host/db) with its "
-                          f"driver installed (pip install 'edgepress[postgres]')") from None
+    for attempt in range(3):  # workers on other machines may be creating the same tables: the loser tries again
+        try:
+            with FileLock(out / ".study.lock"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat's arguments
+                rdb = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith(
+                    "sqlite") else None, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+                sampler = optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=4)
+                return optuna.create_study(storage=rdb, sampler=sampler, study_name=STUDY, load_if_exists=True,
+                                           directions=["maximize", "minimize"])
+        except Exception as e:  # sqlalchemy's errors: a bad URL, a server that does not answer, a missing driver
+            if attempt < 2 and not url.startswith("sqlite"):  # e.g. a table or type another worker just made
+                time.sleep(1 + attempt)
+                continue
+            raise ConfigError(f"the study at {url} cannot be opened ({type(e).__name__}: {e}). Fix: for --storage, "
+                              f"a reachable database URL (e.g. postgresql+psycopg://user:password@host/db) with its "
+                              f"driver installed (pip install 'edgepress[postgres]')") from None
 
 
 def fail_dead_trials(study) -> list[int]:
@@ -366,14 +370,20 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
     import optuna
     from optuna.storages._heartbeat import get_heartbeat_thread  # Optuna's own, outside Study.optimize
 
-    started, durations = time.monotonic(), []
+    started, durations, exhausted = time.monotonic(), [], False
     distributions = _distributions(prepared)
     while True:
-        done = len(study.get_trials(deepcopy=False))
+        done = len(_asked(study))
         if trials is not None and done >= trials:
             break
         elapsed = time.monotonic() - started
         if budget_s is not None and elapsed + _expected(durations) > budget_s:
+            break
+        untried = unsettled_points(cfg, prepared, study)
+        if not untried:
+            log.warning("every point of the space has been tried (or starts with a pruned trial's stages): the "
+                        "search ends before its limit")
+            exhausted = True
             break
         with warnings.catch_warnings():  # "heartbeat is supposed to be used with Study.optimize": beaten below
             warnings.simplefilter("ignore", UserWarning)
@@ -381,19 +391,28 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
         trial.set_user_attr("worker", {"host": socket.gethostname(), "pid": os.getpid()})
         point = _point(prepared, trial.params)
         log.info("trial %d: %s", trial.number, point)
-        beat = get_heartbeat_thread(trial._trial_id, study._storage)  # what Study.optimize runs for each trial
-        beat.start()
-        try:
-            result = run_trial(cfg, prepared, out, point, trial.number, study)
-        except BaseException:
-            trial.set_user_attr("stop", "interrupted")
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            raise
-        finally:
-            beat.join()
-        durations.append((result["seconds"], result["stop"]))
+        twin = finished_twin(study, trial.params)
+        if twin is not None:  # the sampler drew a point already tried: its result, without a run, and the next
+            result = twin_result(twin)  # trial takes an untried point at random (seeded) instead of drawing again
+            study.enqueue_trial(untried[np.random.default_rng([cfg.seed, trial.number]).integers(len(untried))])
+        else:
+            beat = get_heartbeat_thread(trial._trial_id, study._storage)  # what Study.optimize runs for each trial
+            beat.start()
+            try:
+                result = run_trial(cfg, prepared, out, point, trial.number, study)
+            except BaseException as e:
+                trial.set_user_attr("stop", "interrupted")
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                if isinstance(e, OSError):  # a full disk, a removed dir: every later trial would meet it too
+                    raise EdgepressError(f"trial {trial.number} stopped: {e}. Fix: free the disk space (each trial "
+                                         f"keeps its run in {out / 'trials'}; the stage cache is in "
+                                         f"{out / 'cache'}), then --resume") from None
+                raise
+            finally:
+                beat.join()
+            durations.append((result["seconds"], result["stop"]))
         for key in ("stop", "why", "seconds", "run_dir", "agreement", "p50_ms", "size_mb", "drop_ci95",
-                    "teacher_accuracy", "artifact", "epochs_trained", "pruned_prefix", "excess"):
+                    "teacher_accuracy", "artifact", "epochs_trained", "pruned_prefix", "excess", "same_as"):
             if key in result:
                 trial.set_user_attr(key, result[key])
         if result["stop"] == "error":
@@ -408,7 +427,53 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
         write_search_report(cfg, prepared, out, study, spent={"seconds": time.monotonic() - started})
         if progress is not None:
             progress(trial.number, result, best_passing(study))
-    return {"seconds": time.monotonic() - started, "trials_here": len(durations)}
+    return {"seconds": time.monotonic() - started, "trials_here": len(durations), "exhausted": exhausted}
+
+
+RESULT_ATTRS = ("stop", "why", "run_dir", "agreement", "p50_ms", "size_mb", "drop_ci95", "teacher_accuracy",
+                "artifact", "pruned_prefix", "excess")
+
+
+def finished_twin(study, params: dict):
+    """The first finished trial (measured or pruned) of exactly these params, if there is one."""
+    import optuna
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return next((t for t in study.get_trials(deepcopy=False, states=states) if t.params == params), None)
+
+
+def twin_result(twin) -> dict:
+    """A trial's result as the earlier trial of the same point `twin` had it (nothing runs: the same pipeline on
+    the same inputs makes the same models)."""
+    attrs = {k: twin.user_attrs[k] for k in RESULT_ATTRS if k in twin.user_attrs}
+    why = f"the point of trial {twin.number}" + (f": {attrs['why']}" if attrs.get("why") else "")
+    result = {**attrs, "why": why, "same_as": twin.number, "seconds": 0.0, "epochs_trained": 0}
+    if twin.values:
+        result.update(accuracy=twin.values[0], violations=dict(twin.constraints))
+    return result
+
+
+def unsettled_points(cfg: SearchConfig, prepared: Prepared, study) -> list[dict]:
+    """The points of the space (its allowed shapes), as trial params, that have no finished trial and do not start
+    with a pruned trial's stages."""
+    import itertools
+
+    import optuna
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    finished = study.get_trials(deepcopy=False, states=states)
+    tried = {json.dumps(t.params, sort_keys=True) for t in finished}
+    pruned = {t.user_attrs["pruned_prefix"] for t in finished if "pruned_prefix" in t.user_attrs}
+    space, points = prepared.space, []
+    for shape, vocab, quantization, epochs in itertools.product(prepared.shapes, space.vocab, space.quantization,
+                                                                 space.epochs):
+        params = {"shape": shape.name, "vocab": vocab, "quantization": quantization, "epochs": epochs}
+        if json.dumps(params, sort_keys=True) in tried:
+            continue
+        pipeline = pipeline_for(cfg, prepared.depth, _point(prepared, params))
+        if not (cfg.pruning and pruned & {_prefix(pipeline, s.name) for s in pipeline.stages}):
+            points.append(params)
+    return points
 
 
 def _passing(study) -> list:
@@ -455,11 +520,20 @@ def score_finalists(cfg: SearchConfig, prepared: Prepared, finalists: list) -> d
     return scored
 
 
+def _asked(study) -> list:
+    """The trials asked for (not one waiting in the queue: an untried point put there for the next trial)."""
+    import optuna
+
+    return [t for t in study.get_trials(deepcopy=False) if t.state != optuna.trial.TrialState.WAITING]
+
+
 def trial_rows(study) -> list[dict]:
     rows = []
-    for t in study.get_trials(deepcopy=False):
-        # a failed trial that recorded no outcome was stopped with its worker (killed, or its heartbeat lost)
-        stop = t.user_attrs.get("stop") or ("killed" if t.state.name == "FAIL" else t.state.name.lower())
+    for t in _asked(study):
+        # a failed trial whose outcome was not told was stopped with its worker (killed, or its heartbeat lost)
+        stop = t.user_attrs.get("stop") or t.state.name.lower()
+        if t.state.name == "FAIL" and stop not in ("error", "interrupted"):
+            stop = "killed"
         rows.append({"number": t.number, "params": t.params, "state": t.state.name.lower(), "stop": stop,
                      "why": t.user_attrs.get("why", ""),
                      "accuracy": t.values[0] if t.values else None,
@@ -492,15 +566,17 @@ def finish(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict)
     winner = best_passing(study)
     if winner is None:
         write_search_report(cfg, prepared, out, study, spent)
-        raise SearchExhausted(f"no trial passed the constraints in {len(study.trials)} trial(s); the best found is in "
+        raise SearchExhausted(f"no trial passed the constraints in {len(_asked(study))} trial(s); the best found is in "
                               f"{out / 'report.md'}. Fix: a longer --budget or more --trials, or looser constraints")
     finalists = score_finalists(cfg, prepared, [*front, *([] if winner in front else [winner])])
     pipeline = pipeline_for(cfg, prepared.depth, _point(prepared, winner.params))
     header = (f"# The search's winner (trial {winner.number} of {out}): validation accuracy "
               f"{winner.values[0]:.4f}, {cfg.objective} {winner.values[1]:.4g}.\n"
               f"# `edgepress run best.yaml --out RUN_DIR` reproduces it.\n")
-    write_text(out / "best.yaml", header + yaml.safe_dump(pipeline.model_dump(mode="json", exclude_defaults=True),
-                                                          sort_keys=False))
+    body = pipeline.model_dump(mode="json", exclude_defaults=True)  # but the model and the data, always named
+    body = {"model": pipeline.model, "data": {"source": pipeline.data.source, **body.pop("data", {})},
+            **{k: v for k, v in body.items() if k != "model"}}
+    write_text(out / "best.yaml", header + yaml.safe_dump(body, sort_keys=False))
     missed = None
     try:
         run_pipeline(pipeline, out / "best", cache=out / "cache", config_file=out / "best.yaml")
