@@ -24,7 +24,7 @@ import os
 import socket
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -86,7 +86,7 @@ class Prepared:
     shapes: list[Shape]
     table: dict
     data: DataSplits
-    required: float = field(default=0.0)
+    required: float
 
 
 def _points(space) -> list[dict]:
@@ -309,25 +309,31 @@ def _prefix(pipeline, stage: str) -> str:
     return json.dumps([[s.method, s.params] for s in pipeline.stages[:names.index(stage) + 1]], sort_keys=True)
 
 
-def pruned_before(study, pipeline) -> tuple[int, str] | None:
-    """(trial number, prefix) of an earlier trial pruned in a prefix of `pipeline`'s stages, if one was."""
+def pruned_prefixes(study) -> dict[str, int]:
+    """{stage prefix: the first trial pruned in it}, over every pruned trial."""
     import optuna
 
-    prefixes = {_prefix(pipeline, s.name) for s in pipeline.stages}
+    prefixes = {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,)):
-        if t.user_attrs.get("pruned_prefix") in prefixes:
-            return t.number, t.user_attrs["pruned_prefix"]
-    return None
+        if "pruned_prefix" in t.user_attrs:
+            prefixes.setdefault(t.user_attrs["pruned_prefix"], t.number)
+    return prefixes
 
 
-def run_trial(cfg: SearchConfig, prepared: Prepared, out: Path, point: dict, number: int, study=None) -> dict:
+def pruned_before(pipeline, prefixes: dict[str, int]) -> tuple[int, str] | None:
+    """(trial number, prefix) of an earlier trial pruned in a prefix of `pipeline`'s stages, if one was."""
+    return next(((prefixes[p], p) for p in (_prefix(pipeline, s.name) for s in pipeline.stages) if p in prefixes),
+                None)
+
+
+def run_trial(cfg: SearchConfig, prepared: Prepared, out: Path, point: dict, number: int, study) -> dict:
     from edgepress.models.train import watch_epochs
     from edgepress.pipeline.runner import run_pipeline
 
     pipeline = pipeline_for(cfg, prepared.depth, point)
     run_dir = out / "trials" / f"{number:04d}"
     started = time.monotonic()
-    before = pruned_before(study, pipeline) if study is not None and cfg.pruning else None
+    before = pruned_before(pipeline, pruned_prefixes(study)) if cfg.pruning else None
     if before is not None:
         earlier = study.trials[before[0]].user_attrs
         return {"stop": "pruned", "why": f"as trial {before[0]} ({earlier['why']}), whose stages it starts with",
@@ -463,15 +469,14 @@ def unsettled_points(cfg: SearchConfig, prepared: Prepared, study) -> list[dict]
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     finished = study.get_trials(deepcopy=False, states=states)
     tried = {json.dumps(t.params, sort_keys=True) for t in finished}
-    pruned = {t.user_attrs["pruned_prefix"] for t in finished if "pruned_prefix" in t.user_attrs}
+    pruned = pruned_prefixes(study)
     space, points = prepared.space, []
     for shape, vocab, quantization, epochs in itertools.product(prepared.shapes, space.vocab, space.quantization,
                                                                  space.epochs):
         params = {"shape": shape.name, "vocab": vocab, "quantization": quantization, "epochs": epochs}
         if json.dumps(params, sort_keys=True) in tried:
             continue
-        pipeline = pipeline_for(cfg, prepared.depth, _point(prepared, params))
-        if not (cfg.pruning and pruned & {_prefix(pipeline, s.name) for s in pipeline.stages}):
+        if not (cfg.pruning and pruned_before(pipeline_for(cfg, prepared.depth, _point(prepared, params)), pruned)):
             points.append(params)
     return points
 
