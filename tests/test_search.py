@@ -15,7 +15,16 @@ from edgepress.models.loading import load_classifier
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.search.config import load_search, pipeline_for
 from edgepress.search.shapes import Shape, build_shape, dominated, time_shapes
-from edgepress.search.study import _points, open_study, prepare, search_loop, trial_rows, twin_result
+from edgepress.search.study import (
+    EpochWatch,
+    TrialPruned,
+    _points,
+    open_study,
+    prepare,
+    search_loop,
+    trial_rows,
+    twin_result,
+)
 from tests.test_stagecache import _csv
 from tests.test_trust import FAST_RUNTIME, invoke
 
@@ -167,6 +176,18 @@ def test_two_workers_share_one_study_and_run_each_trial_once(tmp_path, tiny_mode
     assert len({t["worker"]["pid"] for t in trials}) == 2  # both worked
     ran = [t for t in trials if "the point of trial" not in t["why"]]  # a point drawn again is not run
     assert len({t["run_dir"] for t in ran}) == len(ran)
+
+
+def test_the_pruning_allowance_shrinks_with_the_epochs_left():
+    # calibrated on the demo search: a 4-layer student 1.9 points short after its first of 4 epochs ended 0.8 above
+    watch = EpochWatch(required=0.86, margin=0.04)
+    watch([{"val_accuracy": 0.83}], 4)  # 3 points short after 1 of 4: within the full margin
+    watch([{"val_accuracy": 0.83}, {"val_accuracy": 0.835}, {"val_accuracy": 0.845}], 4)  # 1.5 short, 2 allowed
+    with pytest.raises(TrialPruned, match=r"after epoch 4/4: validation accuracy 0.8450, more than 0.01 below"):
+        watch([{"val_accuracy": 0.83}, {"val_accuracy": 0.835}, {"val_accuracy": 0.845}, {"val_accuracy": 0.84}], 4)
+    assert watch.epochs == 3 and watch.best == 0.845
+    with pytest.raises(TrialPruned, match="after epoch 1/2"):
+        EpochWatch(required=0.86, margin=0.04)([{"val_accuracy": 0.8199}], 2)  # 4.01 short: more than the margin
 
 
 def test_a_trial_that_cannot_meet_the_constraint_is_pruned_and_no_prefix_is_trained_twice(

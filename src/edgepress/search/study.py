@@ -58,7 +58,8 @@ class TrialPruned(EdgepressError):
 @dataclass
 class EpochWatch:
     """Watches every training epoch of one trial (`models.train.watch_epochs`): counts them, and stops the trial when
-    a stage's best validation accuracy so far lies more than `margin` below `required`."""
+    a stage's best validation accuracy so far lies too far below `required`: `margin` after the stage's first epoch,
+    shrinking in step with the epochs left to margin / epochs after its last (what later stages may still win)."""
 
     required: float
     margin: float
@@ -66,12 +67,17 @@ class EpochWatch:
     best: float | None = None
     why: str = ""
 
+    def allowed(self, epoch: int, epochs: int) -> float:
+        """How far below `required` a stage may be after `epoch` of its `epochs`."""
+        return self.margin * (epochs - epoch + 1) / epochs
+
     def __call__(self, history: list[dict], epochs: int) -> None:
         self.epochs += 1
         self.best = max(h["val_accuracy"] for h in history)
-        if self.best < self.required - self.margin:
+        allowed = self.allowed(len(history), epochs)
+        if self.best < self.required - allowed:
             self.why = (f"pruned after epoch {len(history)}/{epochs}: validation accuracy {self.best:.4f}, more than "
-                        f"{self.margin:g} below the {self.required:.4f} the constraint requires")
+                        f"{allowed:.3g} below the {self.required:.4f} the constraint requires")
             raise TrialPruned(self.why)
 
 
