@@ -14,7 +14,7 @@ ARM64_N ?= 200
 
 BENCH_OUT ?= benchmarks/results/compare.json
 
-.PHONY: setup peer-env web demo demo-quick bench test test-slow test-arm64 lint clean
+.PHONY: setup peer-env web demo demo-quick bench test test-slow test-arm64 schema lint clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,11 @@ test-slow: setup peer-env
 # labels: benchmarks/results/arm64.json. Not in `make test`: emulation takes ~0.8 s a sentence.
 test-arm64: setup
 	$(PY) benchmarks/arm64.py --bundle $(BUNDLE) --n $(ARM64_N)
+
+# The JSON Schemas editors check configs with (schema/), from the pydantic configs; a test fails when they are stale.
+schema: setup
+	$(VENV)/bin/edgepress schema pipeline --out schema/pipeline.schema.json
+	$(VENV)/bin/edgepress schema search --out schema/search.schema.json
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

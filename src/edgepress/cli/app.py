@@ -210,6 +210,29 @@ def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML to check
               soft_wrap=True)
 
 
+class Kind(StrEnum):
+    pipeline = "pipeline"
+    search = "search"
+
+
+@app.command()
+def schema(
+    kind: Annotated[Kind, typer.Argument(help="Which YAML: a pipeline (`edgepress run`) or a search.")]
+    = Kind.pipeline,
+    out_file: Annotated[Path | None, typer.Option("--out", help="Write the schema to this file instead of "
+                                                                "printing it.")] = None,
+) -> None:
+    """The JSON Schema of a pipeline or search YAML, for editors: put `# yaml-language-server: $schema=FILE` on a
+    config's first line (the repository's own are in schema/)."""
+    from edgepress.schema import write_schema
+
+    text = _call(write_schema, kind.value, out_file)
+    if out_file is None:
+        print(text, end="")
+    else:
+        out.print(f"{kind.value} schema written to {out_file}", highlight=False)
+
+
 @app.command()
 def evaluate(
     model: Annotated[str, typer.Argument(help="An HF model dir, or demo:minilm-movie.")],
