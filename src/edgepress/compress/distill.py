@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from edgepress.configs import changed
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
-from edgepress.models.train import TrainConfig
+from edgepress.models.train import EPOCHS, TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -39,20 +39,25 @@ class KdLoss(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    temperature: float = Field(2.0, gt=0)
+    temperature: float = Field(2.0, gt=0, description="softens the teacher's and the student's logits before "
+                                                      "their KL divergence (the loss is scaled by its square)")
     alpha: float = Field(0.5, ge=0, le=1, description="weight of the soft (teacher) loss against the labels")
 
 
 class DistillConfig(TrainConfig, KdLoss):
     """The `distill` method: the student's shape and loss, and the training fields of `TrainConfig`."""
 
-    student_layers: int = Field(3, ge=1)
-    style: Literal["hinton", "distilbert", "tinybert"] = "hinton"
+    student_layers: int = Field(3, ge=1, description="encoder layers of the student (fewer than the teacher's), "
+                                                    "each initialised from a teacher layer")
+    style: Literal["hinton", "distilbert", "tinybert"] = Field("hinton", description="hinton: soft targets; "
+                                                               "distilbert: + cosine loss on the last hidden "
+                                                               "states; tinybert: + every mapped layer's hidden "
+                                                               "states and attention scores")
     layer_map: tuple[int, ...] | None = Field(None, description="teacher layer each student layer starts from (the "
                                               "tinybert and distilbert losses map layers uniformly, whatever it is)")
     hidden_weight: float = Field(1.0, ge=0, description="weight of the hidden-state loss (distilbert, tinybert)")
     attention_weight: float = Field(1.0, ge=0, description="weight of the attention-score loss (tinybert)")
-    epochs: int = Field(4, ge=1)
+    epochs: int = Field(4, ge=1, description=EPOCHS)
 
     @model_validator(mode="after")
     def _map_fits(self) -> "DistillConfig":

@@ -34,7 +34,14 @@ from edgepress.compress.quantize import (
 )
 from edgepress.configs import changed
 from edgepress.errors import ConfigError
-from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files
+from edgepress.export.parity import (
+    LOOSE_PARITY,
+    ONNX_FILE,
+    PARITY_LENGTH,
+    ParityConfig,
+    check_graph_change,
+    copy_side_files,
+)
 from edgepress.files import atomic_dir
 from edgepress.logs import parity_text, readable
 from edgepress.runtime.session import SessionConfig
@@ -49,7 +56,9 @@ class Int4Config(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    algorithm: Literal["rtn", "hqq", "gptq", "awq"] = "rtn"
+    algorithm: Literal["rtn", "hqq", "gptq", "awq"] = Field("rtn", description="rtn: min/max per block; "
+                                                                 "hqq: half-quadratic; gptq/awq: "
+                                                                 "neural-compressor on the torch model")
     block_size: int = Field(32, description="weights per scale, along the input dimension (a power of 2, >= 16)")
     symmetric: bool | None = Field(None, description="no zero points; default: true (hqq is asymmetric)")
     accuracy_level: Literal[0, 4] = Field(0, description="4: activations int8 per block, integer dot products")
@@ -58,8 +67,8 @@ class Int4Config(BaseModel):
     calibration_size: int = Field(128, ge=8, description="gptq/awq: validation sentences they calibrate on")
     torch_model: Path | None = Field(None, description="gptq/awq: the torch model dir the graph was exported from "
                                                        "(a pipeline fills in the export stage's input)")
-    max_length: int = Field(128, ge=8)
-    parity: ParityConfig = ParityConfig(max_abs_diff=1.5, min_agreement=0.9)  # a broken graph, not a close call
+    max_length: int = Field(128, ge=8, description=PARITY_LENGTH)
+    parity: ParityConfig = Field(ParityConfig(max_abs_diff=1.5, min_agreement=0.9), description=LOOSE_PARITY)
 
     @field_validator("block_size")
     @classmethod

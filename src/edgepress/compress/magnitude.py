@@ -60,8 +60,10 @@ class _Sparse(TrainConfig, KdLoss):
 class MagnitudeConfig(_Sparse):
     """The `magnitude` method: prune the smallest weights (over all pruned weights, or per matrix), fine-tune."""
 
-    scope: Literal["global", "layer"] = "global"
-    schedule: Literal["oneshot", "cubic"] = "oneshot"
+    scope: Literal["global", "layer"] = Field("global", description="global: the smallest weights over all "
+                                                     "matrices; layer: the same share of every matrix")
+    schedule: Literal["oneshot", "cubic"] = Field("oneshot", description="oneshot: all zeros before the "
+                                                          "fine-tune; cubic: grown on Zhu & Gupta's ramp")
     prune_fraction: float = Field(0.5, gt=0, le=1, description="share of the fine-tuning steps the cubic ramp takes")
     prune_every: int = Field(10, ge=1, description="optimizer steps between mask updates of the cubic ramp")
 
@@ -78,10 +80,12 @@ class LotteryConfig(_Sparse):
 
     sparsity: float = Field(0.6, ge=0, lt=1, description="final fraction of the pruned weights set to zero")
     rounds: int = Field(3, ge=1, description="prunings; each removes the same share of the surviving weights")
-    rewind: Literal["init", "step"] = "init"
+    rewind: Literal["init", "step"] = Field("init", description="what survivors are rewound to each round: the "
+                                                    "input's weights (init) or those after rewind_step steps")
     rewind_step: int = Field(0, ge=0, description="with rewind: step, the first training's step rewound to")
-    control: Literal["none", "random"] = "none"
-    epochs: int = Field(1, ge=1)
+    control: Literal["none", "random"] = Field("none", description="random: also train a random mask at the "
+                                                       "same sparsities, rewound the same way, and report both")
+    epochs: int = Field(1, ge=1, description="epochs of each training (every round's and the last ticket's)")
 
     @model_validator(mode="after")
     def _rewind_fits(self) -> "LotteryConfig":

@@ -28,7 +28,7 @@ from edgepress.export.parity import (
 )
 from edgepress.files import atomic_dir, read_json, write_json
 from edgepress.logs import parity_text, readable
-from edgepress.models.train import TrainConfig
+from edgepress.models.train import EPOCHS, TrainConfig
 from edgepress.runtime.predictor import load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session
 
@@ -39,8 +39,8 @@ class QatConfig(TrainConfig, KdLoss):
     """The `qat` method: the fine-tune's fields (`TrainConfig`, distilled from the input model with `KdLoss`) and
     how fast the input ranges follow the batches."""
 
-    epochs: int = Field(1, ge=1)
-    learning_rate: float = Field(2e-5, gt=0, lt=1)
+    epochs: int = Field(1, ge=1, description=EPOCHS)
+    learning_rate: float = Field(2e-5, gt=0, lt=1, description="AdamW's peak learning rate")
     momentum: float = Field(0.01, gt=0, le=1, description="EMA weight of each batch's input min / max")
     reduce_range: bool = Field(False, description="7-bit weights ([-64, 64]), for CPUs without VNNI that saturate "
                                "otherwise: trained as they will run")

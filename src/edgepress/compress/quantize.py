@@ -28,7 +28,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from edgepress.errors import ConfigError
 from edgepress.export.parity import (
+    LOOSE_PARITY,
     ONNX_FILE,
+    PARITY_LENGTH,
     ParityConfig,
     check_graph_change,
     copy_side_files,
@@ -136,8 +138,8 @@ class Int8DynamicConfig(BaseModel):
     per_channel: bool = Field(False, description="one scale per output channel of each weight")
     reduce_range: bool = Field(False, description="7-bit weights, for CPUs without VNNI that saturate otherwise")
     keep_float: KeepFloat = KEEP_FLOAT
-    max_length: int = Field(128, ge=8)
-    parity: ParityConfig = ParityConfig(max_abs_diff=1.5, min_agreement=0.9)  # a broken graph, not a close call
+    max_length: int = Field(128, ge=8, description=PARITY_LENGTH)
+    parity: ParityConfig = Field(ParityConfig(max_abs_diff=1.5, min_agreement=0.9), description=LOOSE_PARITY)
 
 
 def int8_dynamic(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
@@ -176,13 +178,15 @@ class Int8StaticConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    per_channel: bool = True
+    per_channel: bool = Field(True, description="one scale per output channel of each weight")
     reduce_range: bool = Field(False, description="7-bit weights, for CPUs without VNNI that saturate otherwise")
-    calibration: Literal["minmax", "percentile", "entropy"] = "minmax"
+    calibration: Literal["minmax", "percentile", "entropy"] = Field("minmax", description="how activation "
+                                                                           "ranges are chosen from the "
+                                                                           "calibration sentences")
     calibration_size: int = Field(128, ge=8, description="real sentences the activation ranges come from")
     keep_float: KeepFloat = KEEP_FLOAT
-    max_length: int = Field(128, ge=8)
-    parity: ParityConfig = ParityConfig(max_abs_diff=1.5, min_agreement=0.9)
+    max_length: int = Field(128, ge=8, description=PARITY_LENGTH)
+    parity: ParityConfig = Field(ParityConfig(max_abs_diff=1.5, min_agreement=0.9), description=LOOSE_PARITY)
 
 
 class _Sentences:

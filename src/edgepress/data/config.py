@@ -12,7 +12,7 @@ class SplitConfig(BaseModel):
 
     test: float = Field(0.1, gt=0, lt=1, description="fraction of the examples held out for the test split")
     validation: float = Field(0.1, gt=0, lt=1, description="fraction held out for the validation split")
-    seed: int = 13
+    seed: int = Field(13, description="seeds the hash that assigns each example to a split")
     stratify: bool | None = Field(None, description="divide each class in these proportions, so that every split "
                                   "has every class; unset: true, but for demo:movie-snippets, which keeps the split "
                                   "its teacher and published figures were measured on")
@@ -32,10 +32,11 @@ class DataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     source: str = Field(DEMO_SOURCE, description="demo:movie-snippets, or a .csv / .jsonl file, or a directory")
-    text_column: str = "text"
-    label_column: str = "label"
+    text_column: str = Field("text", description="the column (or JSON key) holding the text")
+    label_column: str = Field("label", description="the column holding the label: a name the model's label2id "
+                              "knows, or its id")
     max_length: int = Field(128, ge=8, le=8192, description="tokens per example after truncation")
-    split: SplitConfig = SplitConfig()
+    split: SplitConfig = Field(SplitConfig(), description="how a source without its own splits is divided")
 
     @model_validator(mode="after")
     def _two_columns(self) -> "DataConfig":

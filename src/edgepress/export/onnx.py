@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.export.parity import (
     ONNX_FILE,
+    PARITY_LENGTH,
     ParityConfig,
     check_onnx_file,
     check_parity,
@@ -36,9 +37,9 @@ class ExportConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    opset: int = Field(18, ge=14, le=21)
-    max_length: int = Field(128, ge=8)
-    parity: ParityConfig = ParityConfig()
+    opset: int = Field(18, ge=14, le=21, description="ONNX opset of the exported graph")
+    max_length: int = Field(128, ge=8, description=PARITY_LENGTH)
+    parity: ParityConfig = Field(ParityConfig(), description="how close ONNX Runtime's logits must be to torch's")
 
 
 def torch_runner(model):

@@ -18,7 +18,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.compress.quantize import Int8DynamicConfig
-from edgepress.export.parity import ONNX_FILE, ParityConfig, check_graph_change, copy_side_files, ort_runner
+from edgepress.export.parity import (
+    ONNX_FILE,
+    PARITY_LENGTH,
+    ParityConfig,
+    check_graph_change,
+    copy_side_files,
+    ort_runner,
+)
 from edgepress.files import atomic_dir, write_json
 from edgepress.logs import parity_text, quiet, readable
 from edgepress.models.loading import read_model_config
@@ -53,8 +60,9 @@ class OptimizeConfig(BaseModel):
 
     fusions: Literal["auto", "all"] = Field("auto", description="auto: time the candidate sets, keep the fastest")
     disable: tuple[Fusion, ...] = Field((), description="fusions never used, e.g. [skip_layer_norm]")
-    max_length: int = Field(128, ge=8)
-    parity: ParityConfig = ParityConfig(max_abs_diff=1e-3)
+    max_length: int = Field(128, ge=8, description=PARITY_LENGTH)
+    parity: ParityConfig = Field(ParityConfig(max_abs_diff=1e-3), description="how close the fused graph's logits "
+                                                                              "must be to the unfused graph's")
     threads: int | None = Field(None, ge=1, description="auto: the intra-op threads the candidates are timed on")
     latency: LatencyConfig = Field(LatencyConfig(), description="auto: the shape, warm-up and runs of the timing")
     quantized_with: Int8DynamicConfig | None = Field(None, description="auto: the int8-dynamic each candidate is "
@@ -66,8 +74,9 @@ class Fp16Config(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    max_length: int = Field(128, ge=8)
-    parity: ParityConfig = ParityConfig(max_abs_diff=5e-2, min_agreement=0.99)
+    max_length: int = Field(128, ge=8, description=PARITY_LENGTH)
+    parity: ParityConfig = Field(ParityConfig(max_abs_diff=5e-2, min_agreement=0.99), description="how close the "
+                                 "fp16 graph's logits must be to the fp32 graph's")
     providers: tuple[Literal["cpu", "cuda"], ...] = Field(("cuda",), description="where the fp16 graph is checked")
 
 

@@ -29,6 +29,11 @@ class ParityConfig(BaseModel):
     batch_size: int = Field(8, ge=2, description="the batched (padded) pass uses batches of this size")
 
 
+PARITY_LENGTH = "tokens the parity sentences are cut to"
+LOOSE_PARITY = ("a loose check that catches a broken graph (quantization moves logits; the accuracy gate decides "
+                "whether the move costs predictions)")
+
+
 def spread_by_length(texts: tuple[str, ...], n: int) -> list[str]:
     """`n` texts spanning the length distribution, shortest to longest."""
     order = np.argsort([len(t) for t in texts], kind="stable")

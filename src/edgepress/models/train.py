@@ -27,6 +27,9 @@ from edgepress.data.dataset import TextSet
 from edgepress.errors import ConfigError, ModelError
 from edgepress.models.evaluate import evaluate_classifier, forward_inputs
 
+EPOCHS = "passes over the train split; the epoch with the best validation accuracy is kept"
+MAX_LENGTH = "tokens per example after truncation (in a pipeline: data.max_length unless set)"
+
 
 class TrainConfig(BaseModel):
     """Fine-tuning hyper-parameters (AdamW, linear warm-up then decay). In a pipeline, `max_length` defaults to the
@@ -34,13 +37,15 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    epochs: int = Field(2, ge=1)
-    batch_size: int = Field(32, ge=1)
-    learning_rate: float = Field(5e-5, gt=0, lt=1)
-    weight_decay: float = Field(0.01, ge=0)
-    warmup_ratio: float = Field(0.1, ge=0, lt=1)
-    max_length: int = Field(64, ge=8, le=8192)
-    seed: int = 13
+    epochs: int = Field(2, ge=1, description=EPOCHS)
+    batch_size: int = Field(32, ge=1, description="examples per optimizer step (the global batch under "
+                                                  "runtime.launch)")
+    learning_rate: float = Field(5e-5, gt=0, lt=1, description="AdamW's peak learning rate")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW's weight decay")
+    warmup_ratio: float = Field(0.1, ge=0, lt=1, description="share of the steps the learning rate warms up "
+                                                                "over, linearly, before it decays to 0")
+    max_length: int = Field(64, ge=8, le=8192, description=MAX_LENGTH)
+    seed: int = Field(13, description="seeds the initialisation, the batch order and dropout")
 
 
 @dataclass

@@ -16,6 +16,7 @@ from edgepress.registry import METHODS
 from edgepress.runtime.latency import LatencyConfig
 
 Strict = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+MODEL = "a Hugging Face sequence-classification dir (save_pretrained), or demo:minilm-movie"
 MAX_THREADS = 1024
 Target = Literal[tuple(TARGETS)]  # x86-vnni, x86-avx2, arm64, cuda, mobile, web
 
@@ -26,9 +27,10 @@ class AccuracyGate(BaseModel):
     out), not its point estimate."""
 
     model_config = Strict
-    max_drop: float | None = Field(None, ge=0, le=1)
-    max_stage_drop: float | None = Field(None, ge=0, le=1)
-    min: float | None = Field(None, ge=0, le=1)
+    max_drop: float | None = Field(None, ge=0, le=1, description="largest drop against the baseline (0.01: one "
+                                                               "point)")
+    max_stage_drop: float | None = Field(None, ge=0, le=1, description="largest drop against the stage before")
+    min: float | None = Field(None, ge=0, le=1, description="lowest accuracy accepted")
     strict: bool = Field(False, description="max_drop against the upper end of the paired 95% CI of the drop")
 
     @model_validator(mode="after")
@@ -43,34 +45,39 @@ class LatencyGate(BaseModel):
     """Latency limits on one provider at the runtime's fixed shape; `min_speedup` is baseline p50 / stage p50."""
 
     model_config = Strict
-    provider: Literal["cpu", "cuda"] = "cpu"
-    max_p50_ms: float | None = Field(None, gt=0)
-    max_p90_ms: float | None = Field(None, gt=0)
-    min_speedup: float | None = Field(None, gt=0)
+    provider: Literal["cpu", "cuda"] = Field("cpu", description="whose latency is judged (one of "
+                                                   "runtime.providers)")
+    max_p50_ms: float | None = Field(None, gt=0, description="largest median latency at runtime.latency's shape")
+    max_p90_ms: float | None = Field(None, gt=0, description="largest 90th-percentile latency")
+    min_speedup: float | None = Field(None, gt=0, description="smallest baseline p50 / stage p50 (cpu only: the "
+                                                              "torch baseline is timed on cpu)")
 
 
 class SizeGate(BaseModel):
     """Size limits: `max_mb` of the weight files, `min_ratio` = baseline size / stage size."""
 
     model_config = Strict
-    max_mb: float | None = Field(None, gt=0)
-    min_ratio: float | None = Field(None, gt=0)
+    max_mb: float | None = Field(None, gt=0, description="largest size of the weight files, in MB (10^6 bytes)")
+    min_ratio: float | None = Field(None, gt=0, description="smallest baseline size / stage size")
 
 
 class ParityGate(BaseModel):
     """Parity of an ONNX artifact with the model it came from (checked by the method itself)."""
 
     model_config = Strict
-    max_abs_diff: float | None = Field(None, gt=0)
-    min_agreement: float | None = Field(None, ge=0, le=1)
+    max_abs_diff: float | None = Field(None, gt=0, description="largest |logit difference| (the method's own "
+                                                             "parity tolerance)")
+    min_agreement: float | None = Field(None, ge=0, le=1, description="smallest share of the same labels")
 
 
 class Gates(BaseModel):
+    """What a stage's result must meet: each kind sets at least one limit."""
+
     model_config = Strict
-    accuracy: AccuracyGate | None = None
-    latency: LatencyGate | None = None
-    size: SizeGate | None = None
-    parity: ParityGate | None = None
+    accuracy: AccuracyGate | None = Field(None, description="on the test split, with CIs")
+    latency: LatencyGate | None = Field(None, description="at runtime.latency's fixed shape")
+    size: SizeGate | None = Field(None, description="of the stage's weight files")
+    parity: ParityGate | None = Field(None, description="of an ONNX artifact with the model it came from")
 
     @model_validator(mode="after")
     def _each_sets_a_limit(self) -> "Gates":
@@ -88,8 +95,8 @@ class Alternative(BaseModel):
     """A method (with params) to try when a stage misses a gate."""
 
     model_config = Strict
-    method: str
-    params: dict[str, Any] = {}
+    method: str = Field(description="a registry method")
+    params: dict[str, Any] = Field({}, description="the method's params (Methods reference)")
 
     @model_validator(mode="after")
     def _known_method_and_params(self) -> "Alternative":
@@ -98,19 +105,23 @@ class Alternative(BaseModel):
 
 
 class OnFail(BaseModel):
+    """The alternatives a stage tries when its method fails or misses a gate."""
+
     model_config = Strict
-    fallback: list[Alternative] = Field(default_factory=list)
+    fallback: list[Alternative] = Field(default_factory=list, description="tried in order until one passes "
+                                        "the stage's gates")
 
 
 class StageConfig(BaseModel):
     """One stage: a name, a registry method, its params, its gates, and what to try when a gate fails."""
 
     model_config = Strict
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    method: str
-    params: dict[str, Any] = {}
-    gates: Gates = Gates()
-    on_fail: OnFail = OnFail()
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="unique in the pipeline; names the "
+                                                                     "stage's dir (stages/NN-name)")
+    method: str = Field(description="a registry method")
+    params: dict[str, Any] = Field({}, description="the method's params (Methods reference)")
+    gates: Gates = Field(Gates(), description="what the stage's result must meet")
+    on_fail: OnFail = Field(OnFail(), description="what to try when a gate is missed or the method fails")
 
     @model_validator(mode="after")
     def _known_method_and_params(self) -> "StageConfig":
@@ -127,10 +138,12 @@ class RuntimeConfig(BaseModel):
     """Where and how every stage is measured."""
 
     model_config = Strict
-    providers: tuple[Literal["cpu", "cuda"], ...] = Field(("cpu",), min_length=1)
-    target: Target | None = None
-    threads: int = Field(2, ge=1, le=MAX_THREADS)
-    latency: LatencyConfig = LatencyConfig()
+    providers: tuple[Literal["cpu", "cuda"], ...] = Field(("cpu",), min_length=1, description="execution "
+                                                            "providers every stage's latency is measured on")
+    target: Target | None = Field(None, description="where the bundle will run (Targets reference); unset: "
+                                  "this machine's")
+    threads: int = Field(2, ge=1, le=MAX_THREADS, description="intra-op threads of every timing session")
+    latency: LatencyConfig = Field(LatencyConfig(), description="the fixed shape and runs latency is timed at")
     launch: str | None = Field(None, min_length=1, description="a launcher command the training stages run under, "
                                "e.g. `accelerate launch --multi_gpu --num_processes 8` (pipeline/launch.py)")
 
@@ -148,10 +161,10 @@ class PipelineConfig(BaseModel):
     """A whole run: `edgepress run CONFIG.yaml --out RUN_DIR`."""
 
     model_config = Strict
-    model: str = Field("demo:minilm-movie", min_length=1)
-    data: DataConfig = DataConfig()
-    runtime: RuntimeConfig = RuntimeConfig()
-    stages: list[StageConfig] = Field(default_factory=list)
+    model: str = Field("demo:minilm-movie", min_length=1, description=MODEL)
+    data: DataConfig = Field(DataConfig(), description="the examples, their columns and splits")
+    runtime: RuntimeConfig = Field(RuntimeConfig(), description="where and how every stage is measured")
+    stages: list[StageConfig] = Field(default_factory=list, description="run in order, each gated")
 
     @field_validator("stages")
     @classmethod

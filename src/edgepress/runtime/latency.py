@@ -11,7 +11,8 @@ class LatencyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    batch_size: int = Field(1, ge=1, le=4096)
-    sequence_length: int = Field(128, ge=2, le=8192)
-    warmup: int = Field(20, ge=0, le=100_000)
-    runs: int = Field(200, ge=1, le=1_000_000)
+    batch_size: int = Field(1, ge=1, le=4096, description="texts per timed call")
+    sequence_length: int = Field(128, ge=2, le=8192, description="tokens per text of the fixed shape (real tokens, "
+                                                                "not padding)")
+    warmup: int = Field(20, ge=0, le=100_000, description="untimed calls first")
+    runs: int = Field(200, ge=1, le=1_000_000, description="timed calls; p50/p90/p99 are over these")

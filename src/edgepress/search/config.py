@@ -11,6 +11,7 @@ from edgepress.configs import build
 from edgepress.data.config import DataConfig
 from edgepress.errors import ConfigError
 from edgepress.pipeline.config import (
+    MODEL,
     AccuracyGate,
     Gates,
     PipelineConfig,
@@ -43,24 +44,32 @@ DISTILL = {"style": "hinton", "learning_rate": 1.0e-4, "temperature": 2.0, "alph
 
 
 class AccuracyConstraint(BaseModel):
+    """The accuracy (the task's primary metric) a trial must keep against the teacher."""
+
     model_config = Strict
     max_drop: float = Field(0.01, ge=0, le=1, description="vs the teacher, on the validation split")
     strict: bool = Field(False, description="max_drop against the upper end of the drop's paired 95% CI")
 
 
 class FidelityConstraint(BaseModel):
+    """How often a trial's labels must be the teacher's."""
+
     model_config = Strict
     min_agreement: float = Field(ge=0, le=1, description="share of validation texts labelled as the teacher does")
 
 
 class LatencyConstraint(BaseModel):
+    """The latency a trial must meet (shapes that cannot are never trained)."""
+
     model_config = Strict
-    max_p50_ms: float = Field(gt=0)
+    max_p50_ms: float = Field(gt=0, description="largest median latency at runtime.latency's shape, in ms")
 
 
 class SizeConstraint(BaseModel):
+    """The size a trial's model must meet."""
+
     model_config = Strict
-    max_mb: float = Field(gt=0)
+    max_mb: float = Field(gt=0, description="largest size of the weight files, in MB (10^6 bytes)")
 
 
 class Pruning(BaseModel):
@@ -77,11 +86,13 @@ class Pruning(BaseModel):
 
 
 class Constraints(BaseModel):
+    """What a trial must meet to pass; judged on the validation split, each trial's last stage gated by them."""
+
     model_config = Strict
-    accuracy: AccuracyConstraint = AccuracyConstraint()
-    fidelity: FidelityConstraint | None = None
-    latency: LatencyConstraint | None = None
-    size: SizeConstraint | None = None
+    accuracy: AccuracyConstraint = Field(AccuracyConstraint(), description="against the teacher")
+    fidelity: FidelityConstraint | None = Field(None, description="agreement with the teacher's labels")
+    latency: LatencyConstraint | None = Field(None, description="on runtime.providers' first provider")
+    size: SizeConstraint | None = Field(None, description="of the model that ships")
 
 
 def _choices(kind):
@@ -131,12 +142,14 @@ class SearchConfig(BaseModel):
     """A search: `edgepress search SEARCH.yaml --out SEARCH_DIR`."""
 
     model_config = Strict
-    model: str = Field("demo:minilm-movie", min_length=1)
-    data: DataConfig = DataConfig()
-    runtime: RuntimeConfig = RuntimeConfig()
-    constraints: Constraints = Constraints()
-    objective: Literal["latency", "size"] = "latency"
-    space: Space = Space()
+    model: str = Field("demo:minilm-movie", min_length=1, description=MODEL)
+    data: DataConfig = Field(DataConfig(), description="the examples, their columns and splits")
+    runtime: RuntimeConfig = Field(RuntimeConfig(), description="where latency is measured (runtime.target: where "
+                                   "the winner will run)")
+    constraints: Constraints = Field(Constraints(), description="what a trial must meet to pass")
+    objective: Literal["latency", "size"] = Field("latency", description="what the winner is best at among the "
+                                                  "passing trials (ties: the more accurate)")
+    space: Space = Field(Space(), description="the choices trials draw from")
     pruning: Pruning | None = Field(Pruning(), description="null: every trial trains all its epochs")
     seed: int = Field(13, ge=0, description="the sampler's seed")
 
