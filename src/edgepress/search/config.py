@@ -73,16 +73,15 @@ class SizeConstraint(BaseModel):
 
 
 class Pruning(BaseModel):
-    """Epoch-level pruning: a trial stops at the end of a training epoch whose stage's best validation accuracy so
-    far lies too far below what `accuracy.max_drop` requires (the teacher's validation accuracy minus it): more than
-    `margin` after the stage's first epoch, the allowance shrinking with the epochs left (after epoch e of E:
-    margin × (E − e + 1) / E). A later trial that would train the same stages on the same input is stopped before it
-    starts."""
+    """Epoch-level pruning: from a training stage's second epoch on, a trial stops when the stage's best validation
+    accuracy so far plus its last epoch's gain for every epoch left falls more than `margin` short of what
+    `accuracy.max_drop` requires (the teacher's validation accuracy minus it). A later trial that would train the
+    same stages on the same input is stopped before it starts."""
 
     model_config = Strict
-    margin: float = Field(0.04, ge=0, le=1, description="how far below the required accuracy a stage's first "
-                                                        "training epoch may lie before its trial stops; later epochs "
-                                                        "may lie less far, in step with the epochs left")
+    margin: float = Field(0.01, ge=0, le=1, description="how far short of the required accuracy a stage's projected "
+                                                        "accuracy may fall before its trial stops (later stages may "
+                                                        "win some back)")
 
 
 class Constraints(BaseModel):
