@@ -210,6 +210,32 @@ def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML to check
               soft_wrap=True)
 
 
+@app.command()
+def init(
+    model: Annotated[str, typer.Argument(help="Your model: a Hugging Face sequence-classification dir.")],
+    data: Annotated[str, typer.Argument(help="Your data: a .csv/.jsonl file, a dir with train/test files, or a saved "
+                                             "HF dataset.")],
+    text_column: Annotated[str, typer.Option(help="Column holding the text.")] = "text",
+    label_column: Annotated[str, typer.Option(help="Column holding the label (name or id).")] = "label",
+    out_file: Annotated[Path | None, typer.Option("--out", help="Write the pipeline to this new file instead of "
+                                                                "printing it.")] = None,
+) -> None:
+    """Write a commented starting pipeline that fits MODEL and DATA: the methods this model takes, a max_length
+    that covers the texts, a final gate the test split can resolve; validated before it is written."""
+    from edgepress.configs import build
+    from edgepress.data import DataConfig
+    from edgepress.pipeline.init import write_starter
+
+    data_cfg = _call(build, DataConfig, where="data options", source=data, text_column=text_column,
+                     label_column=label_column)
+    text = _call(write_starter, model, data_cfg, out_file)
+    if out_file is None:
+        print(text, end="")
+    else:
+        out.print(f"starting pipeline written to {out_file}: edgepress validate {out_file}, then edgepress run "
+                  f"{out_file} --out runs/NAME", highlight=False, soft_wrap=True)
+
+
 class Kind(StrEnum):
     pipeline = "pipeline"
     search = "search"

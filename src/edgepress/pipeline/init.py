@@ -1,0 +1,133 @@
+"""`edgepress init MODEL DATA`: a commented starting pipeline that fits a model and its data. The model is loaded
+(its depth, heads, labels, positions, tokenizer), the data is read as a run reads it (its splits and their sizes),
+the methods whose pre-run checks refuse this model are left out (the comment says why), `max_length` covers 95% of
+the train texts, and the final accuracy gate is one the test split can resolve. The config is validated, with every
+method's check, before it is written."""
+
+import json
+import math
+import textwrap
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from edgepress.data.config import DataConfig
+from edgepress.errors import ConfigError, EdgepressError
+
+DISAGREEMENT = 0.1  # a compressed model's labels differ from its teacher's on about this share (the demo: 0.12)
+
+
+def resolvable_drop(n_test: int) -> float:
+    """The smallest `max_drop` (in steps of half a point, at least one point) outside the noise of `n_test` test
+    examples: the half-width of the paired drop's 95% CI when `DISAGREEMENT` of the labels differ."""
+    half_width = 1.96 * math.sqrt(DISAGREEMENT / n_test)
+    return round(max(0.01, math.ceil(half_width / 0.005) * 0.005), 3)
+
+
+def fitting_length(tokenizer, texts: tuple[str, ...], positions: int) -> tuple[int, int]:
+    """(max_length: the 95th percentile of the texts' token counts rounded up to 32, within the model's positions;
+    that percentile)."""
+    sample = list(texts[:2000])
+    counts = [len(ids) for ids in tokenizer(sample, truncation=False)["input_ids"]]
+    p95 = int(np.percentile(counts, 95))
+    return max(32, min(positions, math.ceil(p95 / 32) * 32)), p95
+
+
+def _candidates(depth: int, final_drop: float) -> list[tuple[str, dict]]:
+    """(why, stage) of the starting pipeline, in order: a half-depth student, half its heads and FFN, the unused
+    vocabulary, then export, fusion and int8, the final stage gated by what the test split can resolve."""
+    loose = {"accuracy": {"max_drop": round(2 * final_drop + 0.01, 3)}}
+    student = [(f"a {depth // 2}-layer student distilled from the model's {depth} layers (about half the latency)",
+                {"name": "distill", "method": "distill", "params": {"student_layers": depth // 2, "epochs": 2},
+                 "gates": loose})] if depth >= 2 else []
+    return [*student,
+            ("half of every layer's attention heads, the least important ones, then a recovery fine-tune",
+             {"name": "heads", "method": "heads", "params": {"keep": 0.5, "epochs": 2}, "gates": loose}),
+            ("half of every layer's FFN neurons, the least important ones, then a recovery fine-tune",
+             {"name": "ffn", "method": "ffn", "params": {"keep": 0.5, "epochs": 2}, "gates": loose}),
+            ("the word-table rows of tokens the train split never uses (no training)",
+             {"name": "vocab", "method": "vocab", "gates": loose}),
+            ("ONNX, checked against torch", {"name": "export", "method": "export"}),
+            ("ONNX Runtime's fusions, the fastest set as timed on this machine",
+             {"name": "fuse", "method": "optimize"}),
+            ("int8 weights, per channel; the gates of the whole pipeline: raise min_speedup to what you need",
+             {"name": "int8", "method": "int8-dynamic", "params": {"per_channel": True},
+              "gates": {"accuracy": {"max_drop": final_drop}, "latency": {"min_speedup": 2.0}}})]
+
+
+def _applicable(candidates: list[tuple[str, dict]], model, tokenizer) -> tuple[list, list[str]]:
+    """(the candidates this model takes, a line for each one its method's pre-run check refuses)."""
+    from edgepress.registry import METHODS
+
+    kept, left_out = [], []
+    for why, stage in candidates:
+        spec = METHODS[stage["method"]]
+        try:
+            if spec.check is not None:
+                spec.check(model, tokenizer, spec.config.model_validate(stage.get("params", {})))
+            kept.append((why, stage))
+        except EdgepressError as e:
+            left_out.append(f"{stage['name']} left out: {e}")
+    return kept, left_out
+
+
+def _yaml(value) -> str:
+    return yaml.safe_dump(value, sort_keys=False, default_flow_style=None, width=120)
+
+
+def starter_config(model: str, data: DataConfig) -> str:
+    """The text of a starting pipeline for `model` (a model dir) and `data`, validated."""
+    from edgepress.configs import build
+    from edgepress.data.load import load_data
+    from edgepress.models.loading import label2id_of, read_model_config
+    from edgepress.pipeline.config import PipelineConfig
+    from edgepress.pipeline.inputs import check_inputs, check_model
+    from edgepress.runtime.predictor import position_limit
+
+    model_dir, (loaded, tokenizer) = check_model(model, build_teacher=True)
+    config = read_model_config(model_dir)
+    splits = load_data(data, label2id_of(model_dir))
+    positions = position_limit(config)
+    max_length, p95 = fitting_length(tokenizer, splits.train.texts, positions)
+    depth = int(config.get("num_hidden_layers") or config.get("n_layers") or 0)  # BERT-style or DistilBERT
+    final_drop = resolvable_drop(len(splits.test.labels))
+    stages, left_out = _applicable(_candidates(depth, final_drop), loaded, tokenizer)
+    body = {"model": str(model), "data": {**data.model_dump(mode="json", exclude_defaults=True),
+                                          "source": data.source, "max_length": max_length},
+            "runtime": {"providers": ["cpu"], "threads": 2, "latency": {"sequence_length": max_length}}}
+    sizes = ", ".join(f"{name} {n:,}" for name, n in splits.manifest()["sizes"].items())
+    labels = list(config.get("id2label", {}).values())
+    header = [f"A starting pipeline for {model} and {data.source}, written by `edgepress init` on {date.today()}.",
+              f"The model: {', '.join(config.get('architectures') or [config.get('model_type', '?')])}, {depth} "
+              f"layers, hidden {config.get('hidden_size')}, FFN {config.get('intermediate_size')}, "
+              f"{config.get('num_attention_heads')} heads, {positions} positions, {len(labels)} labels "
+              f"({', '.join(map(str, labels[:8]))}{', ...' if len(labels) > 8 else ''}), a "
+              f"{json.loads(tokenizer.backend_tokenizer.to_str())['model']['type']} tokenizer.",
+              f"The data: {sizes} examples{f' ({splits.note})' if splits.note else ''}; 95% of the train texts "
+              f"fit in {p95} tokens, so max_length {max_length}.",
+              f"The final gate allows a drop of {final_drop * 100:g} points: on {len(splits.test.labels):,} test "
+              f"examples a smaller drop is within the noise (the paired 95% CI when a tenth of the labels differ).",
+              *left_out,
+              "Check it: edgepress validate THIS_FILE; run it: edgepress run THIS_FILE --out runs/NAME.",
+              "To let edgepress choose the stages and their params instead: edgepress search (docs/search.md)."]
+    comments = [f"# {part}" for line in header for part in textwrap.wrap(line, 116, break_on_hyphens=False)]
+    lines = [*comments, _yaml(body).rstrip(), "stages:"]
+    for why, stage in stages:
+        lines += [f"  # {why}", *("  " + line for line in _yaml([stage]).rstrip().splitlines())]
+    text = "\n".join(lines) + "\n"
+    check_inputs(build(PipelineConfig, yaml.safe_load(text), where="the starting pipeline"))  # as validate does
+    return text
+
+
+def write_starter(model: str, data: DataConfig, out: Path | None) -> str:
+    """The starting pipeline's text, also written to `out` (a new file) when given."""
+    if out is not None and out.exists():
+        raise ConfigError(f"--out {out} exists. Fix: choose another file name, or remove it first")
+    text = starter_config(model, data)
+    if out is not None:
+        from edgepress.files import write_text
+
+        write_text(out, text)
+    return text
