@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import onnx
@@ -190,6 +191,9 @@ def test_resume_reuses_passed_stages_and_reruns_from_the_first_change(tmp_path, 
     assert config["params"]["per_channel"] is True  # int8 ran again with its new params
     log = (out / "run.log").read_text()
     assert "baseline: reused" in log and "export: reused" in log and "int8: reused" not in log
+    # without a terminal, a line per step with its duration (what CI and a log file show)
+    assert re.search(r"stage int8: int8-dynamic passed its gates in [\d.]+ s: accuracy 0\.\d{4}, [\d.]+ MB, cpu p50 "
+                     r"[\d.]+ ms", log), log
     assert [s["status"] for s in report["stages"]] == ["passed", "passed"]
     # a gate changed, nothing else: the stage is reused and its record judged by the new gate
     int8_model = out / "stages" / "02-int8" / "model" / "model.onnx"

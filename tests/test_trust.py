@@ -3,6 +3,7 @@ bad input exits 2 with the fix named and no traceback, and what can be known bef
 
 import hashlib
 import json
+import logging
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -868,3 +869,13 @@ def test_version_and_neural_compressors_own_lines_are_collected(tmp_path, tiny_m
                   Int4Config(algorithm="gptq", torch_model=tiny_model_dir, calibration_size=16))
     printed = capfd.readouterr()
     assert "[INFO]" not in printed.err + printed.out and "Quantizing layer" not in printed.err + printed.out
+
+
+def test_a_long_step_says_it_starts_and_how_long_it_took(caplog):
+    from edgepress.logs import duration, step, tracked
+
+    with caplog.at_level(logging.INFO, logger="edgepress"), step("building something"):
+        assert list(tracked(iter(range(3)), 3, "items")) == [0, 1, 2]  # no terminal here: no bar, the items as they are
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["building something ...", "building something"]
+    assert caplog.records[-1].getMessage().startswith("building something: done in 0.")
+    assert [duration(s) for s in (0.42, 12.4, 185, 3720)] == ["0.4 s", "12 s", "3 min 05 s", "1 h 02 min"]

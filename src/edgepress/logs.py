@@ -4,7 +4,9 @@ with a count, instead of once per call."""
 
 import logging
 import re
+import time
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,6 +25,42 @@ def readable(value) -> str:
     if isinstance(value, list | tuple):
         return f"[{', '.join(map(readable, value))}]" if value else "none"
     return str(value)
+
+
+def duration(seconds: float) -> str:
+    """'0.4 s', '12 s', '3 min 05 s', '1 h 02 min'."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+@contextmanager
+def step(what: str, logger: logging.Logger = log) -> Iterator[None]:
+    """A long step said as it starts and, with its duration, as it ends: a line each in the log, so that a run
+    without a terminal (CI, a log file) shows what it is doing. An error ends it unsaid: the error says the rest."""
+    logger.info("%s ...", what)
+    started = time.perf_counter()
+    yield
+    logger.info("%s: done in %s", what, duration(time.perf_counter() - started))
+
+
+def tracked(items: Iterable, total: int, what: str) -> Iterator:
+    """`items` one by one, with a progress bar (what, how many, time left) on a terminal, drawn on stderr and
+    cleared at the end; nothing elsewhere (a log file would keep every redraw)."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield from items
+        return
+    with Progress(*Progress.get_default_columns(), console=console, transient=True) as progress:
+        task = progress.add_task(what, total=total)
+        for item in items:
+            yield item
+            progress.advance(task)
 
 
 def parity_text(parity: dict) -> str:

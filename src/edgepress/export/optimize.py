@@ -27,7 +27,7 @@ from edgepress.export.parity import (
     ort_runner,
 )
 from edgepress.files import atomic_dir, write_json
-from edgepress.logs import parity_text, quiet, readable
+from edgepress.logs import parity_text, quiet, readable, step
 from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.runtime.predictor import SESSION_FILE, fixed_shape_feeds, load_tokenizer, position_limit, time_runner
@@ -143,7 +143,9 @@ def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple
     from edgepress.compress.quantize import int8_dynamic
 
     sets = candidate_sets(cfg.disable)
-    with tempfile.TemporaryDirectory(prefix="edgepress-fusions-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="edgepress-fusions-") as scratch, \
+            step(f"optimize: {len(sets)} fusion sets{' quantized' if cfg.quantized_with else ''} and timed side by "
+                 f"side", log):
         graphs = {}
         for k, (name, off) in enumerate(sets.items()):
             fused = Path(scratch) / f"{k}"

@@ -7,6 +7,7 @@ import numpy as np
 
 from edgepress.data import DataSplits
 from edgepress.data.metrics import classification_metrics
+from edgepress.logs import tracked
 from edgepress.models.introspect import size_metrics
 from edgepress.pipeline.latency import latency_metrics, onnx_path
 from edgepress.runtime.latency import LatencyConfig
@@ -22,7 +23,8 @@ def onnx_predictions(model_dir: Path, texts: tuple[str, ...], max_length: int, t
     from edgepress.runtime.predictor import Predictor
 
     predictor = Predictor(model_dir, threads=threads, max_length=max_length)
-    return np.array([int(predictor.logits([text])[0].argmax()) for text in texts], dtype=np.int64)
+    return np.array([int(predictor.logits([text])[0].argmax()) for text in tracked(texts, len(texts), "accuracy")],
+                    dtype=np.int64)
 
 
 def onnx_param_counts(path: Path) -> dict:

@@ -9,6 +9,7 @@ the end (`passed`, `failed` or `error`), describes this attempt alone. A killed 
 `--resume` checks (config, input hash, split) before it reuses them."""
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -26,7 +27,7 @@ from edgepress.deploy.bundle import bundle_model, run_manifest
 from edgepress.deploy.targets import resolve_target
 from edgepress.errors import ConfigError, EdgepressError, ExportParityError, GateFailed
 from edgepress.files import tree_sha256, write_json
-from edgepress.logs import readable, summarise_library_messages
+from edgepress.logs import duration, readable, summarise_library_messages
 from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, RuntimeConfig, StageConfig, with_target
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.gates import evaluate_gates
@@ -213,7 +214,8 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
     attempt (a parity miss is recorded as the parity gate it is), never the end of the run."""
     spec = METHODS[method]
     params, filled = with_target(state.target["name"], method, params)
-    log.info("stage %s: %s %s", stage.name, method, readable(params) if params else "(defaults)")
+    log.info("stage %s: %s %s ...", stage.name, method, readable(params) if params else "(defaults)")
+    started = time.perf_counter()
     for param, default in filled.items():
         log.info("stage %s: %s = %s for target %s: %s", stage.name, param, default["value"], state.target["name"],
                  default["why"])
@@ -233,7 +235,16 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
     metrics["accuracy_drop_ci95"] = state.drop_ci(preds)
     gates = evaluate_gates(stage.gates, metrics, state.baseline, state.previous, details.get("parity"))
     status = "passed" if all(g["passed"] for g in gates) else "failed"
+    log.info("stage %s: %s %s in %s: %s", stage.name, method, "passed its gates" if status == "passed" else
+             "missed a gate", duration(time.perf_counter() - started), _measured(metrics))
     return Outcome(method, cfg.model_dump(mode="json"), status, metrics, preds, gates, details)
+
+
+def _measured(metrics: dict) -> str:
+    """'accuracy 0.8392, 7.8 MB, cpu p50 4.20 ms' for a log line."""
+    latency = ", ".join(f"{p} p50 {m['p50_ms']:.2f} ms" for p, m in metrics.get("latency", {}).items())
+    return ", ".join(filter(None, (f"accuracy {metrics['accuracy']:.4f}", f"{metrics['size_bytes'] / 1e6:.1f} MB",
+                                   latency)))
 
 
 def _computed(state: RunState, stage: StageConfig, method: str, cfg, dst: Path) -> tuple[dict, dict, np.ndarray]:
@@ -340,7 +351,7 @@ def _baseline(state: RunState, model_dir: Path) -> None:
                   "run_id": state.run_id}
         state.run.write_stage(0, "baseline", record, {"reuse": key}, metrics, state.predictions(preds))
     state.baseline, state.baseline_preds, state.previous = metrics, preds, metrics
-    log.info("baseline: accuracy %.4f [%.4f, %.4f]", metrics["accuracy"], *metrics["accuracy_ci95"])
+    log.info("baseline: %s (accuracy CI [%.4f, %.4f])", _measured(metrics), *metrics["accuracy_ci95"])
 
 
 def _stages(state: RunState) -> tuple[str, Outcome] | None:
