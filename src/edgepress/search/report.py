@@ -71,9 +71,10 @@ def pruning_line(report: dict) -> str:
         return f"Pruning off: every trial trains all its epochs. {trained}"
     pruned = [r for r in first_draws(rows) if r["stop"] == "pruned"]
     early = [r for r in pruned if r.get("epochs_trained")]
-    return (f"Pruning: a trial stops after a training epoch whose stage's best validation accuracy lies more than "
-            f"{pruning['margin']:g} below the {report['required_accuracy']:.4f} the constraint requires, and a trial "
-            f"that starts with a pruned trial's stages does not start; {len(pruned)} point(s) pruned"
+    return (f"Pruning: from a training stage's second epoch on, a trial stops when the stage's best validation "
+            f"accuracy plus its last epoch's gain for every epoch left falls more than {pruning['margin']:g} short of "
+            f"the {report['required_accuracy']:.4f} the constraint requires, and a trial that starts with a pruned "
+            f"trial's stages does not start; {len(pruned)} point(s) pruned"
             + (f" ({len(early)} while training: trials {', '.join(str(r['number']) for r in early)})" if pruned
                else "") + f". {trained}")
 
