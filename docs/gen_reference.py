@@ -186,7 +186,8 @@ def cli_page() -> str:
                 continue
             names = ", ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts]) \
                 if param.param_type_name == "option" else f"`{param.name.upper()}`"
-            default = "required" if param.required else ("" if param.default in (None, False, ()) else
+            default = "required" if param.required else ("" if param.default is None or param.default is False
+                                                         or param.default == () else
                                                          f"`{getattr(param.default, 'value', param.default)}`")
             out.append(f"| {names} | {_cell(_cli_type(param))} | {_cell(default)} | "
                        f"{_cell(getattr(param, 'help', '') or '')} |")

@@ -35,6 +35,9 @@ def test_init_leaves_out_what_the_model_cannot_take_and_says_why(tmp_path, token
     config = yaml.safe_load(result.output)
     assert [s["name"] for s in config["stages"]] == ["distill", "vocab", "export", "fuse", "int8"]
     assert "# heads left out: " in result.output and "# ffn left out: " in result.output
+    header = " ".join(line[2:] for line in result.output.splitlines() if line.startswith("# "))
+    assert "DistilBertForSequenceClassification, 2 layers" in header and "None" not in header
+    assert "hidden 32, FFN 64, 2 heads" in header and "2 labels (LABEL_0, LABEL_1), a WordPiece tokenizer" in header
 
 
 def test_the_final_gate_is_what_the_test_split_can_resolve():

@@ -181,16 +181,25 @@ def test_two_workers_share_one_study_and_run_each_trial_once(tmp_path, tiny_mode
     assert len({t["run_dir"] for t in ran}) == len(ran)
 
 
+def _curve(*accuracies: float) -> list[dict]:
+    return [{"epoch": i, "val_accuracy": a} for i, a in enumerate(accuracies, start=1)]
+
+
 def test_a_stage_is_pruned_by_its_pace_from_its_second_epoch():
     watch = EpochWatch(required=0.97, margin=0.01)
-    watch([{"val_accuracy": 0.91}], 4)  # the first epoch is never judged (the topic teacher's first: 0.911)
-    watch([{"val_accuracy": 0.91}, {"val_accuracy": 0.94}], 4)  # at this pace 0.94 + 2 x 0.03 = 1.0
-    with pytest.raises(TrialPruned, match=r"after epoch 3/4: validation accuracy 0.9450, at most 0.9500 by epoch 4"):
-        watch([{"val_accuracy": 0.91}, {"val_accuracy": 0.94}, {"val_accuracy": 0.945}], 4)
-    assert watch.epochs == 3 and watch.best == 0.945
-    assert EpochWatch.projected([{"val_accuracy": 0.95}, {"val_accuracy": 0.93}], 4) == 0.95  # no gain: its best
+    watch(_curve(0.91), 4)  # the first epoch is never judged (the topic teacher's first: 0.911)
+    watch(_curve(0.91, 0.94), 4)  # at this pace 0.94 + 2 x 0.03 = 1.0
+    with pytest.raises(TrialPruned, match=r"after epoch 3/4: validation accuracy 0.9410, at most 0.9565 by epoch 4"):
+        watch(_curve(0.91, 0.94, 0.941), 4)  # its mean pace, 0.0155 an epoch, is the larger: 0.941 + 0.0155
+    assert watch.epochs == 3 and watch.best == 0.941
+    # one noisy epoch does not stop a stage still learning: 0.855 after 0.86, but 3 points an epoch on average
+    EpochWatch(required=0.895, margin=0.01)(_curve(0.80, 0.86, 0.855), 4)
+    assert EpochWatch.projected(_curve(0.95, 0.93), 4) == 0.95  # no gain at all: its best
     with pytest.raises(TrialPruned, match="after epoch 2/2"):  # the last epoch: the best must be within the margin
-        EpochWatch(required=0.97, margin=0.01)([{"val_accuracy": 0.9}, {"val_accuracy": 0.959}], 2)
+        EpochWatch(required=0.97, margin=0.01)(_curve(0.9, 0.959), 2)
+    # a schedule still under way is not judged (magnitude's first epochs): the epochs left count from the last one
+    assert EpochWatch.projected([{"epoch": 3, "val_accuracy": 0.8}, {"epoch": 4, "val_accuracy": 0.82}], 5) == \
+        pytest.approx(0.84)
 
 
 def test_a_trial_that_cannot_meet_the_constraint_is_pruned_and_no_prefix_is_trained_twice(

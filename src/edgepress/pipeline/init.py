@@ -26,19 +26,25 @@ def resolvable_drop(n_test: int) -> float:
     return round(max(0.01, math.ceil(half_width / 0.005) * 0.005), 3)
 
 
-def fitting_length(tokenizer, texts: tuple[str, ...], positions: int) -> tuple[int, int]:
-    """(max_length: the 95th percentile of the texts' token counts rounded up to 32, within the model's positions;
-    that percentile)."""
-    sample = list(texts[:2000])
-    counts = [len(ids) for ids in tokenizer(sample, truncation=False)["input_ids"]]
+def fitting_length(tokenizer, texts: tuple[str, ...], positions: int) -> tuple[int, str]:
+    """(max_length: the 95th percentile of the token counts of up to 2,000 texts drawn at random (seeded), rounded
+    up to 32, within the model's positions; what to say about it)."""
+    rng = np.random.default_rng(13)
+    sample = [texts[i] for i in rng.choice(len(texts), size=min(2000, len(texts)), replace=False)]
+    counts = np.array([len(ids) for ids in tokenizer(sample, truncation=False)["input_ids"]])
     p95 = int(np.percentile(counts, 95))
-    return max(32, min(positions, math.ceil(p95 / 32) * 32)), p95
+    length = max(32, min(positions, math.ceil(p95 / 32) * 32))
+    said = f"95% of the train texts fit in {p95} tokens, so max_length {length}"
+    if length < p95:
+        said += (f" (the model's positions; {np.mean(counts > length):.0%} of the train texts are longer and are "
+                 f"cut there)")
+    return length, said
 
 
 def _candidates(depth: int, final_drop: float) -> list[tuple[str, dict]]:
     """(why, stage) of the starting pipeline, in order: a half-depth student, half its heads and FFN, the unused
     vocabulary, then export, fusion and int8, the final stage gated by what the test split can resolve."""
-    loose = {"accuracy": {"max_drop": round(2 * final_drop + 0.01, 3)}}
+    loose = {"accuracy": {"max_drop": min(1.0, round(2 * final_drop + 0.01, 3))}}
     student = [(f"a {depth // 2}-layer student distilled from the model's {depth} layers (about half the latency)",
                 {"name": "distill", "method": "distill", "params": {"student_layers": depth // 2, "epochs": 2},
                  "gates": loose})] if depth >= 2 else []
@@ -87,26 +93,20 @@ def starter_config(model: str, data: DataConfig) -> str:
     from edgepress.runtime.predictor import position_limit
 
     model_dir, (loaded, tokenizer) = check_model(model, build_teacher=True)
-    config = read_model_config(model_dir)
-    splits = load_data(data, label2id_of(model_dir))
-    positions = position_limit(config)
-    max_length, p95 = fitting_length(tokenizer, splits.train.texts, positions)
-    depth = int(config.get("num_hidden_layers") or config.get("n_layers") or 0)  # BERT-style or DistilBERT
+    label2id = label2id_of(model_dir)
+    splits = load_data(data, label2id)
+    positions = position_limit(read_model_config(model_dir))
+    max_length, length_said = fitting_length(tokenizer, splits.train.texts, positions)
+    depth = int(loaded.config.num_hidden_layers)  # transformers maps each architecture's own name onto it
     final_drop = resolvable_drop(len(splits.test.labels))
     stages, left_out = _applicable(_candidates(depth, final_drop), loaded, tokenizer)
     body = {"model": str(model), "data": {**data.model_dump(mode="json", exclude_defaults=True),
                                           "source": data.source, "max_length": max_length},
             "runtime": {"providers": ["cpu"], "threads": 2, "latency": {"sequence_length": max_length}}}
     sizes = ", ".join(f"{name} {n:,}" for name, n in splits.manifest()["sizes"].items())
-    labels = list(config.get("id2label", {}).values())
     header = [f"A starting pipeline for {model} and {data.source}, written by `edgepress init` on {date.today()}.",
-              f"The model: {', '.join(config.get('architectures') or [config.get('model_type', '?')])}, {depth} "
-              f"layers, hidden {config.get('hidden_size')}, FFN {config.get('intermediate_size')}, "
-              f"{config.get('num_attention_heads')} heads, {positions} positions, {len(labels)} labels "
-              f"({', '.join(map(str, labels[:8]))}{', ...' if len(labels) > 8 else ''}), a "
-              f"{json.loads(tokenizer.backend_tokenizer.to_str())['model']['type']} tokenizer.",
-              f"The data: {sizes} examples{f' ({splits.note})' if splits.note else ''}; 95% of the train texts "
-              f"fit in {p95} tokens, so max_length {max_length}.",
+              _model_line(loaded, tokenizer, positions, sorted(label2id, key=label2id.get)),
+              f"The data: {sizes} examples{f' ({splits.note})' if splits.note else ''}; {length_said}.",
               f"The final gate allows a drop of {final_drop * 100:g} points: on {len(splits.test.labels):,} test "
               f"examples a smaller drop is within the noise (the paired 95% CI when a tenth of the labels differ).",
               *left_out,
@@ -121,13 +121,38 @@ def starter_config(model: str, data: DataConfig) -> str:
     return text
 
 
+def _model_line(model, tokenizer, positions: int, labels: list[str]) -> str:
+    """'The model: BertForSequenceClassification, 6 layers, hidden 384, FFN 1536, 12 heads, ...' from the loaded
+    config (whose attribute map gives every architecture's sizes the same names)."""
+    config = model.config
+    ffn = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", None)
+    kind = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["type"] if tokenizer.is_fast else "slow"
+    shown = ", ".join(labels[:8]) + (", ..." if len(labels) > 8 else "")
+    return (f"The model: {', '.join(config.architectures or [config.model_type])}, {config.num_hidden_layers} "
+            f"layers, hidden {config.hidden_size}, FFN {ffn}, {config.num_attention_heads} heads, {positions} "
+            f"positions, {len(labels)} labels ({shown}), a {kind} tokenizer.")
+
+
 def write_starter(model: str, data: DataConfig, out: Path | None) -> str:
-    """The starting pipeline's text, also written to `out` (a new file) when given."""
+    """The starting pipeline's text, also written to `out` when given: a new file, never one that appeared while
+    the model and data were read (created beside it, then linked into place, which fails if the name is taken)."""
     if out is not None and out.exists():
         raise ConfigError(f"--out {out} exists. Fix: choose another file name, or remove it first")
     text = starter_config(model, data)
     if out is not None:
-        from edgepress.files import write_text
+        import os
+        import tempfile
 
-        write_text(out, text)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+        except OSError as e:
+            raise ConfigError(f"--out {out} cannot be written: {e}. Fix: a file in a directory you can write") from None
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.link(tmp, out)
+        except FileExistsError:
+            raise ConfigError(f"--out {out} exists. Fix: choose another file name, or remove it first") from None
+        finally:
+            os.unlink(tmp)
     return text

@@ -74,9 +74,10 @@ class SizeConstraint(BaseModel):
 
 class Pruning(BaseModel):
     """Epoch-level pruning: from a training stage's second epoch on, a trial stops when the stage's best validation
-    accuracy so far plus its last epoch's gain for every epoch left falls more than `margin` short of what
-    `accuracy.max_drop` requires (the teacher's validation accuracy minus it). A later trial that would train the
-    same stages on the same input is stopped before it starts."""
+    accuracy so far plus its pace (the larger of its last epoch's gain and its mean gain per epoch so far) for every
+    epoch left falls more than `margin` short of what `accuracy.max_drop` requires (the teacher's validation
+    accuracy minus it). A later trial that would train the same stages on the same input is stopped before it
+    starts."""
 
     model_config = Strict
     margin: float = Field(0.01, ge=0, le=1, description="how far short of the required accuracy a stage's projected "

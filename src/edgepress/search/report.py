@@ -72,7 +72,8 @@ def pruning_line(report: dict) -> str:
     pruned = [r for r in first_draws(rows) if r["stop"] == "pruned"]
     early = [r for r in pruned if r.get("epochs_trained")]
     return (f"Pruning: from a training stage's second epoch on, a trial stops when the stage's best validation "
-            f"accuracy plus its last epoch's gain for every epoch left falls more than {pruning['margin']:g} short of "
+            f"accuracy plus its pace (its last or its mean gain per epoch, the larger) for every epoch left falls "
+            f"more than {pruning['margin']:g} short of "
             f"the {report['required_accuracy']:.4f} the constraint requires, and a trial that starts with a pruned "
             f"trial's stages does not start; {len(pruned)} point(s) pruned"
             + (f" ({len(early)} while training: trials {', '.join(str(r['number']) for r in early)})" if pruned

@@ -59,9 +59,9 @@ class TrialPruned(EdgepressError):
 class EpochWatch:
     """Watches every training epoch of one trial (`models.train.watch_epochs`): counts them, and stops the trial when
     a stage can no longer reach `required`. From a stage's second epoch on, its best validation accuracy so far plus
-    its last epoch's gain for every epoch left (optimistic: gains shrink as training goes on) must come within
-    `margin` of it. The first epoch is never judged: how fast a student learns depends on the task (the topic teacher
-    went from 0.911 to 0.972 between its first and second epochs)."""
+    its pace for every epoch left (optimistic: gains shrink as training goes on) must come within `margin` of it.
+    The first epoch is never judged: how fast a student learns depends on the task (the topic teacher went from
+    0.911 to 0.972 between its first and second epochs)."""
 
     required: float
     margin: float
@@ -71,20 +71,23 @@ class EpochWatch:
 
     @staticmethod
     def projected(history: list[dict], epochs: int) -> float | None:
-        """What the stage could reach by its last epoch at the pace of its last one (None after one epoch)."""
+        """What the stage could reach by its last epoch at its pace: the larger of its last epoch's gain and its
+        mean gain per epoch so far (one flat or noisy epoch does not stop a stage still learning), for every epoch
+        left (None after one epoch)."""
         if len(history) < 2:
             return None
-        gain = max(0.0, history[-1]["val_accuracy"] - history[-2]["val_accuracy"])
-        return max(h["val_accuracy"] for h in history) + gain * (epochs - len(history))
+        accuracy = [h["val_accuracy"] for h in history]
+        pace = max(0.0, accuracy[-1] - accuracy[-2], (max(accuracy) - accuracy[0]) / (len(accuracy) - 1))
+        return max(accuracy) + pace * (epochs - history[-1]["epoch"])
 
     def __call__(self, history: list[dict], epochs: int) -> None:
         self.epochs += 1
         self.best = max(h["val_accuracy"] for h in history)
         projected = self.projected(history, epochs)
         if projected is not None and projected < self.required - self.margin:
-            self.why = (f"pruned after epoch {len(history)}/{epochs}: validation accuracy {self.best:.4f}, at most "
-                        f"{projected:.4f} by epoch {epochs} at its last epoch's pace, more than {self.margin:g} below "
-                        f"the {self.required:.4f} the constraint requires")
+            self.why = (f"pruned after epoch {history[-1]['epoch']}/{epochs}: validation accuracy {self.best:.4f}, "
+                        f"at most {projected:.4f} by epoch {epochs} at its pace, more than {self.margin:g} below the "
+                        f"{self.required:.4f} the constraint requires")
             raise TrialPruned(self.why)
 
 
