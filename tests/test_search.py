@@ -19,6 +19,8 @@ from edgepress.search.study import (
     EpochWatch,
     TrialPruned,
     _points,
+    ask,
+    await_others,
     open_study,
     prepare,
     search_loop,
@@ -179,6 +181,42 @@ def test_two_workers_share_one_study_and_run_each_trial_once(tmp_path, tiny_mode
     assert len({t["worker"]["pid"] for t in trials}) == 2  # both worked
     ran = [t for t in trials if "the point of trial" not in t["why"]]  # a point drawn again is not run
     assert len({t["run_dir"] for t in ran}) == len(ran)
+
+
+def test_a_queued_point_is_asked_at_once_and_workers_draw_apart(tmp_path, tiny_model_dir, movie_data):
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    cfg = load_search(search_config(tmp_path / "s.yaml", tiny_model_dir, _csv(tmp_path / "d.csv", movie_data)))
+    study = open_study(cfg, tmp_path, None)
+    points = CategoricalDistribution(list(range(1000)))
+    first = ask(study, {"p": points}, tmp_path, None, seed=13)
+    # a second worker asking while the first trial runs draws with another seed: not the same point again
+    second = ask(study, {"p": points}, tmp_path, None, seed=13)
+    assert first.params != second.params
+    taken = ask(study, {"p": points}, tmp_path, {"p": 7}, seed=13)  # the point queued after a drawn twin
+    assert taken.params == {"p": 7} and taken.number == 2
+    assert not study.get_trials(states=(optuna.trial.TrialState.WAITING,))  # nothing left in the queue
+    # the same study history gives the same draw: one worker's search is reproducible
+    (tmp_path / "again").mkdir()
+    again = open_study(cfg, tmp_path / "again", None)
+    assert ask(again, {"p": points}, tmp_path / "again", None, seed=13).params == first.params
+
+
+def test_a_worker_waits_for_the_trials_other_workers_run_before_it_finishes(tmp_path, tiny_model_dir, movie_data):
+    import socket
+    import threading
+
+    cfg = load_search(search_config(tmp_path / "s.yaml", tiny_model_dir, _csv(tmp_path / "d.csv", movie_data)))
+    study = open_study(cfg, tmp_path, None)
+    live, dead = ask(study, {}, tmp_path, None, seed=13), ask(study, {}, tmp_path, None, seed=13)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead.set_user_attr("worker", {"host": socket.gethostname(), "pid": int(gone.stdout)})  # a killed worker's
+    threading.Timer(1.0, lambda: study.tell(live, [0.9, 1.0])).start()  # another worker's, told a second later
+    started = time.monotonic()
+    await_others(study, poll_s=0.1)
+    assert time.monotonic() - started >= 1.0
+    assert [t.state.name for t in study.get_trials()] == ["COMPLETE", "FAIL"]
 
 
 def _curve(*accuracies: float) -> list[dict]:

@@ -236,8 +236,8 @@ def open_study(cfg: SearchConfig, out: Path, storage: str | None):
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat's arguments
                 rdb = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith(
                     "sqlite") else None, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
-                sampler = optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=4)
-                return optuna.create_study(storage=rdb, sampler=sampler, study_name=STUDY, load_if_exists=True,
+                return optuna.create_study(storage=rdb, sampler=sampler(cfg.seed, 0), study_name=STUDY,
+                                           load_if_exists=True,
                                            directions=["maximize", "minimize"])
         except Exception as e:  # sqlalchemy's errors: a bad URL, a server that does not answer, a missing driver
             if attempt < 2 and not url.startswith("sqlite"):  # e.g. a table or type another worker just made
@@ -263,6 +263,21 @@ def fail_dead_trials(study) -> list[int]:
             study.tell(trial.number, state=optuna.trial.TrialState.FAIL)  # no `stop`: the report says killed
             dead.append(trial.number)
     return dead
+
+
+def await_others(study, poll_s: float = 2.0) -> None:
+    """Wait for the trials other workers are running when this one's loop ends (their worker gone: failed as
+    fail_dead_trials does), so that the finalists, the winner and the report are those of every trial asked for."""
+    import optuna
+
+    running = (optuna.trial.TrialState.RUNNING,)
+    waiting = {t.number for t in study.get_trials(deepcopy=False, states=running)}
+    if waiting:
+        log.info("waiting for trial(s) %s of other workers to finish", sorted(waiting))
+    while waiting:
+        time.sleep(poll_s)
+        fail_dead_trials(study)
+        waiting &= {t.number for t in study.get_trials(deepcopy=False, states=running)}
 
 
 def _alive(pid: int) -> bool:
@@ -392,7 +407,7 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
     import optuna
     from optuna.storages._heartbeat import get_heartbeat_thread  # Optuna's own, outside Study.optimize
 
-    started, durations, exhausted = time.monotonic(), [], False
+    started, durations, exhausted, instead = time.monotonic(), [], False, None
     distributions = _distributions(prepared)
     while True:
         done = len(_asked(study))
@@ -407,16 +422,14 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
                         "search ends before its limit")
             exhausted = True
             break
-        with warnings.catch_warnings():  # "heartbeat is supposed to be used with Study.optimize": beaten below
-            warnings.simplefilter("ignore", UserWarning)
-            trial = study.ask(distributions)
+        trial = ask(study, distributions, out, instead, cfg.seed)
         trial.set_user_attr("worker", {"host": socket.gethostname(), "pid": os.getpid()})
         point = _point(prepared, trial.params)
         log.info("trial %d: %s", trial.number, point)
-        twin = finished_twin(study, trial.params)
+        twin, instead = finished_twin(study, trial.params), None
         if twin is not None:  # the sampler drew a point already tried: its result, without a run, and the next
             result = twin_result(twin)  # trial takes an untried point at random (seeded) instead of drawing again
-            study.enqueue_trial(untried[np.random.default_rng([cfg.seed, trial.number]).integers(len(untried))])
+            instead = untried[np.random.default_rng([cfg.seed, trial.number]).integers(len(untried))]
         else:
             beat = get_heartbeat_thread(trial._trial_id, study._storage)  # what Study.optimize runs for each trial
             beat.start()
@@ -450,6 +463,31 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
         if progress is not None:
             progress(trial.number, result, best_passing(study))
     return {"seconds": time.monotonic() - started, "trials_here": len(durations), "exhausted": exhausted}
+
+
+def sampler(seed: int, trials: int):
+    """Optuna's multi-objective TPE (random for the first 4 trials), seeded by the search's seed and the number of
+    trials in the study: one worker draws the same points every time, and two workers that start together do not
+    draw the same points one after the other (with one seed, their random draws would be the same sequence)."""
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=int(np.random.SeedSequence([seed, trials]).generate_state(1)[0]),
+                                      n_startup_trials=4)
+
+
+def ask(study, distributions: dict, out: Path, instead: dict | None, seed: int):
+    """The next trial: `instead`'s params when given (queued and taken at once, so that no queued trial is left
+    behind when the search stops; if another worker takes it first, that worker runs it and this one draws), else
+    the sampler's draw. Workers sharing SEARCH_DIR ask one at a time: SQLite does not lock the queued trial a worker
+    takes, and two could take the same one (a server's storage locks its row)."""
+    from filelock import FileLock
+
+    with FileLock(out / ".study.lock"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "heartbeat is supposed to be used with Study.optimize"
+        study.sampler = sampler(seed, len(study.get_trials(deepcopy=False)))
+        if instead is not None:
+            study.enqueue_trial(instead)
+        return study.ask(distributions)
 
 
 RESULT_ATTRS = ("stop", "why", "run_dir", "agreement", "p50_ms", "size_mb", "drop_ci95", "teacher_accuracy",
@@ -631,6 +669,7 @@ def run_search(cfg: SearchConfig, out: Path, budget_s: float | None = None, tria
     if killed:
         log.warning("trials %s were stopped by a killed search: failed, the search goes on", killed)
     spent = search_loop(cfg, prepared, out, study, budget_s, trials, progress)
+    await_others(study)
     from filelock import FileLock
 
     with FileLock(out / ".finish.lock"):  # workers sharing SEARCH_DIR finish one after the other
