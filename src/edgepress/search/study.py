@@ -4,10 +4,14 @@ Flow: check the inputs and every point of the space (each is an ordinary pipelin
 every architecture shape as it would ship (`shapes.time_shapes`) and drop those that cannot meet the constraints or
 are beaten by another; then trials, each an `edgepress run` of one point into SEARCH_DIR/trials/NNNN, measured and
 gated on the **validation** split (`run_pipeline(evaluate_on="validation")`), sharing SEARCH_DIR/cache (a stage
-cache: a distilled student is trained once for every trial that starts with it). Optuna's multi-objective TPE
-draws the points (accuracy up, the objective down, the constraints as its constraints). At the end the passing
-trials on the validation front are the finalists: their final models are scored once on the test split, and the
-winner's pipeline is written as best.yaml and run as such into SEARCH_DIR/best (its report, its bundle).
+cache: a distilled student is trained once for every trial that starts with it). Optuna's multi-objective TPE draws
+the points (accuracy up, the objective down, the constraints as its constraints), latency first: until a trial
+passes, each trial takes the fastest (for `objective: size`, the smallest) shape not yet settled, and once one has
+passed, a point whose shape is slower in the shape table than a passing trial's of the same quantization is never
+run (`beaten_by`): fast shapes are also the cheapest to train, and a hopeless one is pruned after two epochs of its
+first stage. At the end the passing trials on the validation front are the finalists: their final models are scored
+once on the test split, and the winner's pipeline is written as best.yaml and run as such into SEARCH_DIR/best (its
+report, its bundle).
 
 What is on disk: the study (SEARCH_DIR/study.db, or the --storage URL) is the record of what was tried; a trial is
 told to it only once its run dir is complete. A trial whose training falls too far below the accuracy constraint
@@ -407,7 +411,7 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
     import optuna
     from optuna.storages._heartbeat import get_heartbeat_thread  # Optuna's own, outside Study.optimize
 
-    started, durations, exhausted, instead = time.monotonic(), [], False, None
+    started, durations, exhausted, settled = time.monotonic(), [], False, False
     distributions = _distributions(prepared)
     while True:
         done = len(_asked(study))
@@ -422,14 +426,19 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
                         "search ends before its limit")
             exhausted = True
             break
-        trial = ask(study, distributions, out, instead, cfg.seed)
+        # latency first: until a trial passes, and after a draw settled without a run, the next trial takes the
+        # fastest (smallest) point not yet settled instead of the sampler's draw
+        lead = untried[0] if settled or best_passing(study) is None else None
+        trial = ask(study, distributions, out, lead, cfg.seed)
         trial.set_user_attr("worker", {"host": socket.gethostname(), "pid": os.getpid()})
         point = _point(prepared, trial.params)
         log.info("trial %d: %s", trial.number, point)
-        twin, instead = finished_twin(study, trial.params), None
-        if twin is not None:  # the sampler drew a point already tried: its result, without a run, and the next
-            result = twin_result(twin)  # trial takes an untried point at random (seeded) instead of drawing again
-            instead = untried[np.random.default_rng([cfg.seed, trial.number]).integers(len(untried))]
+        twin, beaten = finished_twin(study, trial.params), beaten_by(cfg, prepared, _passing(study), trial.params)
+        settled = twin is not None or beaten is not None
+        if twin is not None:  # the sampler drew a point already tried: its result, without a run
+            result = twin_result(twin)
+        elif beaten is not None:  # it could not be faster (smaller) than a trial that passed: not worth a run
+            result = {"stop": "beaten", "why": beaten, "seconds": 0.0, "epochs_trained": 0}
         else:
             beat = get_heartbeat_thread(trial._trial_id, study._storage)  # what Study.optimize runs for each trial
             beat.start()
@@ -450,7 +459,7 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
                     "teacher_accuracy", "artifact", "epochs_trained", "pruned_prefix", "excess", "same_as"):
             if key in result:
                 trial.set_user_attr(key, result[key])
-        if result["stop"] == "error":
+        if result["stop"] in ("error", "beaten"):  # no values: the sampler leaves it out
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
         elif result["stop"] == "pruned":  # how far below the constraint it was: the sampler ranks it by that
             trial.set_constraint("accuracy.max_drop", result["excess"])
@@ -514,25 +523,51 @@ def twin_result(twin) -> dict:
 
 
 def unsettled_points(cfg: SearchConfig, prepared: Prepared, study) -> list[dict]:
-    """The points of the space (its allowed shapes), as trial params, that have no finished trial and do not start
-    with a pruned trial's stages."""
+    """The points of the space (its allowed shapes), as trial params, fastest (smallest) shape first, that no trial
+    has finished or is running, that do not start with a pruned trial's stages and that a passing trial does not
+    beat (`beaten_by`)."""
     import itertools
 
     import optuna
 
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    finished = study.get_trials(deepcopy=False, states=states)
-    tried = {json.dumps(t.params, sort_keys=True) for t in finished}
-    pruned = pruned_prefixes(study)
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.RUNNING)
+    tried = {json.dumps(t.params, sort_keys=True) for t in study.get_trials(deepcopy=False, states=states)}
+    pruned, passing = pruned_prefixes(study), _passing(study)
     space, points = prepared.space, []
-    for shape, vocab, quantization, epochs in itertools.product(prepared.shapes, space.vocab, space.quantization,
+    shapes = sorted(prepared.shapes, key=lambda shape: _shape_figure(cfg, prepared, shape.name))
+    for shape, vocab, quantization, epochs in itertools.product(shapes, space.vocab, space.quantization,
                                                                  space.epochs):
         params = {"shape": shape.name, "vocab": vocab, "quantization": quantization, "epochs": epochs}
-        if json.dumps(params, sort_keys=True) in tried:
+        if json.dumps(params, sort_keys=True) in tried or beaten_by(cfg, prepared, passing, params):
             continue
         if not (cfg.pruning and pruned_before(pipeline_for(cfg, prepared.depth, _point(prepared, params)), pruned)):
             points.append(params)
     return points
+
+
+SLOWER = 1.05  # a shape more than 5% slower (larger) in the shape table than another: beyond the table's noise
+
+
+def _shape_figure(cfg: SearchConfig, prepared: Prepared, shape: str) -> float:
+    """The objective's figure of `shape` in the shape table (its int8 graph timed side by side with the others)."""
+    return prepared.table[shape]["fixed_p50_ms" if cfg.objective == "latency" else "size_mb"]
+
+
+def beaten_by(cfg: SearchConfig, prepared: Prepared, passing: list, params: dict) -> str | None:
+    """Why the point `params` cannot win, if it cannot: a passing trial with the same quantization (and, for
+    size, the same vocabulary choice: both change the shipped graph more than its shape does) has a shape more than
+    5% faster (smaller) in the shape table. Shapes are compared in the table, timed side by side, not by trials
+    timed minutes apart."""
+    figure = _shape_figure(cfg, prepared, params["shape"])
+    unit = "ms" if cfg.objective == "latency" else "MB"
+    for trial in passing:
+        same = ("quantization",) if cfg.objective == "latency" else ("quantization", "vocab")
+        if all(trial.params[k] == params[k] for k in same) and \
+                figure > SLOWER * _shape_figure(cfg, prepared, trial.params["shape"]):
+            return (f"beaten by trial {trial.number}, which passed: its shape ({trial.params['shape']}) is "
+                    f"{_shape_figure(cfg, prepared, trial.params['shape']):.4g} {unit} in the shape table, this "
+                    f"point's {figure:.4g} {unit}")
+    return None
 
 
 def _passing(study) -> list:
@@ -591,7 +626,7 @@ def trial_rows(study) -> list[dict]:
     for t in _asked(study):
         # a failed trial whose outcome was not told was stopped with its worker (killed, or its heartbeat lost)
         stop = t.user_attrs.get("stop") or t.state.name.lower()
-        if t.state.name == "FAIL" and stop not in ("error", "interrupted"):
+        if t.state.name == "FAIL" and stop not in ("error", "interrupted", "beaten"):
             stop = "killed"
         rows.append({"number": t.number, "params": t.params, "state": t.state.name.lower(), "stop": stop,
                      "why": t.user_attrs.get("why", ""),
