@@ -23,6 +23,7 @@ from edgepress.search.study import (
     ask,
     await_others,
     beaten_by,
+    best_passing,
     open_study,
     prepare,
     search_loop,
@@ -255,6 +256,19 @@ def test_trials_go_latency_first_and_a_shape_slower_than_a_passing_one_never_run
         f"this point's 2 ms")
     prepared.table[slow]["fixed_p50_ms"] = 1.04  # within 5% of a passing shape: still worth a run
     assert beaten_by(cfg, prepared, _passing(study), point) is None
+
+
+def test_the_winner_is_the_most_accurate_of_the_trials_within_timing_noise_of_the_fastest(tmp_path):
+    import optuna
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for accuracy, p50, stop in ((0.86, 3.00, "passed"), (0.87, 3.12, "passed"), (0.88, 3.20, "passed"),
+                                (0.90, 2.00, "missed")):
+        trial = study.ask()
+        trial.set_user_attr("stop", stop)
+        study.tell(trial, [accuracy, p50])
+    assert best_passing(study, "latency").number == 1  # within 5% of 3.00 ms; trial 2 is 6.7% slower
+    assert best_passing(study, "size").number == 0  # sizes are exact: the smallest wins
 
 
 def _curve(*accuracies: float) -> list[dict]:

@@ -310,8 +310,10 @@ def test_validate_refuses_what_each_method_would_refuse_on_this_model(tmp_path, 
     assert "stage 'h' (heads): structured pruning (heads, ffn) supports encoders with BERT's layer layout" in \
         result.output and "this model is distilbert. Fix: remove the heads/ffn stages" in result.output
     bpe = _bpe_model(tmp_path, movie_data.train.texts[:300])
-    result = invoke("validate", write_config(tmp_path / "v.yaml", bpe, [{"name": "v", "method": "vocab"}]))
+    stages = [{"name": "v", "method": "vocab"}, {"name": "m", "method": "magnitude", "params": {"augment": {}}}]
+    result = invoke("validate", write_config(tmp_path / "v.yaml", bpe, stages))
     assert result.exit_code == 2 and "has a BPE tokenizer. Fix: remove the vocab stage" in result.output
+    assert "stage 'm' (magnitude): augment method mask needs a mask token" in result.output  # the BPE has none
     before = snapshot(tmp_path)
     result = invoke("run", config, "--out", tmp_path / "run")  # the run refuses before it measures anything
     assert result.exit_code == 2 and "the run would refuse 3 stage(s)" in result.output

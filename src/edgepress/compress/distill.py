@@ -28,6 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from edgepress.configs import changed
 from edgepress.data import DataSplits
+from edgepress.data.augment import AugmentConfig, augment_texts
+from edgepress.data.dataset import TextSet
 from edgepress.errors import ConfigError
 from edgepress.models.train import EPOCHS, TrainConfig
 
@@ -41,7 +43,10 @@ class KdLoss(BaseModel):
 
     temperature: float = Field(2.0, gt=0, description="softens the teacher's and the student's logits before "
                                                       "their KL divergence (the loss is scaled by its square)")
-    alpha: float = Field(0.5, ge=0, le=1, description="weight of the soft (teacher) loss against the labels")
+    alpha: float = Field(0.5, ge=0, le=1, description="weight of the soft (teacher) loss against the labels "
+                                                     "(transfer examples have the soft loss alone)")
+    augment: AugmentConfig | None = Field(None, description="transfer data: perturbed copies of the train texts, "
+                                          "labelled by the teacher's soft logits, trained on beside the train split")
 
 
 class DistillConfig(TrainConfig, KdLoss):
@@ -120,13 +125,39 @@ def make_student(teacher, cfg: DistillConfig):
     return student, mapping
 
 
-def _hinton(student_logits, teacher_logits, labels, cfg: DistillConfig):
+def _hinton(student_logits, teacher_logits, labels, cfg: KdLoss, labelled=None):
+    """The mean over the batch of (1 - alpha) * CE + alpha * T^2 * KL, and of T^2 * KL alone for the examples that
+    `labelled` (bool, (batch,)) marks False: transfer examples, whose label is only the teacher's."""
     import torch.nn.functional as F
 
     t = cfg.temperature
     soft = F.kl_div(F.log_softmax(student_logits / t, -1), F.softmax(teacher_logits / t, -1),
-                    reduction="batchmean") * t * t
-    return (1 - cfg.alpha) * F.cross_entropy(student_logits, labels) + cfg.alpha * soft
+                    reduction="none").sum(-1) * t * t  # (batch,)
+    hard = F.cross_entropy(student_logits, labels, reduction="none")  # (batch,)
+    mixed = (1 - cfg.alpha) * hard + cfg.alpha * soft
+    return (mixed if labelled is None else mixed.where(labelled, soft)).mean()
+
+
+def transfer_set(model, tokenizer, data: DataSplits, cfg) -> tuple[TextSet, object]:
+    """The examples a distilling method trains on and `model`'s logits for them (its targets): the train split,
+    then, with `cfg.augment`, the perturbed copies of its texts (ids `<id>~<k>`, labelled with `model`'s argmax; the
+    loss gives them the soft targets alone, see `labelled_mask`)."""
+    import torch
+
+    from edgepress.models.evaluate import predict_logits
+
+    train = data.train
+    if cfg.augment is not None:
+        embeddings = model.get_input_embeddings().weight.detach().float().cpu().numpy()  # (vocab, hidden)
+        copies = augment_texts(train.texts, tokenizer, embeddings, cfg.augment)
+        ids = tuple(f"{i}~{k}" for i, made in zip(train.ids, copies, strict=True) for k in range(len(made)))
+        texts = tuple(text for made in copies for text in made)
+        train = TextSet(train.ids + ids, train.texts + texts, np.concatenate([train.labels, np.zeros(len(ids), int)]))
+    logits = predict_logits(model, tokenizer, train.texts, cfg.max_length)
+    labels = np.concatenate([data.train.labels, logits[len(data.train):].argmax(1)]).astype(np.int64)
+    log.info("distillation targets: %d train examples%s", len(data.train),
+             f" + {len(train) - len(data.train)} perturbed copies ({cfg.augment.methods})" if cfg.augment else "")
+    return TextSet(train.ids, train.texts, labels), torch.from_numpy(logits)
 
 
 def _hidden_loss(student_states, teacher_states, mask, cfg: DistillConfig):
@@ -194,23 +225,34 @@ def _attention_loss(student_scores: list, teacher_scores: list, mask) -> object:
     return sum(losses) / len(losses)
 
 
-def distillation_loss(teacher, train_logits, cfg: DistillConfig, scores: tuple | None = None):
+def kd_training(model, tokenizer, data: DataSplits, cfg) -> tuple[DataSplits, object]:
+    """What a fine-tune distilled from `model` as it is now (before it is pruned or quantized) trains on: `data`
+    with the transfer set (`transfer_set`) as its train split, and the hinton loss on `model`'s logits."""
+    import dataclasses
+
+    train, targets = transfer_set(model, tokenizer, data, cfg)
+    kd = DistillConfig(temperature=cfg.temperature, alpha=cfg.alpha, max_length=cfg.max_length)
+    return dataclasses.replace(data, train=train), distillation_loss(None, targets, kd, labelled=len(data.train))
+
+
+def distillation_loss(teacher, train_logits, cfg: DistillConfig, scores: tuple | None = None, labelled: int = 0):
     """A `loss_fn` for the training loop: hinton on `train_logits` (indexed by the batch's `index`), or with the
     teacher run alongside for the hidden-state styles; `scores` (student's, teacher's `AttentionScores`) adds
-    TinyBERT's attention loss."""
+    TinyBERT's attention loss. Examples from index `labelled` on (when > 0) are transfer examples: soft loss only."""
     import torch
 
     def loss(outputs, batch):
         labels = batch["labels"]
+        gold = (batch["index"] < labelled).to(labels.device) if labelled else None
         if cfg.style == "hinton":
             cached = train_logits[batch["index"].cpu()].to(outputs.logits.device)
-            return _hinton(outputs.logits, cached, labels, cfg)
+            return _hinton(outputs.logits, cached, labels, cfg, gold)
         inputs = {k: v for k, v in batch.items() if k not in ("labels", "index")}
         teacher.to(labels.device)  # a no-op after the first step; the loop moved the student, not the teacher
         with torch.no_grad():
             taught = teacher(**inputs, output_hidden_states=True)
         hidden = _hidden_loss(outputs.hidden_states, taught.hidden_states, inputs["attention_mask"], cfg)
-        total = _hinton(outputs.logits, taught.logits, labels, cfg) + cfg.hidden_weight * hidden
+        total = _hinton(outputs.logits, taught.logits, labels, cfg, gold) + cfg.hidden_weight * hidden
         if scores is not None:
             student, teacher_scores = (s.scores() for s in scores)
             total = total + cfg.attention_weight * _attention_loss(student, teacher_scores, inputs["attention_mask"])
@@ -221,23 +263,21 @@ def distillation_loss(teacher, train_logits, cfg: DistillConfig, scores: tuple |
 
 def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = DistillConfig()) -> dict:
     """Train a `cfg.student_layers`-layer student of the classifier in `src` into `out` (save_pretrained)."""
-    import torch
-
     from edgepress.files import artifact_dir
-    from edgepress.models.evaluate import predict_logits
     from edgepress.models.loading import load_classifier
     from edgepress.models.train import train_classifier
 
     teacher, tokenizer = load_classifier(src)
     student, mapping = make_student(teacher, cfg)
-    train_logits = torch.from_numpy(predict_logits(teacher, tokenizer, data.train.texts, cfg.max_length))
+    train, train_logits = transfer_set(teacher, tokenizer, data, cfg)
     scores = (AttentionScores(student), AttentionScores(teacher)) if cfg.style == "tinybert" and \
         cfg.attention_weight > 0 else None
     with artifact_dir(Path(out)) as tmp:
         student.config.output_hidden_states = cfg.style != "hinton"
         try:
-            result = train_classifier(student, tokenizer, data.train, data.validation, cfg, tmp,
-                                      loss_fn=distillation_loss(teacher.eval(), train_logits, cfg, scores))
+            result = train_classifier(student, tokenizer, train, data.validation, cfg, tmp,
+                                      loss_fn=distillation_loss(teacher.eval(), train_logits, cfg, scores,
+                                                                len(data.train)))
         finally:
             for recorder in scores or ():
                 recorder.remove()
@@ -248,4 +288,6 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
              result.best_val_accuracy)
     return {"layer_map": list(mapping), "best_epoch": result.best_epoch, "val_accuracy": result.best_val_accuracy,
             "history": result.history, "train_seconds": round(result.seconds, 1),
-            "teacher_train_accuracy": float(np.mean(train_logits.numpy().argmax(1) == data.train.labels))}
+            "teacher_train_accuracy": float(np.mean(train_logits[:len(data.train)].numpy().argmax(1) ==
+                                                    data.train.labels)),
+            "transfer_examples": len(train) - len(data.train)}

@@ -202,18 +202,13 @@ def _overall(model, weights: dict) -> dict:
 
 
 def load_with_kd_targets(src: Path, data: DataSplits, cfg):
-    """The model, its tokenizer, the unpruned model's train logits (the recovery's distillation targets) and the
-    hinton loss on them."""
-    import torch
-
-    from edgepress.compress.distill import DistillConfig, distillation_loss
-    from edgepress.models.evaluate import predict_logits
+    """The model, its tokenizer, the splits its fine-tune trains on (train: the transfer set) and the hinton loss on
+    the unpruned model's logits (the recovery's distillation targets)."""
+    from edgepress.compress.distill import kd_training
     from edgepress.models.loading import load_classifier
 
     model, tokenizer = load_classifier(src)
-    targets = torch.from_numpy(predict_logits(model, tokenizer, data.train.texts, cfg.max_length))
-    kd = DistillConfig(temperature=cfg.temperature, alpha=cfg.alpha, max_length=cfg.max_length)
-    return model, tokenizer, distillation_loss(None, targets, kd)
+    return model, tokenizer, *kd_training(model, tokenizer, data, cfg)
 
 
 def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = MagnitudeConfig()) -> dict:
@@ -222,7 +217,7 @@ def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = Mag
     from edgepress.files import artifact_dir
     from edgepress.models.train import train_classifier
 
-    model, tokenizer, loss = load_with_kd_targets(src, data, cfg)
+    model, tokenizer, data, loss = load_with_kd_targets(src, data, cfg)
     check_sparse(model, tokenizer, cfg)
     weights = prunable_weights(model, cfg.include)
     masks = Masks(weights, {n: w.new_ones(w.shape, dtype=bool) for n, w in weights.items()})
@@ -321,7 +316,7 @@ def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = Lottery
         raise ConfigError(f"rewind_step {cfg.rewind_step} is past the {steps} optimizer steps of the first "
                           f"training ({cfg.epochs} epoch(s) of {len(data.train)} examples at batch "
                           f"{cfg.batch_size}). Fix: a rewind_step of at most {steps}")
-    model, tokenizer, loss = load_with_kd_targets(src, data, cfg)
+    model, tokenizer, data, loss = load_with_kd_targets(src, data, cfg)
     check_sparse(model, tokenizer, cfg)
     weights = prunable_weights(model, cfg.include)
     control = copy.deepcopy(model) if cfg.control == "random" else None

@@ -139,11 +139,9 @@ def prune_ffn(model, keep: list[list[int]]) -> int:
 
 
 def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, what: str) -> dict:
-    import torch
 
-    from edgepress.compress.distill import DistillConfig, distillation_loss
+    from edgepress.compress.distill import kd_training
     from edgepress.files import artifact_dir
-    from edgepress.models.evaluate import predict_logits
     from edgepress.models.introspect import param_counts
     from edgepress.models.loading import load_classifier
     from edgepress.models.train import train_classifier
@@ -156,14 +154,12 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
                           f"student")
     before = param_counts(model)["params"]
     # the unpruned model's logits are the distillation targets of the recovery fine-tune
-    targets = torch.from_numpy(predict_logits(model, tokenizer, data.train.texts, cfg.max_length))
+    recovery, loss = kd_training(model, tokenizer, data, cfg)
     scores = _gated_importance(model, tokenizer, data, cfg, what)
     keep = _keep_top(scores, cfg.keep)
     pruned = prune_heads(model, keep) if what == "heads" else {"intermediate_size": prune_ffn(model, keep)}
-    kd = DistillConfig(temperature=cfg.temperature, alpha=cfg.alpha, max_length=cfg.max_length)
     with artifact_dir(Path(out)) as tmp:
-        result = train_classifier(model, tokenizer, data.train, data.validation, cfg, tmp,
-                                  loss_fn=distillation_loss(None, targets, kd))
+        result = train_classifier(model, tokenizer, recovery.train, data.validation, cfg, tmp, loss_fn=loss)
     log.info("%s: kept %s of every layer, %d -> %d params, validation accuracy %.4f", what, cfg.keep, before,
              param_counts(model)["params"], result.best_val_accuracy)
     return {"pruned": {str(k): v for k, v in pruned.items()}, "importance": scores.round(6).tolist(),

@@ -5,6 +5,7 @@ labels, every provider asked for really runs, the run directory can be written. 
 from pathlib import Path
 
 from edgepress.data import DataSplits, load_data
+from edgepress.data.augment import check_augment
 from edgepress.data.movie import ID2LABEL as DEMO_LABELS
 from edgepress.deploy.bundle import web_modules
 from edgepress.errors import ConfigError, EdgepressError
@@ -91,11 +92,12 @@ def check_methods(cfg: PipelineConfig, model, tokenizer) -> None:
     problems, depth_known = [], True
     for stage in cfg.stages:
         for method, params in stage.attempts:
-            spec = METHODS[method]
-            if spec.check is None or (method == "distill" and not depth_known):
-                continue
+            spec, config = METHODS[method], METHODS[method].config.model_validate(params)
             try:
-                spec.check(model, tokenizer, spec.config.model_validate(params))
+                if spec.check is not None and (method != "distill" or depth_known):
+                    spec.check(model, tokenizer, config)
+                if getattr(config, "augment", None) is not None:  # the transfer data of a distilling method
+                    check_augment(tokenizer, config.augment)
             except EdgepressError as e:
                 problems.append(f"stage '{stage.name}' ({method}): {e}")
         depth_known = depth_known and all(method != "distill" for method, _ in stage.attempts)

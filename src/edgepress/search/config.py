@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator
 
 from edgepress.configs import build
+from edgepress.data.augment import AugmentConfig
 from edgepress.data.config import DataConfig
 from edgepress.errors import ConfigError
 from edgepress.pipeline.config import (
@@ -148,8 +149,12 @@ class SearchConfig(BaseModel):
                                    "the winner will run)")
     constraints: Constraints = Field(Constraints(), description="what a trial must meet to pass")
     objective: Literal["latency", "size"] = Field("latency", description="what the winner is best at among the "
-                                                  "passing trials (ties: the more accurate)")
+                                                  "passing trials (latencies within 5% of the best "
+                                                  "tie: the more accurate wins)")
     space: Space = Field(Space(), description="the choices trials draw from")
+    augment: AugmentConfig | None = Field(None, description="transfer data for every training stage of every trial "
+                                          "(distill, heads, ffn, qat): perturbed copies of the train texts that the "
+                                          "stage's teacher labels; each epoch is then (1 + factor) times as long")
     pruning: Pruning | None = Field(Pruning(), description="null: every trial trains all its epochs")
     seed: int = Field(13, ge=0, description="the sampler's seed")
 
@@ -180,18 +185,19 @@ def pipeline_for(cfg: SearchConfig, depth: int, point: dict) -> PipelineConfig:
     `depth` layers: distill, heads, ffn, vocab (those the point asks for), then the quantization's stages; the
     constraints gate the last stage only (a trial is judged by what ships)."""
     epochs = point["epochs"]
+    training = {"epochs": epochs, **({"augment": cfg.augment.model_dump(mode="json")} if cfg.augment else {})}
     stages = []
     if point["layers"] < depth:
         stages.append({"name": "distill", "method": "distill",
-                       "params": {"student_layers": point["layers"], "epochs": epochs, **DISTILL}})
+                       "params": {"student_layers": point["layers"], **training, **DISTILL}})
     for name in ("heads", "ffn"):
         if point[f"{name}_keep"] < 1:
-            stages.append({"name": name, "method": name, "params": {"keep": point[f"{name}_keep"], "epochs": epochs}})
+            stages.append({"name": name, "method": name, "params": {"keep": point[f"{name}_keep"], **training}})
     if point["vocab"]:
         stages.append({"name": "vocab", "method": "vocab"})
     stages += [dict(s) for s in QUANTIZATIONS[point["quantization"]]]
     if point["quantization"] == "qat":
-        stages[-2] = {**stages[-2], "params": {**stages[-2]["params"], "epochs": max(1, epochs // 2)}}
+        stages[-2] = {**stages[-2], "params": {**stages[-2]["params"], **training, "epochs": max(1, epochs // 2)}}
     gates = final_gates(cfg.constraints, cfg.runtime.providers[0])
     stages[-1] = {**stages[-1], "gates": gates.model_dump(exclude_none=True)}
     return build(PipelineConfig, {"model": cfg.model, "data": cfg.data.model_dump(mode="json"),

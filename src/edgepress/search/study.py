@@ -414,6 +414,7 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
     started, durations, exhausted, settled = time.monotonic(), [], False, False
     distributions = _distributions(prepared)
     while True:
+        fail_dead_trials(study)  # a killed local worker's trial: its point is free again
         done = len(_asked(study))
         if trials is not None and done >= trials:
             break
@@ -428,7 +429,7 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
             break
         # latency first: until a trial passes, and after a draw settled without a run, the next trial takes the
         # fastest (smallest) point not yet settled instead of the sampler's draw
-        lead = untried[0] if settled or best_passing(study) is None else None
+        lead = untried[0] if settled or best_passing(study, cfg.objective) is None else None
         trial = ask(study, distributions, out, lead, cfg.seed)
         trial.set_user_attr("worker", {"host": socket.gethostname(), "pid": os.getpid()})
         point = _point(prepared, trial.params)
@@ -470,7 +471,7 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
             study.tell(trial, [result["accuracy"], _objective(cfg, result)])
         write_search_report(cfg, prepared, out, study, spent={"seconds": time.monotonic() - started})
         if progress is not None:
-            progress(trial.number, result, best_passing(study))
+            progress(trial.number, result, best_passing(study, cfg.objective))
     return {"seconds": time.monotonic() - started, "trials_here": len(durations), "exhausted": exhausted}
 
 
@@ -586,10 +587,15 @@ def validation_front(study) -> list:
     return sorted(unique.values(), key=lambda t: t.values[1])
 
 
-def best_passing(study):
-    """The winner on validation: the passing trial with the best objective (ties: the more accurate)."""
+def best_passing(study, objective: str):
+    """The winner on validation: the most accurate passing trial among those whose objective is the best one's or,
+    for latency, within 5% of it (`SLOWER`: trials are timed minutes apart, under whatever else the machine runs;
+    sizes are exact). Then the better objective, then the earlier trial."""
     passing = _passing(study)
-    return min(passing, key=lambda t: (t.values[1], -t.values[0], t.number)) if passing else None
+    if not passing:
+        return None
+    bound = min(t.values[1] for t in passing) * (SLOWER if objective == "latency" else 1.0)
+    return min((t for t in passing if t.values[1] <= bound), key=lambda t: (-t.values[0], t.values[1], t.number))
 
 
 def score_finalists(cfg: SearchConfig, prepared: Prepared, finalists: list) -> dict:
@@ -641,7 +647,7 @@ def write_search_report(cfg: SearchConfig, prepared: Prepared, out: Path, study,
     from edgepress.search.report import render_html, render_markdown
 
     front = validation_front(study)
-    winner = best_passing(study)
+    winner = best_passing(study, cfg.objective)
     report = {"config": cfg.model_dump(mode="json"), "objective": cfg.objective, "shapes": prepared.table,
               "required_accuracy": prepared.required,
               "trials": trial_rows(study), "front": [t.number for t in front],
@@ -657,7 +663,7 @@ def finish(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict)
     from edgepress.pipeline.runner import run_pipeline
 
     front = validation_front(study)[:FINALISTS]
-    winner = best_passing(study)
+    winner = best_passing(study, cfg.objective)
     if winner is None:
         write_search_report(cfg, prepared, out, study, spent)
         raise SearchExhausted(f"no trial passed the constraints in {len(_asked(study))} trial(s); the best found is in "

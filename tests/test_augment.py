@@ -1,0 +1,89 @@
+import numpy as np
+import pytest
+import torch
+
+from edgepress.compress.distill import DistillConfig, _hinton, distill, transfer_set
+from edgepress.data.augment import WORD, AugmentConfig, augment_texts, neighbour_table
+from edgepress.data.dataset import DataSplits
+from edgepress.errors import ConfigError
+from edgepress.models.loading import load_classifier
+
+
+def _embeddings(tokenizer, seed=0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((len(tokenizer), 16)).astype(np.float32)
+
+
+def test_neighbours_are_the_nearest_whole_words_in_the_embeddings(tokenizer):
+    emb = _embeddings(tokenizer)
+    good, great = tokenizer.convert_tokens_to_ids(["good", "great"])
+    emb[great] = emb[good] + 0.01  # the nearest token to "good" by cosine
+    emb[tokenizer.convert_tokens_to_ids("##ing")] = emb[good]  # a word piece: never a replacement
+    table = neighbour_table(tokenizer, emb, {"good", "unbelievably"}, k=3)
+    assert table["good"][0] == "great" and "good" not in table["good"] and "##ing" not in table["good"]
+    assert all(word.isalnum() for word in table["good"])
+    assert "unbelievably" not in table  # several pieces: masked, never replaced
+
+
+def test_copies_are_perturbed_seeded_and_distinct(tokenizer, movie_data):
+    texts = movie_data.train.texts[:50]
+    cfg = AugmentConfig(factor=4, probability=0.3)
+    copies = augment_texts(texts, tokenizer, _embeddings(tokenizer), cfg)
+    assert copies == augment_texts(texts, tokenizer, _embeddings(tokenizer), cfg)  # same seed, same copies
+    assert copies != augment_texts(texts, tokenizer, _embeddings(tokenizer), cfg.model_copy(update={"seed": 1}))
+    assert sum(map(len, copies)) > 150
+    for text, made in zip(texts, copies, strict=True):
+        assert len(made) == len(set(made)) <= 4 and text not in made
+    assert any("[MASK]" in c for made in copies for c in made)
+    assert any(len(WORD.findall(c)) <= 5 < len(WORD.findall(t)) for t, made in zip(texts, copies, strict=True)
+               for c in made)
+
+
+def test_each_method_alone_does_only_what_it_says(tokenizer, movie_data):
+    texts = movie_data.train.texts[:40]
+    masked = augment_texts(texts, tokenizer, _embeddings(tokenizer), AugmentConfig(methods=("mask",)))
+    for text, made in zip(texts, masked, strict=True):
+        for copy in made:  # every word is the text's own or the mask token, in the text's order and number
+            a, b = WORD.findall(text), WORD.findall(copy.replace("[MASK]", "MASKED"))
+            assert len(a) == len(b) and all(x == y or y == "MASKED" for x, y in zip(a, b, strict=True))
+    swapped = augment_texts(texts, tokenizer, _embeddings(tokenizer), AugmentConfig(methods=("neighbours",)))
+    assert all("[MASK]" not in c for made in swapped for c in made) and any(swapped)
+    cut = augment_texts(texts, tokenizer, _embeddings(tokenizer), AugmentConfig(methods=("ngram",), factor=8))
+    assert all(c in t and len(WORD.findall(c)) <= 5 for t, made in zip(texts, cut, strict=True) for c in made)
+
+
+def test_masking_needs_a_mask_token(tokenizer):
+    class NoMask:
+        mask_token = None
+
+    with pytest.raises(ConfigError, match="augment method mask needs a mask token.*Fix: augment.methods without"):
+        augment_texts(("a text",), NoMask(), _embeddings(tokenizer), AugmentConfig())
+
+
+def test_transfer_examples_have_the_soft_loss_alone():
+    student, teacher = torch.randn(4, 2), torch.randn(4, 2)
+    labels, cfg = torch.tensor([0, 1, 0, 1]), DistillConfig(alpha=0.25, temperature=2.0)
+    everyone = _hinton(student, teacher, labels, cfg)
+    soft_only = _hinton(student, teacher, labels, cfg.model_copy(update={"alpha": 1.0}))
+    gold = torch.tensor([True, True, False, False])
+    mixed = _hinton(student, teacher, labels, cfg, gold)
+    each = [(_hinton(student[i:i + 1], teacher[i:i + 1], labels[i:i + 1], cfg.model_copy(update={"alpha": a})))
+            for i, a in enumerate((0.25, 0.25, 1.0, 1.0))]
+    assert float(mixed) == pytest.approx(float(sum(each)) / 4, rel=1e-5)
+    assert float(_hinton(student, teacher, labels, cfg, torch.ones(4, dtype=bool))) == pytest.approx(float(everyone))
+    assert float(_hinton(student, teacher, labels, cfg, torch.zeros(4, dtype=bool))) == pytest.approx(float(soft_only))
+
+
+def test_distill_trains_on_the_teacher_labelled_copies(trained_teacher, tmp_path, movie_data):
+    data = DataSplits(movie_data.train.take(200), movie_data.validation.take(64), movie_data.test.take(64),
+                      movie_data.id2label, movie_data.source)
+    cfg = DistillConfig(student_layers=1, epochs=1, max_length=32, augment=AugmentConfig(factor=3))
+    teacher, tokenizer = load_classifier(trained_teacher)
+    train, logits = transfer_set(teacher, tokenizer, data, cfg)
+    n = len(data.train)
+    assert len(train) == len(logits) > 2 * n and train.ids[:n] == data.train.ids and train.ids[n].startswith(
+        f"{data.train.ids[0]}~")
+    assert np.array_equal(train.labels[:n], data.train.labels)  # gold labels kept; the copies' are the teacher's
+    assert np.array_equal(train.labels[n:], logits[n:].numpy().argmax(1))
+    details = distill(trained_teacher, tmp_path / "s", data, cfg)
+    assert details["transfer_examples"] == len(train) - n
+    assert load_classifier(tmp_path / "s")[0].config.num_hidden_layers == 1
