@@ -78,7 +78,7 @@ def test_distill_trains_on_the_teacher_labelled_copies(trained_teacher, tmp_path
                       movie_data.id2label, movie_data.source)
     cfg = DistillConfig(student_layers=1, epochs=1, max_length=32, augment=AugmentConfig(factor=3))
     teacher, tokenizer = load_classifier(trained_teacher)
-    train, logits = transfer_set(teacher, tokenizer, data, cfg)
+    train, logits = transfer_set(trained_teacher, teacher, tokenizer, data, cfg)
     n = len(data.train)
     assert len(train) == len(logits) > 2 * n and train.ids[:n] == data.train.ids and train.ids[n].startswith(
         f"{data.train.ids[0]}~")
@@ -87,3 +87,23 @@ def test_distill_trains_on_the_teacher_labelled_copies(trained_teacher, tmp_path
     details = distill(trained_teacher, tmp_path / "s", data, cfg)
     assert details["transfer_examples"] == len(train) - n
     assert load_classifier(tmp_path / "s")[0].config.num_hidden_layers == 1
+
+
+def test_the_transfer_set_and_its_targets_are_built_once_per_content(trained_teacher, small_data, monkeypatch):
+    import edgepress.compress.distill as distill_module
+    import edgepress.models.evaluate as evaluate
+
+    teacher, tokenizer = load_classifier(trained_teacher)
+    cfg = DistillConfig(max_length=32, augment=AugmentConfig(factor=2, seed=7))
+    train, logits = transfer_set(trained_teacher, teacher, tokenizer, small_data, cfg)
+
+    def rebuilt(*args, **kwargs):
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(distill_module, "augment_texts", rebuilt)
+    monkeypatch.setattr(evaluate, "predict_logits", rebuilt)
+    again, cached = transfer_set(trained_teacher, teacher, tokenizer, small_data, cfg)  # another stage, trial, run
+    assert again.texts == train.texts and np.array_equal(again.labels, train.labels) and torch.equal(cached, logits)
+    with pytest.raises(AssertionError, match="built again"):  # another seed is another set
+        transfer_set(trained_teacher, teacher, tokenizer, small_data, cfg.model_copy(
+            update={"augment": AugmentConfig(factor=2, seed=8)}))

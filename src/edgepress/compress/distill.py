@@ -19,6 +19,8 @@ projections record their outputs, and the scores are formed from those: the same
 runs the attention itself, and gradients reach the student's Q and K through them.
 """
 
+import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Literal
@@ -26,11 +28,13 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from edgepress.cache import built_once
 from edgepress.configs import changed
 from edgepress.data import DataSplits
 from edgepress.data.augment import AugmentConfig, augment_texts
 from edgepress.data.dataset import TextSet
 from edgepress.errors import ConfigError
+from edgepress.files import tree_sha256
 from edgepress.models.train import EPOCHS, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -138,22 +142,30 @@ def _hinton(student_logits, teacher_logits, labels, cfg: KdLoss, labelled=None):
     return (mixed if labelled is None else mixed.where(labelled, soft)).mean()
 
 
-def transfer_set(model, tokenizer, data: DataSplits, cfg) -> tuple[TextSet, object]:
-    """The examples a distilling method trains on and `model`'s logits for them (its targets): the train split,
-    then, with `cfg.augment`, the perturbed copies of its texts (ids `<id>~<k>`, labelled with `model`'s argmax; the
-    loss gives them the soft targets alone, see `labelled_mask`)."""
+def _texts_sha256(texts) -> str:
+    return hashlib.sha256(json.dumps(list(texts), ensure_ascii=False).encode()).hexdigest()
+
+
+def transfer_set(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[TextSet, object]:
+    """The examples a distilling method trains on and the logits of `model` (loaded from `src`) for them: the train
+    split, then, with `cfg.augment`, the perturbed copies of its texts (ids `<id>~<k>`, labelled with `model`'s
+    argmax; the loss gives them the soft targets alone). The copies and the logits are built once per content (the
+    model's files, the texts, the settings) in the cache: every stage and trial asking for the same reuses them."""
     import torch
 
     from edgepress.models.evaluate import predict_logits
 
-    train = data.train
+    train, model_sha = data.train, tree_sha256(src)
     if cfg.augment is not None:
         embeddings = model.get_input_embeddings().weight.detach().float().cpu().numpy()  # (vocab, hidden)
-        copies = augment_texts(train.texts, tokenizer, embeddings, cfg.augment)
+        key = {"model": model_sha, "texts": _texts_sha256(train.texts), "augment": cfg.augment.model_dump()}
+        copies = built_once("transfer", key, lambda: augment_texts(train.texts, tokenizer, embeddings, cfg.augment))
         ids = tuple(f"{i}~{k}" for i, made in zip(train.ids, copies, strict=True) for k in range(len(made)))
         texts = tuple(text for made in copies for text in made)
         train = TextSet(train.ids + ids, train.texts + texts, np.concatenate([train.labels, np.zeros(len(ids), int)]))
-    logits = predict_logits(model, tokenizer, train.texts, cfg.max_length)
+    key = {"model": model_sha, "texts": _texts_sha256(train.texts), "max_length": cfg.max_length}
+    logits = np.asarray(built_once("targets", key, lambda: predict_logits(model, tokenizer, train.texts,
+                                                                          cfg.max_length).tolist()), np.float32)
     labels = np.concatenate([data.train.labels, logits[len(data.train):].argmax(1)]).astype(np.int64)
     log.info("distillation targets: %d train examples%s", len(data.train),
              f" + {len(train) - len(data.train)} perturbed copies ({cfg.augment.methods})" if cfg.augment else "")
@@ -225,12 +237,12 @@ def _attention_loss(student_scores: list, teacher_scores: list, mask) -> object:
     return sum(losses) / len(losses)
 
 
-def kd_training(model, tokenizer, data: DataSplits, cfg) -> tuple[DataSplits, object]:
+def kd_training(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[DataSplits, object]:
     """What a fine-tune distilled from `model` as it is now (before it is pruned or quantized) trains on: `data`
     with the transfer set (`transfer_set`) as its train split, and the hinton loss on `model`'s logits."""
     import dataclasses
 
-    train, targets = transfer_set(model, tokenizer, data, cfg)
+    train, targets = transfer_set(src, model, tokenizer, data, cfg)
     kd = DistillConfig(temperature=cfg.temperature, alpha=cfg.alpha, max_length=cfg.max_length)
     return dataclasses.replace(data, train=train), distillation_loss(None, targets, kd, labelled=len(data.train))
 
@@ -269,7 +281,7 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
 
     teacher, tokenizer = load_classifier(src)
     student, mapping = make_student(teacher, cfg)
-    train, train_logits = transfer_set(teacher, tokenizer, data, cfg)
+    train, train_logits = transfer_set(src, teacher, tokenizer, data, cfg)
     scores = (AttentionScores(student), AttentionScores(teacher)) if cfg.style == "tinybert" and \
         cfg.attention_weight > 0 else None
     with artifact_dir(Path(out)) as tmp:

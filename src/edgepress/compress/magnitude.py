@@ -208,7 +208,7 @@ def load_with_kd_targets(src: Path, data: DataSplits, cfg):
     from edgepress.models.loading import load_classifier
 
     model, tokenizer = load_classifier(src)
-    return model, tokenizer, *kd_training(model, tokenizer, data, cfg)
+    return model, tokenizer, *kd_training(src, model, tokenizer, data, cfg)
 
 
 def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = MagnitudeConfig()) -> dict:

@@ -154,7 +154,7 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
                           f"student")
     before = param_counts(model)["params"]
     # the unpruned model's logits are the distillation targets of the recovery fine-tune
-    recovery, loss = kd_training(model, tokenizer, data, cfg)
+    recovery, loss = kd_training(src, model, tokenizer, data, cfg)
     scores = _gated_importance(model, tokenizer, data, cfg, what)
     keep = _keep_top(scores, cfg.keep)
     pruned = prune_heads(model, keep) if what == "heads" else {"intermediate_size": prune_ffn(model, keep)}
