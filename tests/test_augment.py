@@ -107,3 +107,54 @@ def test_the_transfer_set_and_its_targets_are_built_once_per_content(trained_tea
     with pytest.raises(AssertionError, match="built again"):  # another seed is another set
         transfer_set(trained_teacher, teacher, tokenizer, small_data, cfg.model_copy(
             update={"augment": AugmentConfig(factor=2, seed=8)}))
+
+
+def _unlabeled_data(tmp_path, movie_data, lines: list[str], suffix: str = ".txt"):
+    from edgepress.data import DataConfig, load_data
+    from tests.test_stagecache import _csv
+
+    path = tmp_path / f"u{suffix}"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return load_data(DataConfig(source=str(_csv(tmp_path / "d.csv", movie_data)), unlabeled=str(path)))
+
+
+def test_unlabeled_texts_are_read_and_the_splits_judged_on_left_out(tmp_path, movie_data, trained_teacher):
+    from edgepress.data import DataConfig, load_data
+    from tests.test_stagecache import _csv
+
+    plain = load_data(DataConfig(source=str(_csv(tmp_path / "d.csv", movie_data))))
+    fresh = list(movie_data.test.texts[500:530])  # texts the 200-row CSV's splits never saw
+    data = _unlabeled_data(tmp_path, movie_data, [*fresh, plain.test.texts[0], plain.validation.texts[0]])
+    assert data.unlabeled == tuple(fresh) and "2 unlabeled texts also in the validation or test split left out" \
+        in data.note
+    assert data.manifest()["sizes"]["unlabeled"] == 30
+    assert data.content_sha256(("train", "validation")) != plain.content_sha256(("train", "validation"))
+    teacher, tokenizer = load_classifier(trained_teacher)
+    train, logits = transfer_set(trained_teacher, teacher, tokenizer, data, DistillConfig(max_length=32))
+    assert train.texts[len(data.train):] == tuple(fresh) and train.ids[-1] == "unlabeled:29"
+    assert np.array_equal(train.labels[len(data.train):], logits[len(data.train):].numpy().argmax(1))
+
+
+@pytest.mark.parametrize(("content", "suffix", "message"), [
+    (["a fine film", "", "a dull one"], ".txt", r"lines 2 are empty. Fix: one text per line, no empty lines"),
+    (["1", "0", "1"], ".txt", r"holds labels, not texts \(every line is one of: 0, 1\)\. Fix: point data.unlabeled at "
+                              r"texts"),
+    (['{"body": "a fine film"}'], ".jsonl", r"has no text column 'text'; its columns are: body\. Fix: set "
+                                            r"data.text_column"),
+    (["a fine film"], ".parquet", r"is not a .txt, .csv or .jsonl file\. Fix: a .txt file with one text per line"),
+])
+def test_bad_unlabeled_files_are_refused_with_the_fix(tmp_path, movie_data, content, suffix, message):
+    from edgepress.errors import DataError
+
+    with pytest.raises(DataError, match=message):
+        _unlabeled_data(tmp_path, movie_data, content, suffix)
+
+
+def test_an_unlabeled_file_that_is_not_utf8_is_refused(tmp_path, movie_data):
+    from edgepress.data import DataConfig, load_data
+    from edgepress.errors import DataError
+    from tests.test_stagecache import _csv
+
+    (tmp_path / "u.txt").write_bytes("un film très beau\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"u.txt is not UTF-8 text \(invalid continuation byte at byte 10\)\. Fix"):
+        load_data(DataConfig(source=str(_csv(tmp_path / "d.csv", movie_data)), unlabeled=str(tmp_path / "u.txt")))

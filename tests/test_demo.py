@@ -1,6 +1,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 
 from edgepress.pipeline import demo
@@ -76,11 +77,16 @@ def test_demo_records_the_split_and_each_stage(tiny_demo):
     config = json.loads((tiny_demo / "stages" / FOLDERS[-1] / "config.json").read_text())
     assert config["params"]["per_channel"] is False
     assert (tiny_demo / "stages" / FOLDERS[-2] / "model" / "model.onnx").is_file()
+    final = json.loads((tiny_demo / "stages" / FOLDERS[-1] / "predictions.json").read_text())["predictions"]
+    fidelity = json.loads((tiny_demo / "stages" / FOLDERS[-1] / "metrics.json").read_text())
+    assert fidelity["agreement"] == pytest.approx(np.mean(np.array(final) == predictions["predictions"]))
+    assert fidelity["agreement_ci95"][0] <= fidelity["agreement"] <= fidelity["agreement_ci95"][1]
     log = (tiny_demo / "run.log").read_text()
     assert "baseline: accuracy" in log and "stage int8: int8-dynamic" in log
     markdown = (tiny_demo / "report.md").read_text()
     assert "| baseline |" in markdown and "✓ `int8` accuracy.max_stage_drop" in markdown
     assert "| speedup |" in markdown and "| 1.0x |" in markdown  # the baseline against itself
+    assert "| agreement [95% CI] |" in markdown and f"| {fidelity['agreement']:.4f} [" in markdown
     # what ran, not what the installed onnxruntime lists (onnxruntime-gpu lists CUDA and TensorRT without a GPU)
     assert "Timed on: ONNX Runtime CPU, torch on CPU." in markdown and "Tensorrt" not in markdown
     assert "labels: negative, positive" in markdown

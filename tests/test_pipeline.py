@@ -104,6 +104,21 @@ def test_strict_accuracy_gate_holds_the_upper_end_of_the_drop_ci():
         Gates.model_validate({"accuracy": {"strict": False}})
 
 
+def test_fidelity_gate_holds_the_agreement_with_the_baseline_or_the_lower_end_of_its_ci():
+    from edgepress.pipeline.report import gate_text
+
+    stage = {"accuracy": 0.85, "agreement": 0.955, "agreement_ci95": [0.941, 0.967]}
+    loose, strict = ({"fidelity": {"min_agreement": 0.95, **extra}} for extra in ({}, {"strict": True}))
+    [point] = evaluate_gates(Gates.model_validate(loose), stage, stage, stage, None)
+    [lower] = evaluate_gates(Gates.model_validate(strict), stage, stage, stage, None)
+    assert point["passed"] and point["value"] == 0.955 and point["excess"] == pytest.approx(-0.005)
+    assert not lower["passed"] and lower["value"] == 0.941 and lower["excess"] == pytest.approx(0.009)
+    assert gate_text(lower) == ("fidelity.min_agreement: 0.941, lower end of the 95% CI (point estimate 0.955) "
+                                "(limit 0.95)")
+    [unmeasured] = evaluate_gates(Gates.model_validate(loose), {"accuracy": 0.85}, stage, stage, None)
+    assert not unmeasured["passed"] and unmeasured["value"] is None
+
+
 def test_pareto_front_keeps_the_points_nothing_beats():
     from edgepress.pipeline.plots import pareto_front
 

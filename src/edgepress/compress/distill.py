@@ -148,8 +148,9 @@ def _texts_sha256(texts) -> str:
 
 def transfer_set(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[TextSet, object]:
     """The examples a distilling method trains on and the logits of `model` (loaded from `src`) for them: the train
-    split, then, with `cfg.augment`, the perturbed copies of its texts (ids `<id>~<k>`, labelled with `model`'s
-    argmax; the loss gives them the soft targets alone). The copies and the logits are built once per content (the
+    split, then, with `cfg.augment`, the perturbed copies of its texts (ids `<id>~<k>`), then the data's unlabeled
+    texts (`unlabeled:<i>`); the transfer examples are labelled with `model`'s argmax, and the loss gives them the
+    soft targets alone. The copies and the logits are built once per content (the
     model's files, the texts, the settings) in the cache: every stage and trial asking for the same reuses them."""
     import torch
 
@@ -163,12 +164,16 @@ def transfer_set(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[Te
         ids = tuple(f"{i}~{k}" for i, made in zip(train.ids, copies, strict=True) for k in range(len(made)))
         texts = tuple(text for made in copies for text in made)
         train = TextSet(train.ids + ids, train.texts + texts, np.concatenate([train.labels, np.zeros(len(ids), int)]))
+    if data.unlabeled:
+        ids = tuple(f"unlabeled:{i}" for i in range(len(data.unlabeled)))
+        train = TextSet(train.ids + ids, train.texts + data.unlabeled,
+                        np.concatenate([train.labels, np.zeros(len(ids), int)]))
     key = {"model": model_sha, "texts": _texts_sha256(train.texts), "max_length": cfg.max_length}
     logits = np.asarray(built_once("targets", key, lambda: predict_logits(model, tokenizer, train.texts,
                                                                           cfg.max_length).tolist()), np.float32)
     labels = np.concatenate([data.train.labels, logits[len(data.train):].argmax(1)]).astype(np.int64)
-    log.info("distillation targets: %d train examples%s", len(data.train),
-             f" + {len(train) - len(data.train)} perturbed copies ({cfg.augment.methods})" if cfg.augment else "")
+    log.info("distillation targets: %d train examples, %d perturbed copies, %d unlabeled texts", len(data.train),
+             len(train) - len(data.train) - len(data.unlabeled), len(data.unlabeled))
     return TextSet(train.ids, train.texts, labels), torch.from_numpy(logits)
 
 

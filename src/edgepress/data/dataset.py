@@ -42,6 +42,7 @@ class DataSplits:
     id2label: dict[int, str]
     source: str
     note: str = ""
+    unlabeled: tuple[str, ...] = ()  # transfer texts (data.unlabeled): the teacher labels them
 
     def everything(self) -> TextSet:
         """Every example of every split: train, validation, then test."""
@@ -58,6 +59,8 @@ class DataSplits:
     def content_sha256(self, splits: tuple[str, ...] = ("train", "validation", "test")) -> str:
         """A digest of every example (split, id, text, label) of `splits` and of the label names."""
         content = hashlib.sha256(json.dumps(sorted(self.id2label.items())).encode())
+        if self.unlabeled:  # trained on: part of what every training stage's result depends on
+            content.update(json.dumps(["unlabeled", *self.unlabeled], ensure_ascii=False).encode() + b"\n")
         for name in splits:
             part = getattr(self, name)
             for row in zip(part.ids, part.texts, part.labels.tolist(), strict=True):
@@ -75,7 +78,8 @@ class DataSplits:
         return {
             "source": self.source,
             "id2label": {str(k): v for k, v in self.id2label.items()},
-            "sizes": {name: len(part) for name, part in splits.items()},
+            "sizes": {name: len(part) for name, part in splits.items()} | (
+                {"unlabeled": len(self.unlabeled)} if self.unlabeled else {}),
             "sha256": digest,
             "content_sha256": self.content_sha256(),
             "class_counts": self.class_counts(),

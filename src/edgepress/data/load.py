@@ -144,7 +144,53 @@ def load_data(cfg: DataConfig, label2id: Mapping[str, int] | None = None) -> Dat
     (train, validation, test), note = _resolve_splits(sets, cfg)
     ignored = f"splits not read: {', '.join(raw.ignored)}" if raw.ignored else ""
     _check_sizes({"train": train, "validation": validation, "test": test}, cfg)
-    return DataSplits(train, validation, test, id2label, cfg.source, "; ".join(filter(None, [note, ignored])))
+    unlabeled, held = read_unlabeled(cfg, id2label, {*validation.texts, *test.texts}) if cfg.unlabeled else ((), "")
+    return DataSplits(train, validation, test, id2label, cfg.source, "; ".join(filter(None, [note, ignored, held])),
+                      unlabeled)
+
+
+def _text_lines(path) -> tuple[str, ...]:
+    """The lines of a .txt file of texts, one per line; an empty line is an error (a text lost its line break)."""
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). Fix: save it as UTF-8") from e
+    except OSError as e:
+        raise DataError(f"{path} cannot be read: {e.strerror}. Fix: check the path and its permissions") from e
+    lines = text.splitlines()
+    empty = [i for i, line in enumerate(lines) if not line.strip()]
+    if empty:
+        raise DataError(f"{path}: lines {_rows(empty)} are empty. Fix: one text per line, no empty lines")
+    return tuple(line.strip() for line in lines)
+
+
+def read_unlabeled(cfg: DataConfig, id2label: dict[int, str], held: set[str]) -> tuple[tuple[str, ...], str]:
+    """The texts of `cfg.unlabeled` without those in `held` (the validation and test texts: a student taught the
+    teacher's label of a text it is judged on would be judged on its lesson), and a note of how many were left out."""
+    from pathlib import Path
+
+    from edgepress.data.sources import read_file
+
+    path = Path(cfg.unlabeled).expanduser()
+    if not path.is_file() or path.suffix not in (".txt", ".csv", ".jsonl"):
+        raise DataError(f"data.unlabeled {cfg.unlabeled} is not a .txt, .csv or .jsonl file. Fix: a .txt file with "
+                        f"one text per line, or a .csv / .jsonl file with a '{cfg.text_column}' column")
+    if path.suffix == ".txt":
+        texts = _text_lines(path)
+    else:
+        rows = read_file(path)
+        if rows and cfg.text_column not in rows[0]:
+            raise DataError(f"data.unlabeled {path} has no text column '{cfg.text_column}'; its columns are: "
+                            f"{', '.join(rows[0])}. Fix: set data.text_column, or give a .txt file")
+        texts = _texts(rows, cfg.text_column, f"data.unlabeled {path}")
+    names = {str(k) for k in id2label} | {v.lower() for v in id2label.values()}
+    if not texts or all(t.lower() in names for t in texts):
+        what = "has no texts" if not texts else \
+            f"holds labels, not texts (every line is one of: {', '.join(sorted(names))})"
+        raise DataError(f"data.unlabeled {path} {what}. Fix: point data.unlabeled at texts to label, one per line")
+    kept = tuple(t for t in texts if t not in held)
+    left = len(texts) - len(kept)
+    return kept, f"{left} unlabeled texts also in the validation or test split left out" if left else ""
 
 
 def _resolve_splits(sets: dict[str, TextSet], cfg: DataConfig) -> tuple[tuple[TextSet, TextSet, TextSet], str]:

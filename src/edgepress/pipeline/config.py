@@ -70,6 +70,16 @@ class ParityGate(BaseModel):
     min_agreement: float | None = Field(None, ge=0, le=1, description="smallest share of the same labels")
 
 
+class FidelityGate(BaseModel):
+    """Fidelity: how often a stage labels a test text as the baseline (the model the user trusts) labels it.
+    `strict`: the lower end of the agreement's 95% CI must reach the limit, not its point estimate."""
+
+    model_config = Strict
+    min_agreement: float | None = Field(None, ge=0, le=1, description="smallest share of test texts labelled as "
+                                                                      "the baseline labels them")
+    strict: bool = Field(False, description="min_agreement against the lower end of the agreement's 95% CI")
+
+
 class Gates(BaseModel):
     """What a stage's result must meet: each kind sets at least one limit."""
 
@@ -78,6 +88,7 @@ class Gates(BaseModel):
     latency: LatencyGate | None = Field(None, description="at runtime.latency's fixed shape")
     size: SizeGate | None = Field(None, description="of the stage's weight files")
     parity: ParityGate | None = Field(None, description="of an ONNX artifact with the model it came from")
+    fidelity: FidelityGate | None = Field(None, description="agreement with the baseline's labels on the test split")
 
     @model_validator(mode="after")
     def _each_sets_a_limit(self) -> "Gates":

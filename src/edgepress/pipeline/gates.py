@@ -26,6 +26,15 @@ def _max_drop(limit: float, strict: bool, baseline: dict, metrics: dict) -> dict
     return {**_check("accuracy", "max_drop", limit, upper, True), "strict": True, "point_estimate": drop}
 
 
+def _min_agreement(limit: float, strict: bool, metrics: dict) -> dict:
+    """Agreement with the baseline's labels; strict: the lower end of its 95% CI, the point estimate beside it."""
+    if not strict:
+        return _check("fidelity", "min_agreement", limit, metrics.get("agreement"), False)
+    lower = metrics.get("agreement_ci95", [None, None])[0]
+    return {**_check("fidelity", "min_agreement", limit, lower, False), "strict": True,
+            "point_estimate": metrics.get("agreement")}
+
+
 def evaluate_gates(gates: Gates, metrics: dict, baseline: dict, previous: dict, parity: dict | None) -> list[dict]:
     """The gate records of one stage: `metrics` of the stage, `baseline` and `previous` stage metrics, and the
     parity numbers the method measured (None for methods that change no graph)."""
@@ -53,6 +62,8 @@ def evaluate_gates(gates: Gates, metrics: dict, baseline: dict, previous: dict, 
         if s.min_ratio is not None:
             results.append(_check("size", "min_ratio", s.min_ratio, baseline["size_bytes"] / metrics["size_bytes"],
                                   False))
+    if (f := gates.fidelity) is not None and f.min_agreement is not None:
+        results.append(_min_agreement(f.min_agreement, f.strict, metrics))
     if (p := gates.parity) is not None:
         if p.max_abs_diff is not None:
             results.append(_check("parity", "max_abs_diff", p.max_abs_diff, parity and parity["max_abs_diff"], True))

@@ -56,11 +56,13 @@ def speedup(metrics: dict, baseline: dict) -> str:
 
 def _row(name: str, status: str, metrics: dict, baseline: dict) -> str:
     if "accuracy" not in metrics:  # the stage stopped before it could be measured (a parity miss)
-        return f"| {name} | {status} | – | – | – | – | – | – |"
+        return f"| {name} | {status} | – | – | – | – | – | – | – |"
     lo, hi = metrics["accuracy_ci95"]
     cpu = metrics.get("latency", {}).get("cpu")
     latency = f"{cpu['p50_ms']:.2f} / {cpu['natural']['p50_ms']:.2f}" if cpu else "–"
-    return (f"| {name} | {status} | {metrics['accuracy']:.4f} [{lo:.4f}, {hi:.4f}] "
+    agreement = f"{metrics['agreement']:.4f} [{metrics['agreement_ci95'][0]:.4f}, {metrics['agreement_ci95'][1]:.4f}]" \
+        if "agreement" in metrics else "–"
+    return (f"| {name} | {status} | {metrics['accuracy']:.4f} [{lo:.4f}, {hi:.4f}] | {agreement} "
             f"| {metrics['size_bytes'] / 1e6:.1f} | {metrics['size_gzip_bytes'] / 1e6:.1f} | {latency} "
             f"| {speedup(metrics, baseline)} | {metrics['params']:,} |")
 
@@ -128,10 +130,12 @@ def _gate_lines(stage: dict) -> list[str]:
 
 
 def gate_text(gate: dict) -> str:
-    """'accuracy.max_drop: 0.0038 (limit 0.01)'; a strict gate says its value is the CI's upper end."""
+    """'accuracy.max_drop: 0.0038 (limit 0.01)'; a strict gate says which end of the CI its value is."""
     value = "not measured" if gate["value"] is None else f"{gate['value']:.4g}"
     if gate.get("strict"):
-        value += f", upper end of the paired 95% CI (point estimate {gate['point_estimate']:.4g})"
+        end = "upper end of the paired" if gate["kind"] == "accuracy" else "lower end of the"
+        estimate = "not measured" if gate["point_estimate"] is None else f"{gate['point_estimate']:.4g}"
+        value += f", {end} 95% CI (point estimate {estimate})"
     return f"{gate['kind']}.{gate['rule']}: {value} (limit {gate['limit']:g})"
 
 
@@ -196,10 +200,12 @@ def render_markdown(report: dict) -> str:
         "",
         f"Accuracy on {(report['data']['sizes'] or {}).get('test', '?')} test examples with its 95% CI; CPU latency "
         "p50 in ms at the fixed shape / test sentences at natural length; speedup = baseline p50 / stage p50 at the "
-        "fixed shape, each timed when its stage ran (side by side in one process: benchmarks/compare.py).",
+        "fixed shape, each timed when its stage ran (side by side in one process: benchmarks/compare.py); agreement: "
+        "the share of test examples a stage labels as the baseline does (fidelity), with its 95% CI.",
         "",
-        "| stage | status | accuracy [95% CI] | size (MB) | gzip (MB) | CPU p50 ms | speedup | params |",
-        "|---|---|---|---|---|---|---|---|",
+        "| stage | status | accuracy [95% CI] | agreement [95% CI] | size (MB) | gzip (MB) | CPU p50 ms | speedup "
+        "| params |",
+        "|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         *(["## Sparsity", "", *sparse, ""] if sparse else []),

@@ -22,7 +22,7 @@ from edgepress.compress.int4 import TORCH_ALGORITHMS
 from edgepress.configs import build
 from edgepress.data import DataSplits
 from edgepress.data.dataset import missing_classes
-from edgepress.data.metrics import accuracy_drop_ci95
+from edgepress.data.metrics import accuracy_ci95, accuracy_drop_ci95
 from edgepress.deploy.bundle import bundle_model, run_manifest
 from edgepress.deploy.targets import resolve_target
 from edgepress.errors import ConfigError, EdgepressError, ExportParityError, GateFailed
@@ -118,12 +118,16 @@ class RunState:
         if hit is None or index == 0:
             return hit
         stage = self.cfg.stages[index - 1]
-        metrics = {**hit["metrics"], "accuracy_drop_ci95": self.drop_ci(np.asarray(hit["predictions"]))}
+        metrics = {**hit["metrics"], **self.versus_baseline(np.asarray(hit["predictions"]))}
         gates = evaluate_gates(stage.gates, metrics, self.baseline, self.previous, hit["details"].get("parity"))
         return {**hit, "metrics": metrics, "gates": gates} if all(g["passed"] for g in gates) else None
 
-    def drop_ci(self, preds: np.ndarray) -> list[float]:
-        return accuracy_drop_ci95(self.data.test.labels, self.baseline_preds, preds)
+    def versus_baseline(self, preds: np.ndarray) -> dict:
+        """A stage's test predictions against the baseline's: the paired 95% CI of the accuracy drop, and fidelity,
+        the share of texts labelled as the baseline labels them, with its 95% CI."""
+        return {"accuracy_drop_ci95": accuracy_drop_ci95(self.data.test.labels, self.baseline_preds, preds),
+                "agreement": float(np.mean(preds == self.baseline_preds)),
+                "agreement_ci95": accuracy_ci95(self.baseline_preds, preds)}
 
     def predictions(self, preds: np.ndarray | None) -> dict | None:
         if preds is None:
@@ -232,7 +236,7 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
                        _parity_gates(e, cfg) if parity else [], details, None if parity else e)
     finally:
         summarise_library_messages(f"stage {stage.name}")
-    metrics["accuracy_drop_ci95"] = state.drop_ci(preds)
+    metrics.update(state.versus_baseline(preds))
     gates = evaluate_gates(stage.gates, metrics, state.baseline, state.previous, details.get("parity"))
     status = "passed" if all(g["passed"] for g in gates) else "failed"
     log.info("stage %s: %s %s in %s: %s", stage.name, method, "passed its gates" if status == "passed" else
