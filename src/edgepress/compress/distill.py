@@ -157,24 +157,24 @@ def transfer_set(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[Te
     from edgepress.models.evaluate import predict_logits
 
     train, model_sha = data.train, tree_sha256(src)
+    ids, texts = [], []  # the transfer examples, after the train split's
     if cfg.augment is not None:
         embeddings = model.get_input_embeddings().weight.detach().float().cpu().numpy()  # (vocab, hidden)
         key = {"model": model_sha, "texts": _texts_sha256(train.texts), "augment": cfg.augment.model_dump()}
         copies = built_once("transfer", key, lambda: augment_texts(train.texts, tokenizer, embeddings, cfg.augment))
-        ids = tuple(f"{i}~{k}" for i, made in zip(train.ids, copies, strict=True) for k in range(len(made)))
-        texts = tuple(text for made in copies for text in made)
-        train = TextSet(train.ids + ids, train.texts + texts, np.concatenate([train.labels, np.zeros(len(ids), int)]))
-    if data.unlabeled:
-        ids = tuple(f"unlabeled:{i}" for i in range(len(data.unlabeled)))
-        train = TextSet(train.ids + ids, train.texts + data.unlabeled,
-                        np.concatenate([train.labels, np.zeros(len(ids), int)]))
-    key = {"model": model_sha, "texts": _texts_sha256(train.texts), "max_length": cfg.max_length}
-    logits = np.asarray(built_once("targets", key, lambda: predict_logits(model, tokenizer, train.texts,
+        ids += [f"{i}~{k}" for i, made in zip(train.ids, copies, strict=True) for k in range(len(made))]
+        texts += [text for made in copies for text in made]
+    ids += [f"unlabeled:{i}" for i in range(len(data.unlabeled))]
+    texts += data.unlabeled
+    everything = train.texts + tuple(texts)
+    key = {"model": model_sha, "texts": _texts_sha256(everything), "max_length": cfg.max_length}
+    logits = np.asarray(built_once("targets", key, lambda: predict_logits(model, tokenizer, everything,
                                                                           cfg.max_length).tolist()), np.float32)
-    labels = np.concatenate([data.train.labels, logits[len(data.train):].argmax(1)]).astype(np.int64)
-    log.info("distillation targets: %d train examples, %d perturbed copies, %d unlabeled texts", len(data.train),
-             len(train) - len(data.train) - len(data.unlabeled), len(data.unlabeled))
-    return TextSet(train.ids, train.texts, labels), torch.from_numpy(logits)
+    labels = np.concatenate([train.labels, logits[len(train):].argmax(1)]).astype(np.int64)
+    log.info("distillation targets: %d train examples, %d perturbed copies, %d unlabeled texts", len(train),
+             len(texts) - len(data.unlabeled), len(data.unlabeled))
+    train = TextSet(train.ids + tuple(ids), everything, labels)
+    return train, torch.from_numpy(logits)
 
 
 def _hidden_loss(student_states, teacher_states, mask, cfg: DistillConfig):
