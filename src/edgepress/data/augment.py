@@ -40,10 +40,12 @@ class AugmentConfig(BaseModel):
 
 
 def _candidates(tokenizer) -> tuple[np.ndarray, list[str]]:
-    """Token ids that are whole words (letters or digits, not a word piece or a special token), and their text."""
+    """Token ids that are whole words (letters or digits, not a word piece or a special token), and their text, in
+    id order (a fast tokenizer's `get_vocab()` comes in a different order on every call: the seed must fix the
+    neighbours a word draws from)."""
     special = set(tokenizer.all_special_ids)
     ids, words = [], []
-    for token, i in tokenizer.get_vocab().items():
+    for token, i in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1]):
         word = tokenizer.convert_tokens_to_string([token]).strip()
         if i not in special and re.fullmatch(r"[^\W_]+", word) and not token.startswith("##"):
             ids.append(i)
@@ -67,8 +69,8 @@ def neighbour_table(tokenizer, embeddings: np.ndarray, words: set[str], k: int) 
         sims = unit[[i for _, i in chunk]] @ unit[ids].T
         sims[np.asarray([i for _, i in chunk])[:, None] == ids[None, :]] = -np.inf  # not the word itself
         top = np.argpartition(-sims, k, axis=1)[:, :k]
-        for (word, _), row in zip(chunk, top, strict=True):
-            table[word] = [texts[j] for j in row]
+        for (word, _), row, sim in zip(chunk, top, sims, strict=True):
+            table[word] = [texts[j] for j in row[np.argsort(-sim[row], kind="stable")]]  # nearest first
     return table
 
 
