@@ -32,7 +32,6 @@ import argparse
 import hashlib
 import json
 import platform
-import random
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from edgepress.data import DataConfig, load_data
+from edgepress.data.fidelity import demo_registers, with_typos
 from edgepress.data.metrics import accuracy_drop_ci95, classification_metrics
 from edgepress.deploy.targets import CPU_INTEGER_OPS
 from edgepress.errors import ConfigError
@@ -171,35 +171,14 @@ def measured_peaks(threads: int, rounds: int = 3) -> dict:
 
 # --- fidelity sets --------------------------------------------------------------------------------------------
 
-def perturb(text: str, rng: random.Random) -> str:
-    """A typo in about one word in six (at least one): a letter dropped, doubled, or swapped with the next."""
-    words = text.split()
-    for i in rng.sample(range(len(words)), max(1, len(words) // 6)) if words else []:
-        w = words[i]
-        if len(w) < 3:
-            continue
-        j = rng.randrange(len(w) - 1)
-        edit = rng.choice(("drop", "double", "swap"))
-        words[i] = (w[:j] + w[j + 1:] if edit == "drop" else w[:j] + w[j] + w[j:] if edit == "double"
-                    else w[:j] + w[j + 1] + w[j] + w[j + 2:])
-    return " ".join(words)
-
-
 def fidelity_sets(data, source: str) -> dict[str, dict]:
-    """{name: {"texts", "labels" (or None), "how"}}: the test split as is and perturbed, and, for the demo data,
+    """{name: {"texts", "labels" (or None), "how"}}: the test split as is and with typos, and, for the demo data,
     the first REGISTER_SIZE non-empty sentences (file order) of each other register, labelled as the demo is."""
-    from edgepress.data.movie import load_register
-
-    rng = random.Random(0)
     sets = {"test": {"texts": data.test.texts, "labels": data.test.labels, "how": "the run's test split"},
-            "perturbed": {"texts": tuple(perturb(t, rng) for t in data.test.texts), "labels": data.test.labels,
+            "perturbed": {"texts": with_typos(data.test.texts), "labels": data.test.labels,
                           "how": "the test split, a typo (letter dropped, doubled or swapped) in ~1 word of 6"}}
     if source == "demo:movie-snippets":
-        for register, how in (("tweets", "tweets"), ("amazon", "Amazon product review snippets"),
-                              ("nyt", "New York Times editorial snippets")):
-            rows = [r for r in load_register(register) if r[1]][:REGISTER_SIZE]
-            sets[register] = {"texts": tuple(r[1] for r in rows), "labels": np.array([r[2] for r in rows]),
-                              "how": f"{how} (Hutto & Gilbert 2014, mean human rating > 0 = positive)"}
+        sets.update(demo_registers(REGISTER_SIZE))
     return sets
 
 

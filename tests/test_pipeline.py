@@ -307,3 +307,81 @@ def test_a_qat_stage_then_export_gives_the_int8_graph(tmp_path, tiny_model_dir):
     assert records[1]["details"]["ort_kernels"] == {"MatMulIntegerToFloat": 12}
     ops = {n.op_type for n in onnx.load(str(tmp_path / "run" / "final" / "model.onnx")).graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+
+
+def test_every_stage_is_held_to_the_baseline_on_typos_and_the_users_own_sets(tmp_path, tiny_model_dir, movie_data):
+    from edgepress.data.fidelity import with_typos
+
+    texts = movie_data.train.texts[:40]
+    reviews = tmp_path / "reviews.csv"  # labelled by name: accuracy as well
+    reviews.write_text("text,label\n" + "".join(f'"{t.replace(chr(34), chr(39))}",{"positive" if y else "negative"}\n'
+                                                for t, y in zip(texts, movie_data.train.labels[:40], strict=True)))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("\n".join(movie_data.train.texts[40:70]) + "\n")
+    gate = {"fidelity": {"min_agreement": 0.5, "on": ["typos", "reviews", "notes"]}}
+    path = write_yaml(tmp_path / "p.yaml", {
+        "model": str(tiny_model_dir), "runtime": FAST_RUNTIME,
+        "data": {"fidelity_sets": {"reviews": str(reviews), "notes": str(notes)}},
+        "stages": [{"name": "export", "method": "export", "gates": gate}, {"name": "int8", "method": "int8-dynamic"}]})
+    report = runner.run_pipeline(load_config(path), tmp_path / "run")
+    stages = tmp_path / "run" / "stages"
+    base = json.loads((stages / "00-baseline" / "predictions.json").read_text())
+    int8 = json.loads((stages / "02-int8" / "predictions.json").read_text())
+    assert sorted(base["sets"]) == sorted(int8["sets"]) == ["notes", "reviews", "typos"]
+    sets = report["stages"][1]["metrics"]["sets"]
+    for name, n in (("typos", 1057), ("reviews", 40), ("notes", 30)):
+        agreement = sum(a == b for a, b in zip(base["sets"][name], int8["sets"][name], strict=True)) / n
+        assert sets[name]["n"] == n and sets[name]["agreement"] == pytest.approx(agreement)
+        assert sets[name]["agreement_ci95"][0] <= agreement <= sets[name]["agreement_ci95"][1]
+    assert "accuracy" in sets["reviews"] and "accuracy" not in sets["notes"] and "accuracy" in sets["typos"]
+    gates = report["stages"][0]["gates"]
+    assert [(g["kind"], g["on"]) for g in gates] == [("fidelity", "typos"), ("fidelity", "reviews"),
+                                                     ("fidelity", "notes")]
+    markdown = (tmp_path / "run" / "report.md").read_text()
+    assert "## Fidelity" in markdown and "| stage | typos | notes | reviews |" in markdown  # yaml sorts the names
+    assert "fidelity.min_agreement on typos: " in markdown
+    assert "<h2>Fidelity</h2>" in (tmp_path / "run" / "report.html").read_text()
+    # the typos are seeded: the same texts give the same copies, most differ from their text (a word drawn shorter
+    # than three letters is left as it is)
+    assert with_typos(texts) == with_typos(texts)
+    assert sum(a != b for a, b in zip(with_typos(texts), texts, strict=True)) >= 0.8 * len(texts)
+
+
+def test_a_fidelity_gate_on_a_set_the_run_does_not_measure_is_refused():
+    with pytest.raises(ValueError, match=r"stage e: fidelity.on names 'tweets', which the run does not measure\. "
+                                         r"Fix: test, typos, or a set named in data.fidelity_sets \(reviews\)"):
+        PipelineConfig.model_validate({"data": {"fidelity_sets": {"reviews": "r.csv"}}, "stages": [
+            {"name": "e", "method": "export", "gates": {"fidelity": {"min_agreement": 0.9, "on": ["tweets"]}}}]})
+    with pytest.raises(ValueError, match=r"fidelity set names must be words .* other than test, typos, validation, "
+                                         r"train: got 'typos'\. Fix: rename them"):
+        PipelineConfig.model_validate({"data": {"fidelity_sets": {"typos": "t.txt"}}})
+
+
+def test_a_fidelity_gate_holds_each_set_it_names():
+    stage = {"accuracy": 0.85, "agreement": 0.99, "agreement_ci95": [0.98, 1.0],
+             "sets": {"typos": {"n": 100, "agreement": 0.9, "agreement_ci95": [0.85, 0.95]}}}
+    gates = Gates.model_validate({"fidelity": {"min_agreement": 0.95, "on": ["test", "typos"]}})
+    test, typos = evaluate_gates(gates, stage, stage, stage, None)
+    assert test["passed"] and test["on"] == "test" and test["value"] == 0.99
+    assert not typos["passed"] and typos["value"] == 0.9 and typos["excess"] == pytest.approx(0.05)
+    [strict] = evaluate_gates(Gates.model_validate({"fidelity": {"min_agreement": 0.8, "strict": True,
+                                                                 "on": ["typos"]}}), stage, stage, stage, None)
+    assert strict["passed"] and strict["value"] == 0.85 and strict["point_estimate"] == 0.9
+    [unmeasured] = evaluate_gates(gates.model_copy(update={"fidelity": gates.fidelity.model_copy(
+        update={"on": ("typos",)})}), {"accuracy": 0.85}, stage, stage, None)
+    assert not unmeasured["passed"] and unmeasured["value"] is None
+
+
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("r.parquet", "x", r"data.fidelity_sets.reviews \(.*r.parquet\) is not a .txt, .csv or .jsonl file\. Fix"),
+    ("r.csv", "body\na film\n", r"has no text column 'text'; its columns are: body\. Fix: set data.text_column"),
+    ("r.csv", "text,label\na film,great\n", r"labels the model does not know: 'great'"),
+    ("r.txt", "", r"has no texts\. Fix: one text per line"),
+])
+def test_bad_fidelity_sets_are_refused_with_the_fix(tmp_path, name, content, message):
+    from edgepress.data import DataConfig, load_data
+    from edgepress.errors import DataError
+
+    (tmp_path / name).write_text(content)
+    with pytest.raises(DataError, match=message):
+        load_data(DataConfig(fidelity_sets={"reviews": str(tmp_path / name)}), {"negative": 0, "positive": 1})

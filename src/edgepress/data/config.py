@@ -1,8 +1,10 @@
 """The `data:` section of a pipeline config."""
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEMO_SOURCE = "demo:movie-snippets"
+# names a fidelity set may not take: the splits, and typos (the test split with typos, measured in every run)
+RESERVED_SET_NAMES = ("test", "typos", "validation", "train")
 
 
 class SplitConfig(BaseModel):
@@ -40,6 +42,20 @@ class DataConfig(BaseModel):
     unlabeled: str | None = Field(None, description="texts without labels that every distilling method trains on, "
                                   "labelled by its teacher: a .txt file (one text per line) or a .csv / .jsonl file "
                                   "(its text_column); texts also in the validation or test split are left out")
+    fidelity_sets: dict[str, str] = Field({}, description="more texts every stage is held to the baseline on, by "
+                                          "name: a .txt file (one text per line) or a .csv / .jsonl file (its "
+                                          "text_column, and its label_column when it has one: accuracy as well); "
+                                          "each stage's agreement with the baseline's labels on them is reported and "
+                                          "can be gated (fidelity.on)")
+
+    @field_validator("fidelity_sets")
+    @classmethod
+    def _set_names(cls, sets: dict[str, str]) -> dict[str, str]:
+        bad = [name for name in sets if name in RESERVED_SET_NAMES or not name.isidentifier()]
+        if bad:
+            raise ValueError(f"fidelity set names must be words (letters, digits, _) other than "
+                             f"{', '.join(RESERVED_SET_NAMES)}: got {', '.join(map(repr, bad))}. Fix: rename them")
+        return sets
 
     @model_validator(mode="after")
     def _two_columns(self) -> "DataConfig":

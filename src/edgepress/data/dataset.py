@@ -2,7 +2,7 @@
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,6 +43,15 @@ class DataSplits:
     source: str
     note: str = ""
     unlabeled: tuple[str, ...] = ()  # transfer texts (data.unlabeled): the teacher labels them
+    fidelity: dict[str, TextSet] = field(default_factory=dict)  # data.fidelity_sets; label -1: none given
+
+    def scored(self) -> dict[str, TextSet]:
+        """What every stage is measured on: the test split first (accuracy, gates), then the sets its fidelity is
+        held on: `typos`, the test split with a seeded typo in about one word of six, and the user's own."""
+        from edgepress.data.fidelity import with_typos
+
+        typos = TextSet(self.test.ids, with_typos(self.test.texts), self.test.labels)
+        return {"test": self.test, "typos": typos, **self.fidelity}
 
     def everything(self) -> TextSet:
         """Every example of every split: train, validation, then test."""
@@ -61,8 +70,10 @@ class DataSplits:
         content = hashlib.sha256(json.dumps(sorted(self.id2label.items())).encode())
         if self.unlabeled:  # trained on: part of what every training stage's result depends on
             content.update(json.dumps(["unlabeled", *self.unlabeled], ensure_ascii=False).encode() + b"\n")
-        for name in splits:
-            part = getattr(self, name)
+        parts = [(name, getattr(self, name)) for name in splits]
+        if "test" in splits:  # measured on beside the test split: part of every stage's metrics
+            parts += [(f"fidelity:{name}", part) for name, part in sorted(self.fidelity.items())]
+        for name, part in parts:
             for row in zip(part.ids, part.texts, part.labels.tolist(), strict=True):
                 content.update(json.dumps([name, *row], ensure_ascii=False).encode() + b"\n")
         return content.hexdigest()
@@ -79,7 +90,8 @@ class DataSplits:
             "source": self.source,
             "id2label": {str(k): v for k, v in self.id2label.items()},
             "sizes": {name: len(part) for name, part in splits.items()} | (
-                {"unlabeled": len(self.unlabeled)} if self.unlabeled else {}),
+                {"unlabeled": len(self.unlabeled)} if self.unlabeled else {}) | {
+                f"fidelity:{name}": len(part) for name, part in self.fidelity.items()},
             "sha256": digest,
             "content_sha256": self.content_sha256(),
             "class_counts": self.class_counts(),

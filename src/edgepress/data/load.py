@@ -145,8 +145,9 @@ def load_data(cfg: DataConfig, label2id: Mapping[str, int] | None = None) -> Dat
     ignored = f"splits not read: {', '.join(raw.ignored)}" if raw.ignored else ""
     _check_sizes({"train": train, "validation": validation, "test": test}, cfg)
     unlabeled, held = read_unlabeled(cfg, id2label, {*validation.texts, *test.texts}) if cfg.unlabeled else ((), "")
+    fidelity = {name: _fidelity_set(name, path, cfg, id2label) for name, path in cfg.fidelity_sets.items()}
     return DataSplits(train, validation, test, id2label, cfg.source, "; ".join(filter(None, [note, ignored, held])),
-                      unlabeled)
+                      unlabeled, fidelity)
 
 
 def _text_lines(path) -> tuple[str, ...]:
@@ -191,6 +192,37 @@ def read_unlabeled(cfg: DataConfig, id2label: dict[int, str], held: set[str]) ->
     kept = tuple(t for t in texts if t not in held)
     left = len(texts) - len(kept)
     return kept, f"{left} unlabeled texts also in the validation or test split left out" if left else ""
+
+
+def _fidelity_set(name: str, path: str, cfg: DataConfig, id2label: dict[int, str]) -> TextSet:
+    """One of `data.fidelity_sets`: its texts, and its labels (the model's ids) where it has a label column, else
+    -1 for each."""
+    from pathlib import Path
+
+    from edgepress.data.sources import read_file
+
+    where, file = f"data.fidelity_sets.{name} ({path})", Path(path).expanduser()
+    if not file.is_file() or file.suffix not in (".txt", ".csv", ".jsonl"):
+        raise DataError(f"{where} is not a .txt, .csv or .jsonl file. Fix: a .txt file with one text per line, or a "
+                        f".csv / .jsonl file with a '{cfg.text_column}' column (and '{cfg.label_column}' for labels)")
+    if file.suffix == ".txt":
+        texts = _text_lines(file)
+        if not texts:
+            raise DataError(f"{where} has no texts. Fix: one text per line")
+        return TextSet(tuple(f"{name}:{i}" for i in range(len(texts))), texts, np.full(len(texts), -1, np.int64))
+    rows = read_file(file)
+    if not rows or cfg.text_column not in rows[0]:
+        columns = ", ".join(rows[0]) if rows else "none (no rows)"
+        raise DataError(f"{where} has no text column '{cfg.text_column}'; its columns are: {columns}. Fix: set "
+                        f"data.text_column, or give a .txt file")
+    texts = _texts(rows, cfg.text_column, where)
+    labels = np.full(len(texts), -1, np.int64)
+    if cfg.label_column in rows[0]:
+        raw = RawSource({"all": rows}, None)
+        keys = _keys(raw, cfg.model_copy(update={"source": where}))["all"]
+        mapping, _ = _label_ids(keys, {label: i for i, label in id2label.items()})
+        labels = np.array([mapping[k] for k in keys], dtype=np.int64)
+    return TextSet(tuple(f"{name}:{i}" for i in range(len(texts))), texts, labels)
 
 
 def _resolve_splits(sets: dict[str, TextSet], cfg: DataConfig) -> tuple[tuple[TextSet, TextSet, TextSet], str]:

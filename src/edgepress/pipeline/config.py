@@ -71,13 +71,15 @@ class ParityGate(BaseModel):
 
 
 class FidelityGate(BaseModel):
-    """Fidelity: how often a stage labels a test text as the baseline (the model the user trusts) labels it.
-    `strict`: the lower end of the agreement's 95% CI must reach the limit, not its point estimate."""
+    """Fidelity: how often a stage labels a text as the baseline (the model the user trusts) labels it, on each set
+    of `on`. `strict`: the lower end of the agreement's 95% CI must reach the limit, not its point estimate."""
 
     model_config = Strict
-    min_agreement: float | None = Field(None, ge=0, le=1, description="smallest share of test texts labelled as "
-                                                                      "the baseline labels them")
+    min_agreement: float | None = Field(None, ge=0, le=1, description="smallest share of texts labelled as the "
+                                                                      "baseline labels them, on each set of `on`")
     strict: bool = Field(False, description="min_agreement against the lower end of the agreement's 95% CI")
+    on: tuple[str, ...] = Field(("test",), min_length=1, description="the sets held to it: test, typos (the test "
+                                "split with a typo in about one word of six), or names of data.fidelity_sets")
 
 
 class Gates(BaseModel):
@@ -88,13 +90,15 @@ class Gates(BaseModel):
     latency: LatencyGate | None = Field(None, description="at runtime.latency's fixed shape")
     size: SizeGate | None = Field(None, description="of the stage's weight files")
     parity: ParityGate | None = Field(None, description="of an ONNX artifact with the model it came from")
-    fidelity: FidelityGate | None = Field(None, description="agreement with the baseline's labels on the test split")
+    fidelity: FidelityGate | None = Field(None, description="agreement with the baseline's labels on the test "
+                                          "split or other sets (on)")
 
     @model_validator(mode="after")
     def _each_sets_a_limit(self) -> "Gates":
         problems = []
         for kind, gate in self:
-            limits = [name for name in type(gate).model_fields if name not in ("provider", "strict")] if gate else []
+            limits = [name for name in type(gate).model_fields if name not in ("provider", "strict", "on")] \
+                if gate else []
             if gate is not None and all(getattr(gate, name) is None for name in limits):
                 problems.append(f"the {kind} gate sets no limit: give at least one of {', '.join(limits)}")
         if problems:
@@ -189,13 +193,21 @@ class PipelineConfig(BaseModel):
     @model_validator(mode="after")
     def _runnable(self) -> "PipelineConfig":
         problems = [*stage_order_problems(self.stages), *latency_gate_problems(self.stages, self.runtime.providers),
-                    *parity_gate_problems(self.stages)]
+                    *parity_gate_problems(self.stages), *fidelity_set_problems(self.stages, self.data)]
         if self.runtime.target is not None:
             problems += refusals(self.runtime.target, [(s.name, m) for s in self.stages for m in _methods(s)])
             problems += full_range_problems(self.stages, self.runtime.target)
         if problems:
             raise ValueError("\n  ✗ ".join(problems))
         return self
+
+
+def fidelity_set_problems(stages: list[StageConfig], data: DataConfig) -> list[str]:
+    """A fidelity gate on a set the run does not measure."""
+    known = ("test", "typos", *data.fidelity_sets)
+    return [f"stage {s.name}: fidelity.on names {', '.join(map(repr, unknown))}, which the run does not measure. "
+            f"Fix: test, typos, or a set named in data.fidelity_sets ({', '.join(data.fidelity_sets) or 'none'})"
+            for s in stages if s.gates.fidelity and (unknown := [n for n in s.gates.fidelity.on if n not in known])]
 
 
 def with_target(target: str, method: str, params: dict) -> tuple[dict, dict]:

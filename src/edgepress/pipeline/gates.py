@@ -26,13 +26,22 @@ def _max_drop(limit: float, strict: bool, baseline: dict, metrics: dict) -> dict
     return {**_check("accuracy", "max_drop", limit, upper, True), "strict": True, "point_estimate": drop}
 
 
-def _min_agreement(limit: float, strict: bool, metrics: dict) -> dict:
-    """Agreement with the baseline's labels; strict: the lower end of its 95% CI, the point estimate beside it."""
+def _min_agreement(limit: float, strict: bool, metrics: dict, on: str) -> dict:
+    """Agreement with the baseline's labels on the set `on`; strict: the lower end of its 95% CI, the point estimate
+    beside it. Not measured (None) when the stage stopped before it was measured."""
+    figures = metrics if on == "test" else metrics.get("sets", {}).get(on, {})
     if not strict:
-        return _check("fidelity", "min_agreement", limit, metrics.get("agreement"), False)
-    lower = metrics.get("agreement_ci95", [None, None])[0]
-    return {**_check("fidelity", "min_agreement", limit, lower, False), "strict": True,
-            "point_estimate": metrics.get("agreement")}
+        return {**_check("fidelity", "min_agreement", limit, figures.get("agreement"), False), "on": on}
+    lower = figures.get("agreement_ci95", [None, None])[0]
+    return {**_check("fidelity", "min_agreement", limit, lower, False), "on": on, "strict": True,
+            "point_estimate": figures.get("agreement")}
+
+
+def gate_name(gate: dict) -> str:
+    """'accuracy.max_drop'; a fidelity gate on a set other than the test split names it: 'fidelity.min_agreement on
+    typos'."""
+    on = gate.get("on", "test")
+    return f"{gate['kind']}.{gate['rule']}" + ("" if on == "test" else f" on {on}")
 
 
 def evaluate_gates(gates: Gates, metrics: dict, baseline: dict, previous: dict, parity: dict | None) -> list[dict]:
@@ -63,7 +72,7 @@ def evaluate_gates(gates: Gates, metrics: dict, baseline: dict, previous: dict, 
             results.append(_check("size", "min_ratio", s.min_ratio, baseline["size_bytes"] / metrics["size_bytes"],
                                   False))
     if (f := gates.fidelity) is not None and f.min_agreement is not None:
-        results.append(_min_agreement(f.min_agreement, f.strict, metrics))
+        results += [_min_agreement(f.min_agreement, f.strict, metrics, on) for on in f.on]
     if (p := gates.parity) is not None:
         if p.max_abs_diff is not None:
             results.append(_check("parity", "max_abs_diff", p.max_abs_diff, parity and parity["max_abs_diff"], True))

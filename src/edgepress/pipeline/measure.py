@@ -1,11 +1,13 @@
-"""Metrics of any artifact (a torch model dir or an ONNX dir): accuracy with CIs on the test split, the paired drop
-against the baseline, parameters, size, and latency on every runtime provider."""
+"""Metrics of any artifact (a torch model dir or an ONNX dir): accuracy with CIs on the test split, parameters, size,
+latency on every runtime provider, and its labels on the sets its fidelity is held on (the runner compares them with
+the baseline's)."""
 
 from pathlib import Path
 
 import numpy as np
 
 from edgepress.data import DataSplits
+from edgepress.data.dataset import TextSet
 from edgepress.data.metrics import classification_metrics
 from edgepress.logs import tracked
 from edgepress.models.introspect import size_metrics
@@ -52,4 +54,30 @@ def measure_artifact(artifact: Path, data: DataSplits, max_length: int, provider
         metrics = {**classification_metrics(data.test.labels, preds), **onnx_param_counts(path),
                    **size_metrics(path)}
     metrics["latency"] = {p: latency_metrics(artifact, data.test.texts, p, threads, latency) for p in providers}
+    return metrics, preds
+
+
+def set_predictions(artifact: Path, sets: dict[str, TextSet], max_length: int, threads: int | None
+                    ) -> dict[str, np.ndarray]:
+    """Predicted ids of a torch model dir (batched) or an ONNX dir (one text per call) on each of `sets`."""
+    if onnx_path(artifact) is not None:
+        return {name: onnx_predictions(artifact, part.texts, max_length, threads) for name, part in sets.items()}
+    from edgepress.models.evaluate import predict_logits
+    from edgepress.models.fakequant import load_for_inference
+
+    model, tokenizer = load_for_inference(artifact)
+    return {name: predict_logits(model, tokenizer, part.texts, max_length).argmax(axis=1)
+            for name, part in sets.items()}
+
+
+def measure_scored(artifact: Path, data: DataSplits, max_length: int, providers: tuple[str, ...],
+                   threads: int | None, latency: LatencyConfig) -> tuple[dict, dict[str, np.ndarray]]:
+    """(metrics, {set: predictions}) of an artifact on everything a run scores (`DataSplits.scored`): the test
+    split's metrics, and `sets`, each fidelity set's size and, where it has labels, accuracy."""
+    metrics, test = measure_artifact(artifact, data, max_length, providers, threads, latency)
+    others = {name: part for name, part in data.scored().items() if name != "test"}
+    preds = {"test": test, **set_predictions(artifact, others, max_length, threads)}
+    metrics["sets"] = {name: {"n": len(part), **({"accuracy": float(np.mean(preds[name] == part.labels))}
+                                                 if len(part) and (part.labels >= 0).all() else {})}
+                       for name, part in others.items()}
     return metrics, preds

@@ -6,6 +6,7 @@ from itertools import pairwise
 from edgepress import __version__
 from edgepress.data.dataset import missing_classes
 from edgepress.files import read_json, write_json, write_text
+from edgepress.pipeline.gates import gate_name
 from edgepress.pipeline.rundir import RunDir
 
 REPORT_VERSION = 1
@@ -136,7 +137,7 @@ def gate_text(gate: dict) -> str:
         end = "upper end of the paired" if gate["kind"] == "accuracy" else "lower end of the"
         estimate = "not measured" if gate["point_estimate"] is None else f"{gate['point_estimate']:.4g}"
         value += f", {end} 95% CI (point estimate {estimate})"
-    return f"{gate['kind']}.{gate['rule']}: {value} (limit {gate['limit']:g})"
+    return f"{gate_name(gate)}: {value} (limit {gate['limit']:g})"
 
 
 STATUS_WORDS = {
@@ -183,6 +184,35 @@ def machine_line(report: dict) -> str:
             f"onnxruntime {env['onnxruntime']}. Timed on: {used}.")
 
 
+def fidelity_table(report: dict) -> tuple[list[str], list[list[str]]]:
+    """(set names, a row of cells per stage): each stage's agreement with the baseline's labels [95% CI] on every set
+    beyond the test split (typos, the user's fidelity sets), and its accuracy there where the set has labels."""
+    base = report["baseline"]["metrics"].get("sets", {})
+    names, rows = list(base), []
+    for stage in [{"name": "baseline", "metrics": report["baseline"]["metrics"]}, *report["stages"]]:
+        sets = stage["metrics"].get("sets", {})
+        cells = []
+        for name in names:
+            figures = sets.get(name, {})
+            agreement = f"{figures['agreement']:.4f} [{figures['agreement_ci95'][0]:.4f}, " \
+                f"{figures['agreement_ci95'][1]:.4f}]" if "agreement" in figures else "–"
+            cells.append(agreement + (f" (accuracy {figures['accuracy']:.4f})" if "accuracy" in figures else ""))
+        rows.append([stage["name"], *cells])
+    return names, rows
+
+
+def _fidelity_lines(report: dict) -> list[str]:
+    names, rows = fidelity_table(report)
+    if not names:
+        return []
+    sizes = ", ".join(f"{name} {report['baseline']['metrics']['sets'][name]['n']:,}" for name in names)
+    return ["## Fidelity", "",
+            f"Agreement with the baseline's labels [95% CI] beyond the test split ({sizes} texts; typos: the test "
+            "split with a seeded typo in about one word of six), and accuracy where the set has labels.", "",
+            f"| stage | {' | '.join(names)} |", "|---|" + "---|" * len(names),
+            *(f"| {' | '.join(row)} |" for row in rows), ""]
+
+
 def render_markdown(report: dict) -> str:
     base = report["baseline"]["metrics"]
     final = report["final"]["artifact"] if report["final"] else "none"
@@ -209,6 +239,7 @@ def render_markdown(report: dict) -> str:
         *rows,
         "",
         *(["## Sparsity", "", *sparse, ""] if sparse else []),
+        *_fidelity_lines(report),
         "## Gates",
         "",
         *(gates or ["(no gates)"]),
@@ -235,7 +266,8 @@ def render_html(report: dict) -> str:
     sparse = [line.removeprefix("- ").replace("`", "") for line in _sparse_lines(report)]
     return env.get_template("report.html.j2").render(report=report, rows=rows, plots=stage_plots(report),
                                                      status=_status_line(report), data=data_line(report),
-                                                     machine=machine_line(report), sparse=sparse, gate_text=gate_text)
+                                                     machine=machine_line(report), sparse=sparse, gate_text=gate_text,
+                                                     fidelity=fidelity_table(report))
 
 
 def write_report(run: RunDir) -> dict:

@@ -72,7 +72,8 @@ class RunDir:
         try:
             record = self.read_stage(folder)
             config = read_json(folder / "config.json")
-            predictions = read_json(folder / "predictions.json")["predictions"]
+            scored = read_json(folder / "predictions.json")
+            predictions = {"test": scored["predictions"], **scored.get("sets", {})}
         except (OSError, ValueError, KeyError, TypeError):
             return None
         if record.get("status") != "passed" or _without_gates(config.get("reuse")) != _without_gates(key):

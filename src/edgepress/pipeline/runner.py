@@ -30,11 +30,11 @@ from edgepress.files import tree_sha256, write_json
 from edgepress.logs import duration, readable, summarise_library_messages
 from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, RuntimeConfig, StageConfig, with_target
 from edgepress.pipeline.environment import environment
-from edgepress.pipeline.gates import evaluate_gates
+from edgepress.pipeline.gates import evaluate_gates, gate_name
 from edgepress.pipeline.inputs import check_inputs, local_inputs
 from edgepress.pipeline.latency import onnx_path
 from edgepress.pipeline.launch import launched
-from edgepress.pipeline.measure import ONNX_EVALUATION, measure_artifact
+from edgepress.pipeline.measure import ONNX_EVALUATION, measure_scored
 from edgepress.pipeline.report import write_report
 from edgepress.pipeline.rundir import RunDir, attach_log
 from edgepress.pipeline.stagecache import StageCache, machine_key, open_cache
@@ -69,7 +69,7 @@ class RunState:
     resume: bool
     fit_sha256: str = ""  # the train and validation splits' content: what a method's artifact depends on
     baseline: dict = field(default_factory=dict)
-    baseline_preds: np.ndarray | None = None
+    baseline_preds: dict[str, np.ndarray] = field(default_factory=dict)  # on every scored set
     previous: dict = field(default_factory=dict)
     source: Path | None = None
     source_sha256: str = ""
@@ -79,10 +79,15 @@ class RunState:
     meta: dict = field(default_factory=dict)  # run.json: id, start time, config, environment
     cache: StageCache | None = None  # --cache: attempts shared with other runs
 
-    def measure(self, artifact: Path) -> tuple[dict, np.ndarray]:
+    def measure(self, artifact: Path) -> tuple[dict, dict[str, np.ndarray]]:
         runtime = self.cfg.runtime
-        return measure_artifact(artifact, self.data, self.cfg.data.max_length, runtime.providers, runtime.threads,
-                                runtime.latency)
+        return measure_scored(artifact, self.data, self.cfg.data.max_length, runtime.providers, runtime.threads,
+                              runtime.latency)
+
+    @property
+    def scored(self) -> list[str]:
+        """The sets every stage is measured on (test first): part of what a measurement is reused by."""
+        return list(self.data.scored())
 
     def reuse_key(self, stage: dict) -> dict:
         """Everything a stage's result depends on: a stage is reused only when all of it matches (the target's
@@ -115,25 +120,35 @@ class RunState:
         """With --resume, the earlier run's passed record of this stage if `key` matches, its `artifact` is intact,
         and its gates still pass against this run's baseline and previous stage."""
         hit = self.run.reusable(index, name, key, artifact) if self.resume else None
-        if hit is None or index == 0:
+        if hit is None or sorted(hit["predictions"]) != sorted(self.scored):  # an earlier run scored other sets
+            return None
+        hit = {**hit, "predictions": {k: np.asarray(v) for k, v in hit["predictions"].items()}}
+        if index == 0:
             return hit
         stage = self.cfg.stages[index - 1]
-        metrics = {**hit["metrics"], **self.versus_baseline(np.asarray(hit["predictions"]))}
+        metrics = {**hit["metrics"], **self.versus_baseline(hit["metrics"], hit["predictions"])}
         gates = evaluate_gates(stage.gates, metrics, self.baseline, self.previous, hit["details"].get("parity"))
         return {**hit, "metrics": metrics, "gates": gates} if all(g["passed"] for g in gates) else None
 
-    def versus_baseline(self, preds: np.ndarray) -> dict:
-        """A stage's test predictions against the baseline's: the paired 95% CI of the accuracy drop, and fidelity,
-        the share of texts labelled as the baseline labels them, with its 95% CI."""
-        return {"accuracy_drop_ci95": accuracy_drop_ci95(self.data.test.labels, self.baseline_preds, preds),
-                "agreement": float(np.mean(preds == self.baseline_preds)),
-                "agreement_ci95": accuracy_ci95(self.baseline_preds, preds)}
+    def versus_baseline(self, metrics: dict, preds: dict[str, np.ndarray]) -> dict:
+        """A stage's predictions against the baseline's: on the test split, the paired 95% CI of the accuracy drop;
+        on it and on every fidelity set (`metrics["sets"]`), fidelity: the share of texts labelled as the baseline
+        labels them, with its 95% CI."""
+        base, test = self.baseline_preds, preds["test"]
+        sets = {name: {**figures, "agreement": float(np.mean(preds[name] == base[name])),
+                       "agreement_ci95": accuracy_ci95(base[name], preds[name])}
+                for name, figures in metrics["sets"].items()}
+        return {"accuracy_drop_ci95": accuracy_drop_ci95(self.data.test.labels, base["test"], test),
+                "agreement": float(np.mean(test == base["test"])), "agreement_ci95": accuracy_ci95(base["test"], test),
+                "sets": sets}
 
-    def predictions(self, preds: np.ndarray | None) -> dict | None:
+    def predictions(self, preds: dict[str, np.ndarray] | None) -> dict | None:
+        """predictions.json: the test split's ids, labels and predictions, and the predictions on each fidelity set."""
         if preds is None:
             return None
         return {"ids": list(self.data.test.ids), "labels": self.data.test.labels.tolist(),
-                "predictions": preds.tolist()}
+                "predictions": preds["test"].tolist(),
+                "sets": {name: p.tolist() for name, p in preds.items() if name != "test"}}
 
     def advance(self, artifact: Path, sha256: str, metrics: dict) -> None:
         self.source, self.source_sha256, self.previous = artifact, sha256, metrics
@@ -236,7 +251,7 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
                        _parity_gates(e, cfg) if parity else [], details, None if parity else e)
     finally:
         summarise_library_messages(f"stage {stage.name}")
-    metrics.update(state.versus_baseline(preds))
+    metrics.update(state.versus_baseline(metrics, preds))
     gates = evaluate_gates(stage.gates, metrics, state.baseline, state.previous, details.get("parity"))
     status = "passed" if all(g["passed"] for g in gates) else "failed"
     log.info("stage %s: %s %s in %s: %s", stage.name, method, "passed its gates" if status == "passed" else
@@ -251,14 +266,15 @@ def _measured(metrics: dict) -> str:
                                    latency)))
 
 
-def _computed(state: RunState, stage: StageConfig, method: str, cfg, dst: Path) -> tuple[dict, dict, np.ndarray]:
+def _computed(state: RunState, stage: StageConfig, method: str, cfg, dst: Path
+              ) -> tuple[dict, dict, dict[str, np.ndarray]]:
     """(details, metrics, test predictions) of the method run on the stage's input into `dst`, measured (or, with a
     stage cache, an earlier identical attempt's)."""
-    def compute() -> tuple[dict, dict, np.ndarray]:
+    def compute() -> tuple[dict, dict, dict[str, np.ndarray]]:
         return _made(state, stage, method, cfg, dst), *state.measure(dst)
 
-    return _cached(state, state.attempt_key(method, cfg) if state.cache else None, dst, compute,
-                   f"stage {stage.name}: {method}")
+    return _cached(state, {**state.attempt_key(method, cfg), "scored": state.scored} if state.cache else None, dst,
+                   compute, f"stage {stage.name}: {method}")
 
 
 def _made(state: RunState, stage: StageConfig, method: str, cfg, dst: Path) -> dict:
@@ -275,11 +291,12 @@ def _made(state: RunState, stage: StageConfig, method: str, cfg, dst: Path) -> d
                  stage.name, method, hit["entry"])
         return {**hit["details"], "made_in": hit["entry"]}
     details = _call(state, method, cfg, dst)
-    state.cache.put(key, dst, details, {}, np.zeros(0, dtype=np.int64))
+    state.cache.put(key, dst, details, {}, {})
     return details
 
 
-def _cached(state: RunState, key: dict | None, dst: Path | None, compute, what: str) -> tuple[dict, dict, np.ndarray]:
+def _cached(state: RunState, key: dict | None, dst: Path | None, compute, what: str
+            ) -> tuple[dict, dict, dict[str, np.ndarray]]:
     """`compute()`'s (details, metrics, predictions), or with a stage cache (`key` set) an earlier identical
     result's, its artifact copied to `dst` (None: a measurement without an artifact); a new result is stored."""
     hit = state.cache.get(key, dst) if key else None
@@ -299,7 +316,7 @@ def _value(value: float | None) -> str:
 def _missed(outcome: Outcome) -> str:
     if outcome.error is not None:
         return f"{type(outcome.error).__name__}: {outcome.error}"
-    return "; ".join(f"{g['kind']}.{g['rule']} {_value(g['value'])} vs limit {g['limit']:g}"
+    return "; ".join(f"{gate_name(g)} {_value(g['value'])} vs limit {g['limit']:g}"
                      for g in outcome.gates if not g["passed"])
 
 
@@ -345,11 +362,11 @@ def _baseline(state: RunState, model_dir: Path) -> None:
     hit = state.reusable(0, "baseline", key, model_dir)
     if hit:
         _reuse(state, 0, hit)
-        metrics, preds = hit["metrics"], np.asarray(hit["predictions"])
+        metrics, preds = hit["metrics"], hit["predictions"]
     else:
         state.run.clear_stage(0, "baseline")
-        _, metrics, preds = _cached(state, state.measured_key(baseline=True) if state.cache else None, None,
-                                    lambda: ({}, *state.measure(model_dir)), "baseline:")
+        measured = state.measured_key(baseline=True, scored=state.scored) if state.cache else None
+        _, metrics, preds = _cached(state, measured, None, lambda: ({}, *state.measure(model_dir)), "baseline:")
         record = {"name": "baseline", "method": "baseline", "status": "passed", "artifact": str(model_dir),
                   "artifact_sha256": state.source_sha256, "kind": "torch", "gates": [], "details": {},
                   "run_id": state.run_id}

@@ -1,7 +1,7 @@
 """A cache of stage attempts addressed by their content, shared by runs (`edgepress run --cache DIR`): an attempt
-whose result depends on exactly what an earlier one's did takes that result (artifact, details, metrics, test
-predictions) instead of running again, whatever run, stage name or gates it belongs to. What a result depends on:
-the method and its full params (a file a param names by its content), the input artifact's content, the data
+whose result depends on exactly what an earlier one's did takes that result (artifact, details, metrics, predictions
+on every scored set) instead of running again, whatever run, stage name or gates it belongs to. What a result depends
+on: the method and its full params (a file a param names by its content), the input artifact's content, the data
 config and every split's content, the runtime section, and the machine and versions that measured it. Gates are
 not part of it: a run judges a cached result by its own gates, against its own baseline.
 
@@ -53,14 +53,15 @@ class StageCache:
         return self.root / digest
 
     def get(self, key: dict, dst: Path | None) -> dict | None:
-        """The entry for `key` ({"details", "metrics", "predictions"}), its artifact copied to `dst` (None: a
-        measurement without an artifact, the baseline's); None when there is none, or it is unreadable or its
-        artifact changed."""
+        """The entry for `key` ({"details", "metrics", "predictions": {set: ids}}), its artifact copied to `dst`
+        (None: a measurement without an artifact, the baseline's); None when there is none, or it is unreadable or
+        its artifact changed."""
         entry = self._entry(key)
         try:
             record = read_json(entry / ENTRY)
+            predictions = {name: np.asarray(p) for name, p in record["predictions"].items()}
             intact = record["key"] == key and (dst is None or tree_sha256(entry / "model") == record["artifact_sha256"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
         if not intact:
             log.warning("cache entry %s does not match what it recorded: not used", entry)
@@ -68,9 +69,10 @@ class StageCache:
         if dst is not None:
             with atomic_dir(dst) as tmp:
                 shutil.copytree(entry / "model", tmp, dirs_exist_ok=True)
-        return {**record, "predictions": np.asarray(record["predictions"]), "entry": str(entry)}
+        return {**record, "predictions": predictions, "entry": str(entry)}
 
-    def put(self, key: dict, artifact: Path | None, details: dict, metrics: dict, predictions: np.ndarray) -> None:
+    def put(self, key: dict, artifact: Path | None, details: dict, metrics: dict,
+            predictions: dict[str, np.ndarray]) -> None:
         """Store a result under `key` (with a copy of `artifact`, when there is one), unless an entry for it exists
         (another run wrote the same)."""
         entry = self._entry(key)
@@ -82,7 +84,8 @@ class StageCache:
             if artifact is not None:
                 shutil.copytree(artifact, tmp / "model")
             write_json(tmp / ENTRY, {"key": key, "artifact_sha256": tree_sha256(tmp / "model") if artifact else None,
-                                     "details": details, "metrics": metrics, "predictions": predictions.tolist()})
+                                     "details": details, "metrics": metrics,
+                                     "predictions": {name: p.tolist() for name, p in predictions.items()}})
             os.rename(tmp, entry)  # fails when another writer got there first: theirs is the same result
         except OSError:
             pass

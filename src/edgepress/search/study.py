@@ -37,6 +37,7 @@ import yaml
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError, EdgepressError, GateFailed
 from edgepress.files import check_apart, check_owned, check_writable, read_json, write_json, write_text
+from edgepress.pipeline.gates import gate_name
 from edgepress.pipeline.rundir import RunDir
 from edgepress.search.config import SearchConfig, Space, pipeline_for
 from edgepress.search.shapes import Shape, dominated, time_shapes
@@ -329,7 +330,7 @@ def trial_result(cfg: SearchConfig, run_dir: Path) -> dict:
               "drop_ci95": m.get("accuracy_drop_ci95"), "p50_ms": m["latency"][provider]["p50_ms"],
               "size_mb": m["size_bytes"] / 1e6, "agreement": float(np.mean(np.array(teacher) == np.array(final))),
               "artifact": last["artifact"]}
-    violations = {f"{g['kind']}.{g['rule']}": 1.0 if g["excess"] is None else g["excess"] for g in last["gates"]}
+    violations = {gate_name(g): 1.0 if g["excess"] is None else g["excess"] for g in last["gates"]}
     if cfg.constraints.fidelity:
         violations["fidelity.min_agreement"] = cfg.constraints.fidelity.min_agreement - result["agreement"]
     missed = [name for name, excess in violations.items() if excess > 0]
