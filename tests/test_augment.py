@@ -124,8 +124,9 @@ def test_unlabeled_texts_are_read_and_the_splits_judged_on_left_out(tmp_path, mo
 
     plain = load_data(DataConfig(source=str(_csv(tmp_path / "d.csv", movie_data))))
     fresh = list(movie_data.test.texts[500:530])  # texts the 200-row CSV's splits never saw
-    data = _unlabeled_data(tmp_path, movie_data, [*fresh, plain.test.texts[0], plain.validation.texts[0]])
-    assert data.unlabeled == tuple(fresh) and "2 unlabeled texts also in the validation or test split left out" \
+    near = "  ".join(plain.test.texts[1].upper().split())  # the same input for an uncased model
+    data = _unlabeled_data(tmp_path, movie_data, [*fresh, plain.test.texts[0], plain.validation.texts[0], near])
+    assert data.unlabeled == tuple(fresh) and "3 unlabeled texts also in the validation or test split left out" \
         in data.note
     assert data.manifest()["sizes"]["unlabeled"] == 30
     assert data.content_sha256(("train", "validation")) != plain.content_sha256(("train", "validation"))
@@ -157,4 +158,35 @@ def test_an_unlabeled_file_that_is_not_utf8_is_refused(tmp_path, movie_data):
 
     (tmp_path / "u.txt").write_bytes("un film très beau\n".encode("latin-1"))
     with pytest.raises(DataError, match=r"u.txt is not UTF-8 text \(invalid continuation byte at byte 10\)\. Fix"):
+        load_data(DataConfig(source=str(_csv(tmp_path / "d.csv", movie_data)), unlabeled=str(tmp_path / "u.txt")))
+
+
+def test_a_vocabulary_with_fewer_whole_words_than_neighbours_asked_for_gives_them_all(tokenizer):
+    emb = _embeddings(tokenizer)
+    table = neighbour_table(tokenizer, emb, {"good"}, k=10**6)
+    assert len(table["good"]) == len(set(table["good"])) > 1000 and "good" not in table["good"]
+
+
+def test_a_perturbed_copy_that_is_a_text_judged_on_is_not_trained_on(trained_teacher, small_data):
+    from dataclasses import replace
+
+    from edgepress.data.dataset import TextSet
+
+    teacher, tokenizer = load_classifier(trained_teacher)
+    cfg = DistillConfig(max_length=32, augment=AugmentConfig(factor=4, methods=("ngram",), seed=3))
+    train, _ = transfer_set(trained_teacher, teacher, tokenizer, small_data, cfg)
+    copies = train.texts[len(small_data.train):]
+    held = TextSet(("held",), (copies[0].upper(),), small_data.test.labels[:1])  # one copy is a test text
+    data = replace(small_data, test=held)
+    train, _ = transfer_set(trained_teacher, teacher, tokenizer, data, cfg)
+    assert copies[0] not in train.texts[len(small_data.train):]
+    assert set(train.texts[len(small_data.train):]) == set(copies) - {copies[0]}
+
+
+def test_a_missing_unlabeled_file_is_named_as_missing(tmp_path, movie_data):
+    from edgepress.data import DataConfig, load_data
+    from edgepress.errors import DataError
+    from tests.test_stagecache import _csv
+
+    with pytest.raises(DataError, match=r"data.unlabeled .*u.txt does not exist\. Fix: the path of a .txt"):
         load_data(DataConfig(source=str(_csv(tmp_path / "d.csv", movie_data)), unlabeled=str(tmp_path / "u.txt")))

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -45,3 +46,13 @@ def test_accuracy_ci_is_a_valid_interval(pairs):
     m = classification_metrics(labels, preds)
     lo, hi = m["accuracy_ci95"]
     assert 0.0 <= lo <= hi <= 1.0
+
+
+def test_an_interval_without_spread_is_the_exact_binomial_one():
+    from edgepress.data.metrics import accuracy_ci95
+
+    same = np.ones(1057, dtype=np.int64)
+    lo, hi = accuracy_ci95(same, same)  # every label agrees: not [1, 1], which a strict gate could never miss
+    assert hi == 1.0 and lo == pytest.approx(0.99652, abs=1e-5)
+    lo, hi = accuracy_ci95(np.zeros(50), np.ones(50))
+    assert lo == 0.0 and hi == pytest.approx(0.07112, abs=1e-5)

@@ -42,6 +42,8 @@ def built_once(kind: str, key: dict, make: Callable[[], Any]) -> Any:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     path = cache_dir(kind) / f"{digest}.json"
     with cache_lock(f"{kind}-{digest}"):
-        if not path.exists():
+        try:
+            return read_json(path)
+        except (OSError, ValueError):  # not built yet, or unreadable (damaged by hand): built (again)
             write_json(path, make())
-        return read_json(path)
+            return read_json(path)

@@ -31,8 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from edgepress.cache import built_once
 from edgepress.configs import changed
 from edgepress.data import DataSplits
+from edgepress.data.augment import VERSION as AUGMENT_VERSION
 from edgepress.data.augment import AugmentConfig, augment_texts
-from edgepress.data.dataset import TextSet
+from edgepress.data.dataset import TextSet, text_key
 from edgepress.errors import ConfigError
 from edgepress.files import tree_sha256
 from edgepress.models.train import EPOCHS, TrainConfig
@@ -160,14 +161,18 @@ def transfer_set(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[Te
     ids, texts = [], []  # the transfer examples, after the train split's
     if cfg.augment is not None:
         embeddings = model.get_input_embeddings().weight.detach().float().cpu().numpy()  # (vocab, hidden)
-        key = {"model": model_sha, "texts": _texts_sha256(train.texts), "augment": cfg.augment.model_dump()}
+        key = {"model": model_sha, "texts": _texts_sha256(train.texts), "augment": cfg.augment.model_dump(),
+               "version": AUGMENT_VERSION}
         copies = built_once("transfer", key, lambda: augment_texts(train.texts, tokenizer, embeddings, cfg.augment))
+        held = {text_key(t) for t in data.validation.texts + data.test.texts}  # judged on: never trained on
+        copies = [[c for c in made if text_key(c) not in held] for made in copies]
         ids += [f"{i}~{k}" for i, made in zip(train.ids, copies, strict=True) for k in range(len(made))]
         texts += [text for made in copies for text in made]
     ids += [f"unlabeled:{i}" for i in range(len(data.unlabeled))]
     texts += data.unlabeled
     everything = train.texts + tuple(texts)
-    key = {"model": model_sha, "texts": _texts_sha256(everything), "max_length": cfg.max_length}
+    key = {"model": model_sha, "texts": _texts_sha256(everything), "max_length": cfg.max_length,
+           "torch": torch.__version__}
     logits = np.asarray(built_once("targets", key, lambda: predict_logits(model, tokenizer, everything,
                                                                           cfg.max_length).tolist()), np.float32)
     labels = np.concatenate([train.labels, logits[len(train):].argmax(1)]).astype(np.int64)

@@ -311,12 +311,12 @@ def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = Lottery
 
     from edgepress.files import artifact_dir
 
+    model, tokenizer, data, loss = load_with_kd_targets(src, data, cfg)  # train: + transfer examples, if any
     steps = cfg.epochs * _steps_per_epoch(data, cfg)
     if cfg.rewind_step > steps:
         raise ConfigError(f"rewind_step {cfg.rewind_step} is past the {steps} optimizer steps of the first "
                           f"training ({cfg.epochs} epoch(s) of {len(data.train)} examples at batch "
                           f"{cfg.batch_size}). Fix: a rewind_step of at most {steps}")
-    model, tokenizer, data, loss = load_with_kd_targets(src, data, cfg)
     check_sparse(model, tokenizer, cfg)
     weights = prunable_weights(model, cfg.include)
     control = copy.deepcopy(model) if cfg.control == "random" else None

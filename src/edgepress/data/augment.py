@@ -22,6 +22,9 @@ from edgepress.errors import ConfigError
 
 WORD = re.compile(r"\w+|[^\w\s]+")  # words and runs of punctuation: the units a perturbation acts on
 NGRAM_P, NGRAM_MAX = 0.25, 5  # Tang et al. 2019's n-gram sampling: its probability per copy, the longest n
+# Part of every cached transfer set's key: bump it when the same texts, model and settings would give other copies
+# (2: neighbours in id order, nearest first, where 1 drew from a fast tokenizer's per-call vocabulary order)
+VERSION = 2
 
 
 class AugmentConfig(BaseModel):
@@ -62,6 +65,7 @@ def neighbour_table(tokenizer, embeddings: np.ndarray, words: set[str], k: int) 
                             strict=True):
         if len(pieces) == 1 and pieces[0] != tokenizer.unk_token_id:
             single[word] = pieces[0]
+    k = min(k, len(ids) - 1)  # a small vocabulary has fewer whole words than neighbours asked for
     unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
     table, items = {}, list(single.items())
     for start in range(0, len(items), 1024):  # (chunk, candidates) similarities at a time

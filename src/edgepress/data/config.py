@@ -39,9 +39,10 @@ class DataConfig(BaseModel):
                               "knows, or its id")
     max_length: int = Field(128, ge=8, le=8192, description="tokens per example after truncation")
     split: SplitConfig = Field(SplitConfig(), description="how a source without its own splits is divided")
-    unlabeled: str | None = Field(None, description="texts without labels that every distilling method trains on, "
-                                  "labelled by its teacher: a .txt file (one text per line) or a .csv / .jsonl file "
-                                  "(its text_column); texts also in the validation or test split are left out")
+    unlabeled: str | None = Field(None, min_length=1, description="texts without labels that every distilling "
+                                  "method trains on, labelled by its teacher: a .txt file (one text per line) or a "
+                                  ".csv / .jsonl file (its text_column); texts also in the validation or test split "
+                                  "(case and spacing aside) are left out")
     fidelity_sets: dict[str, str] = Field({}, description="more texts every stage is held to the baseline on, by "
                                           "name: a .txt file (one text per line) or a .csv / .jsonl file (its "
                                           "text_column, and its label_column when it has one: accuracy as well); "

@@ -100,6 +100,12 @@ class DataSplits:
         }
 
 
+def text_key(text: str) -> str:
+    """What two texts must share to be one input for an uncased model: case folded, white space collapsed (how
+    texts judged on are kept out of what is trained on)."""
+    return " ".join(text.casefold().split())
+
+
 def _rank(seed: int, example_id: str) -> str:
     # A hash, not a PRNG stream: the same on every machine and every numpy version.
     return hashlib.sha256(f"{seed}:{example_id}".encode()).hexdigest()

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from edgepress.data.config import DEMO_SOURCE, DataConfig
-from edgepress.data.dataset import DataSplits, TextSet, hold_out, split_examples
+from edgepress.data.dataset import DataSplits, TextSet, hold_out, split_examples, text_key
 from edgepress.data.movie import ID2LABEL, load_movie_snippets
 from edgepress.data.sources import RawSource, read_source
 from edgepress.errors import DataError
@@ -173,6 +173,9 @@ def read_unlabeled(cfg: DataConfig, id2label: dict[int, str], held: set[str]) ->
     from edgepress.data.sources import read_file
 
     path = Path(cfg.unlabeled).expanduser()
+    if not path.exists():
+        raise DataError(f"data.unlabeled {cfg.unlabeled} does not exist. Fix: the path of a .txt, .csv or .jsonl "
+                        f"file of texts")
     if not path.is_file() or path.suffix not in (".txt", ".csv", ".jsonl"):
         raise DataError(f"data.unlabeled {cfg.unlabeled} is not a .txt, .csv or .jsonl file. Fix: a .txt file with "
                         f"one text per line, or a .csv / .jsonl file with a '{cfg.text_column}' column")
@@ -189,7 +192,8 @@ def read_unlabeled(cfg: DataConfig, id2label: dict[int, str], held: set[str]) ->
         what = "has no texts" if not texts else \
             f"holds labels, not texts (every line is one of: {', '.join(sorted(names))})"
         raise DataError(f"data.unlabeled {path} {what}. Fix: point data.unlabeled at texts to label, one per line")
-    kept = tuple(t for t in texts if t not in held)
+    held = {text_key(t) for t in held}
+    kept = tuple(t for t in texts if text_key(t) not in held)
     left = len(texts) - len(kept)
     return kept, f"{left} unlabeled texts also in the validation or test split left out" if left else ""
 
@@ -202,6 +206,8 @@ def _fidelity_set(name: str, path: str, cfg: DataConfig, id2label: dict[int, str
     from edgepress.data.sources import read_file
 
     where, file = f"data.fidelity_sets.{name} ({path})", Path(path).expanduser()
+    if not file.exists():
+        raise DataError(f"{where} does not exist. Fix: the path of a .txt, .csv or .jsonl file of texts")
     if not file.is_file() or file.suffix not in (".txt", ".csv", ".jsonl"):
         raise DataError(f"{where} is not a .txt, .csv or .jsonl file. Fix: a .txt file with one text per line, or a "
                         f".csv / .jsonl file with a '{cfg.text_column}' column (and '{cfg.label_column}' for labels)")

@@ -21,10 +21,16 @@ def _interval(result) -> list[float]:
 
 
 def accuracy_ci95(labels: np.ndarray, preds: np.ndarray) -> list[float]:
-    """BCa 95% bootstrap interval of the accuracy."""
+    """BCa 95% bootstrap interval of the accuracy (of agreement too: the labels are then another model's). With
+    no spread (all right, or all wrong) every resample is the same and the bootstrap has no interval to give: the
+    exact (Clopper-Pearson) binomial interval instead, so that 1,057 of 1,057 reads [0.9965, 1] and not [1, 1]
+    (a strict gate would pass any limit on it)."""
     correct = (np.asarray(preds) == np.asarray(labels)).astype(float)
-    if np.all(correct == correct[0]):  # no spread: every resample has the same accuracy
-        return [float(correct[0]), float(correct[0])]
+    if np.all(correct == correct[0]):
+        from scipy.stats import binomtest
+
+        ci = binomtest(int(correct.sum()), len(correct)).proportion_ci(0.95, method="exact")
+        return [float(ci.low), float(ci.high)]
     return _interval(bootstrap((correct,), _mean, n_resamples=RESAMPLES, rng=SEED, vectorized=True))
 
 

@@ -4,7 +4,7 @@ labels, every provider asked for really runs, the run directory can be written. 
 
 from pathlib import Path
 
-from edgepress.data import DataSplits, load_data
+from edgepress.data import DataConfig, DataSplits, load_data
 from edgepress.data.augment import check_augment
 from edgepress.data.movie import ID2LABEL as DEMO_LABELS
 from edgepress.deploy.bundle import web_modules
@@ -106,10 +106,15 @@ def check_methods(cfg: PipelineConfig, model, tokenizer) -> None:
         raise ConfigError(f"the run would refuse {len(problems)} stage(s):\n{lines}")
 
 
-def local_inputs(model: str, data: str, config: Path | None = None) -> dict[str, Path]:
-    """{what: path} of the inputs that are files or dirs here (not demo names): what --out must keep apart from."""
+def local_inputs(model: str, data: str | DataConfig, config: Path | None = None) -> dict[str, Path]:
+    """{what: path} of the inputs that are files or dirs here (not demo names): what --out must keep apart from;
+    a data config names its unlabeled texts and fidelity sets too."""
+    source = data.source if isinstance(data, DataConfig) else data
     found = {"the model": None if model.startswith("demo:") else Path(model).expanduser(),
-             "the data": None if data.startswith("demo:") else Path(data).expanduser(), "the config": config}
+             "the data": None if source.startswith("demo:") else Path(source).expanduser(), "the config": config}
+    if isinstance(data, DataConfig):
+        found["data.unlabeled"] = data.unlabeled and Path(data.unlabeled).expanduser()
+        found |= {f"data.fidelity_sets.{name}": Path(path).expanduser() for name, path in data.fidelity_sets.items()}
     return {what: path for what, path in found.items() if path is not None}
 
 
@@ -117,7 +122,7 @@ def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bo
                  config_file: Path | None = None) -> tuple[Path | None, DataSplits]:
     """(model dir, data splits) of `cfg` after every check that needs no run; raises the first EdgepressError."""
     if out is not None:
-        check_run_dir(out, local_inputs(cfg.model, cfg.data.source, config_file))
+        check_run_dir(out, local_inputs(cfg.model, cfg.data, config_file))
     check_providers(cfg.runtime.providers)
     if cfg.runtime.target == "web":
         web_modules()

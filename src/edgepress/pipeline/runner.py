@@ -461,7 +461,7 @@ def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_fi
     model_dir, data = check_inputs(cfg, run.root, config_file=config_file)
     if evaluate_on == "validation":
         data = replace(data, test=data.validation, note="; ".join(filter(None, (data.note, TRIAL_NOTE))))
-    stage_cache = open_cache(cache, {"the run dir": run.root, **local_inputs(cfg.model, cfg.data.source)}) \
+    stage_cache = open_cache(cache, {"the run dir": run.root, **local_inputs(cfg.model, cfg.data)}) \
         if cache is not None else None
     data_sha256 = data.manifest()["content_sha256"]
     recorded = run.recorded_data()

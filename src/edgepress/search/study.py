@@ -186,7 +186,7 @@ def prepare(cfg: SearchConfig, out: Path, resume: bool, config_file: Path | None
     from edgepress.pipeline.inputs import check_inputs, check_model, local_inputs
 
     check_writable(out)
-    check_apart(out, local_inputs(cfg.model, cfg.data.source, config_file))
+    check_apart(out, local_inputs(cfg.model, cfg.data, config_file))
     if (out / MARKER).is_file() and not resume:
         raise ConfigError(f"{out} holds a search. Fix: add --resume to continue it, or choose another --out")
     check_owned(out, MARKER, "search")
