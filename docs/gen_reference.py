@@ -207,16 +207,33 @@ def _message(node: ast.expr) -> str:
     return f"{{{ast.unparse(node)}}}"
 
 
+def _owners(tree: ast.Module) -> dict[ast.AST, str]:
+    """Each node's enclosing function or class, dotted (`RunState.measure`); "" at module level. Where an error is
+    raised is cited by it, not by a line number, which every edit above it would move."""
+    owners: dict[ast.AST, str] = {}
+
+    def visit(node: ast.AST, owner: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            named = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            inner = ".".join(filter(None, (owner, child.name))) if named else owner
+            owners[child] = inner
+            visit(child, inner)
+
+    visit(tree, "")
+    return owners
+
+
 def raised(names: set[str]) -> dict[str, list[tuple[str, str]]]:
     """{error class: [(where, message)]} for every `raise Error("...")` in the package's source."""
     found: dict[str, list[tuple[str, str]]] = {name: [] for name in names}
     for path in sorted(SRC.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
+        owners = _owners(tree)
         for node in ast.walk(tree):
             call = node.exc if isinstance(node, ast.Raise) else None
             if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in names \
                     and call.args:
-                where = f"{path.relative_to(SRC.parent).as_posix()}:{node.lineno}"
+                where = f"{path.relative_to(SRC.parent).as_posix()} {owners[node] or '(module)'}"
                 found[call.func.id].append((where, _message(call.args[0])))
     return found
 
