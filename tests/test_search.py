@@ -19,7 +19,6 @@ from edgepress.search.study import (
     EpochWatch,
     TrialPruned,
     _passing,
-    _points,
     ask,
     await_others,
     beaten_by,
@@ -70,7 +69,7 @@ def test_every_shipped_search_config_makes_valid_pipelines():
     for path in sorted(Path(__file__).resolve().parents[1].glob("examples/search-*.yaml")):
         cfg = load_search(path)
         space = cfg.space.filled(6)  # the demo teacher's depth
-        pipelines = [pipeline_for(cfg, 6, point) for point in _points(space)]
+        pipelines = [pipeline_for(cfg, 6, point) for point in space.points()]
         assert len(pipelines) == len(space.shapes()) * len(space.quantization) * len(space.vocab) * len(space.epochs)
         assert all(p.stages[-1].gates.accuracy.max_drop == cfg.constraints.accuracy.max_drop for p in pipelines)
 
@@ -154,6 +153,20 @@ def test_bad_searches_exit_2_before_any_training(tmp_path, tiny_model_dir, movie
     result = invoke("search", config, "--out", tmp_path / "out", *args)
     assert result.exit_code == 2 and expected in result.output, result.output
     assert not (tmp_path / "out" / "trials").exists()
+
+
+def test_validate_checks_a_search_config_and_run_refuses_one(tmp_path, tiny_model_dir, movie_data):
+    data = _csv(tmp_path / "d.csv", movie_data)
+    config = search_config(tmp_path / "s.yaml", tiny_model_dir, data)
+    result = invoke("validate", config)
+    assert result.exit_code == 0 and "valid search (4 points, 2 shapes, of a 2-layer teacher" in result.output, \
+        result.output
+    bad = search_config(tmp_path / "bad.yaml", tiny_model_dir, data, space={**SPACE, "layers": [5]})
+    result = invoke("validate", bad)
+    assert result.exit_code == 2 and "the teacher has 2" in result.output, result.output
+    result = invoke("run", config, "--out", tmp_path / "run")
+    assert result.exit_code == 2 and "is a search config" in result.output and "edgepress search" in result.output
+    assert not (tmp_path / "run").exists()
 
 
 def _worker(config: Path, out: Path, *args) -> subprocess.Popen:

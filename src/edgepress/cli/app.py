@@ -194,12 +194,16 @@ def search(
 
 
 @app.command()
-def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML to check.")]) -> None:
+def validate(config: Annotated[Path, typer.Argument(help="Pipeline or search YAML to check.")]) -> None:
     """Check a pipeline without running it: the config (every problem listed), then that the model loads, the data
-    loads and fits the model's labels, and each provider asked for runs here. Exit 2 at the first problem."""
-    from edgepress.pipeline.config import load_config
+    loads and fits the model's labels, and each provider asked for runs here. A search config: the same, for every
+    point of its space. Exit 2 at the first problem."""
+    from edgepress.pipeline.config import is_search, load_config, read_yaml
     from edgepress.pipeline.inputs import check_inputs
 
+    if is_search(_call(read_yaml, config)):
+        _validate_search(config)
+        return
     cfg = _call(load_config, config)
     _, data = _call(check_inputs, cfg, build_teacher=False)
     sizes = ", ".join(f"{name} {n}" for name, n in data.manifest()["sizes"].items())
@@ -208,6 +212,18 @@ def validate(config: Annotated[Path, typer.Argument(help="Pipeline YAML to check
               f"{f'; training stages launched with: {cfg.runtime.launch}' if cfg.runtime.launch else ''})",
               highlight=False,
               soft_wrap=True)
+
+
+def _validate_search(config: Path) -> None:
+    from edgepress.search.config import load_search
+    from edgepress.search.study import check_search
+
+    cfg = _call(load_search, config)
+    _, _, depth, space, data = _call(check_search, cfg, build_teacher=False)
+    sizes = ", ".join(f"{name} {n}" for name, n in data.manifest()["sizes"].items())
+    out.print(f"{config}: valid search ({len(space.points())} points, {len(space.shapes())} shapes, of a {depth}-layer "
+              f"teacher; model {cfg.model}; data {sizes}; objective {cfg.objective}; providers "
+              f"{', '.join(cfg.runtime.providers)})", highlight=False, soft_wrap=True)
 
 
 @app.command()

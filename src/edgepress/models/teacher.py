@@ -29,6 +29,11 @@ def encoder_dir() -> Path:
     return Path(spec.origin).parent / "model"
 
 
+def demo_depth() -> int:
+    """The demo teacher's depth, read from its encoder's config (`validate` does not build the teacher)."""
+    return int(read_json(encoder_dir() / "config.json")["num_hidden_layers"])
+
+
 def build_teacher(out: Path, data: DataSplits | None = None, recipe: TrainConfig = RECIPE) -> TrainResult:
     """Fine-tune the encoder with a fresh 2-class head into `out` (written whole or not at all)."""
     from accelerate.utils import set_seed

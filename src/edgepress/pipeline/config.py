@@ -359,6 +359,14 @@ def read_yaml(path: Path) -> Any:
     return data
 
 
+SEARCH_SECTIONS = ("constraints", "objective", "space")  # what only a search config has (edgepress.search.config)
+
+
+def is_search(data: Any) -> bool:
+    """Whether a parsed config is a search's, not a pipeline's: a section only a search has, and no stages."""
+    return isinstance(data, dict) and "stages" not in data and any(key in data for key in SEARCH_SECTIONS)
+
+
 def load_config(path: str | Path) -> PipelineConfig:
     """Read and check a pipeline YAML; every problem is listed in one ConfigError."""
     path = Path(path)
@@ -369,6 +377,11 @@ def load_config(path: str | Path) -> PipelineConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must be a mapping with model, data, runtime and stages (it holds a "
                           f"{type(data).__name__})")
+    if is_search(data):
+        sections = ", ".join(key for key in SEARCH_SECTIONS if key in data)
+        raise ConfigError(f"{path} is a search config ({sections}, no stages): a search writes the pipelines itself. "
+                          f"Fix: `edgepress search {path} --out SEARCH_DIR`, or a pipeline config with stages "
+                          f"(see examples/)")
     return build(PipelineConfig, data, where=str(path))
 
 

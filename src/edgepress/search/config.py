@@ -2,6 +2,7 @@
 runtime), plus the user's constraints, the objective and the space. Every point of the space is an ordinary
 pipeline of the existing methods (`pipeline_for`): the search adds no method of its own."""
 
+import itertools
 from pathlib import Path
 from typing import Literal
 
@@ -137,6 +138,12 @@ class Space(BaseModel):
     def shapes(self) -> list[Shape]:
         return [Shape(layers, heads, ffn) for layers in self.layers for heads in self.heads_keep
                 for ffn in self.ffn_keep]
+
+    def points(self) -> list[dict]:
+        """Every point of a filled space: {layers, heads_keep, ffn_keep, vocab, quantization, epochs}."""
+        return [{"layers": s.layers, "heads_keep": s.heads_keep, "ffn_keep": s.ffn_keep, "vocab": v,
+                 "quantization": q, "epochs": e}
+                for s, v, q, e in itertools.product(self.shapes(), self.vocab, self.quantization, self.epochs)]
 
 
 class SearchConfig(BaseModel):

@@ -37,6 +37,7 @@ import yaml
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError, EdgepressError, GateFailed
 from edgepress.files import check_apart, check_owned, check_writable, read_json, write_json, write_text
+from edgepress.models.teacher import demo_depth
 from edgepress.pipeline.gates import gate_name
 from edgepress.pipeline.rundir import RunDir
 from edgepress.search.config import SearchConfig, Space, pipeline_for
@@ -110,30 +111,23 @@ class Prepared:
     required: float
 
 
-def _points(space) -> list[dict]:
-    import itertools
-
-    return [{"layers": s.layers, "heads_keep": s.heads_keep, "ffn_keep": s.ffn_keep, "vocab": v,
-             "quantization": q, "epochs": e}
-            for s, v, q, e in itertools.product(space.shapes(), space.vocab, space.quantization, space.epochs)]
-
-
-def check_space(cfg: SearchConfig, model, tokenizer, depth: int, space) -> None:
-    """Every point's pipeline is valid and every method's pre-run check accepts it on this teacher; else one
-    ConfigError naming each point refused (exit 2, before anything is trained)."""
+def check_space(cfg: SearchConfig, loaded: tuple | None, depth: int, space) -> None:
+    """Every point's pipeline is valid and every method's pre-run check accepts it on the teacher `loaded`
+    ((model, tokenizer); None: the demo teacher, not built yet, is taken on trust); else one ConfigError naming
+    each point refused (exit 2, before anything is trained)."""
     from edgepress.pipeline.inputs import check_methods
 
     if max(space.layers) > depth:
         raise ConfigError(f"space.layers asks for {max(space.layers)} layers; the teacher has {depth}. Fix: choose "
                           f"depths from 1 to {depth}")
     problems, checked = [], set()
-    for point in _points(space):
+    for point in space.points():
         try:
             pipeline = pipeline_for(cfg, depth, point)
             training = json.dumps([[s.method, s.params] for s in pipeline.stages], sort_keys=True)
-            if training not in checked:
+            if loaded is not None and training not in checked:
                 checked.add(training)
-                check_methods(pipeline, model, tokenizer)
+                check_methods(pipeline, *loaded)
         except EdgepressError as e:
             problems.append(f"point {point}: {e}")
     if problems:
@@ -179,11 +173,26 @@ def allowed_shapes(cfg: SearchConfig, space, table: dict) -> tuple[list[Shape], 
     return [s for s in shapes if s.name not in why], why
 
 
+def check_search(cfg: SearchConfig, build_teacher: bool = True) -> tuple[Path | None, tuple | None, int, Space,
+                                                                       DataSplits]:
+    """(model dir, (model, tokenizer), depth, the space filled for that depth, data splits) after every check a
+    search makes before it writes anything: the model loads, every point of the space is a pipeline it takes, the
+    data loads and fits it. `edgepress validate` runs it without building the demo teacher."""
+    from edgepress.models.heads import encoder_layers
+    from edgepress.pipeline.inputs import check_inputs, check_model
+
+    model_dir, loaded = check_model(cfg.model, build_teacher)
+    depth = len(encoder_layers(loaded[0])) if loaded else demo_depth()
+    space = cfg.space.filled(depth)
+    check_space(cfg, loaded, depth, space)
+    _, data = check_inputs(pipeline_for(cfg, depth, space.points()[0]), build_teacher=build_teacher)
+    return model_dir, loaded, depth, space, data
+
+
 def prepare(cfg: SearchConfig, out: Path, resume: bool, config_file: Path | None) -> Prepared:
     """Every check that needs no training, then the shape table and its filter; raises a ConfigError (exit 2) for
     bad input and for a space the constraints leave empty."""
-    from edgepress.models.heads import encoder_layers
-    from edgepress.pipeline.inputs import check_inputs, check_model, local_inputs
+    from edgepress.pipeline.inputs import local_inputs
 
     check_writable(out)
     check_apart(out, local_inputs(cfg.model, cfg.data, config_file))
@@ -195,11 +204,7 @@ def prepare(cfg: SearchConfig, out: Path, resume: bool, config_file: Path | None
                           f"this one's. Fix: choose another --out, or resume with the config it was started with")
     from edgepress.models.evaluate import evaluate_classifier
 
-    model_dir, (model, tokenizer) = check_model(cfg.model, build_teacher=True)
-    depth = len(encoder_layers(model))
-    space = cfg.space.filled(depth)
-    check_space(cfg, model, tokenizer, depth, space)
-    _, data = check_inputs(pipeline_for(cfg, depth, _points(space)[0]))
+    model_dir, (model, tokenizer), depth, space, data = check_search(cfg)
     teacher, _ = evaluate_classifier(model, tokenizer, data.validation, cfg.data.max_length)  # as the trials do
     out.mkdir(parents=True, exist_ok=True)
     if not (out / MARKER).is_file():
