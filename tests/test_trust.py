@@ -881,3 +881,22 @@ def test_a_long_step_says_it_starts_and_how_long_it_took(caplog):
     assert [r.getMessage().split(":")[0] for r in caplog.records] == ["building something ...", "building something"]
     assert caplog.records[-1].getMessage().startswith("building something: done in 0.")
     assert [duration(s) for s in (0.42, 12.4, 185, 3720)] == ["0.4 s", "12 s", "3 min 05 s", "1 h 02 min"]
+
+
+def test_a_ctrl_c_lost_in_a_finalizer_is_raised_at_the_next_check():
+    import os
+    import signal
+
+    from edgepress.interrupt import check, latched
+
+    class Finalized:
+        def __del__(self):  # the KeyboardInterrupt raised in here is printed and dropped by Python
+            os.kill(os.getpid(), signal.SIGINT)
+
+    before = signal.getsignal(signal.SIGINT)
+    with latched():
+        Finalized()  # Python goes on past this line, as it did in a search that ran on after Ctrl-C
+        with pytest.raises(KeyboardInterrupt):
+            check()
+    check()  # outside the block nothing is remembered
+    assert signal.getsignal(signal.SIGINT) is before

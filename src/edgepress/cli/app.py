@@ -48,13 +48,16 @@ out = Console()
 
 
 def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run a library function; an EdgepressError becomes its message on stderr and its exit code."""
+    """Run a library function; an EdgepressError becomes its message on stderr and its exit code. Ctrl-C within it
+    is not lost (edgepress/interrupt.py)."""
     from rich.markup import escape
 
     from edgepress.errors import EdgepressError
+    from edgepress.interrupt import latched
 
     try:
-        return fn(*args, **kwargs)
+        with latched():
+            return fn(*args, **kwargs)
     except EdgepressError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(e.exit_code) from None

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.data.dataset import TextSet
 from edgepress.errors import ConfigError, ModelError
+from edgepress.interrupt import check as check_interrupt
 from edgepress.models.evaluate import evaluate_classifier, forward_inputs
 
 EPOCHS = "passes over the train split; the epoch with the best validation accuracy is kept"
@@ -205,6 +206,7 @@ def _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn: LossFn, pr
     task = progress.add_task(f"epoch {epoch}", total=len(loader))
     total, steps = 0.0, 0
     for batch in loader:
+        check_interrupt()
         index = batch.pop("index")
         outputs = model(**forward_inputs(accelerator.unwrap_model(model), batch))  # DDP hides the signature
         loss = loss_fn(outputs, {**batch, "index": index})

@@ -27,6 +27,7 @@ from edgepress.deploy.bundle import bundle_model, run_manifest
 from edgepress.deploy.targets import resolve_target
 from edgepress.errors import ConfigError, EdgepressError, ExportParityError, GateFailed
 from edgepress.files import tree_sha256, write_json
+from edgepress.interrupt import check as check_interrupt
 from edgepress.logs import duration, readable, summarise_library_messages
 from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, RuntimeConfig, StageConfig, with_target
 from edgepress.pipeline.environment import environment
@@ -326,6 +327,7 @@ def _run_stage(state: RunState, index: int, stage: StageConfig, key: dict) -> tu
     folder = state.run.clear_stage(index, stage.name)
     attempts = []
     for method, params in stage.attempts:
+        check_interrupt()
         outcome = _attempt(state, stage, method, params, folder / "model")
         cpu = outcome.metrics.get("latency", {}).get("cpu", {})
         measured = {k: outcome.metrics[k] for k in ("accuracy", "size_bytes") if k in outcome.metrics} \

@@ -37,6 +37,7 @@ import yaml
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError, EdgepressError, GateFailed
 from edgepress.files import check_apart, check_owned, check_writable, read_json, write_json, write_text
+from edgepress.interrupt import check as check_interrupt
 from edgepress.models.teacher import demo_depth
 from edgepress.pipeline.gates import gate_name
 from edgepress.pipeline.rundir import RunDir
@@ -420,6 +421,7 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
     started, durations, exhausted, settled = time.monotonic(), [], False, False
     distributions = _distributions(prepared)
     while True:
+        check_interrupt()
         fail_dead_trials(study)  # a killed local worker's trial: its point is free again
         done = len(_asked(study))
         if trials is not None and done >= trials:
@@ -451,6 +453,7 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
             beat.start()
             try:
                 result = run_trial(cfg, prepared, out, point, trial.number, study)
+                check_interrupt()  # a Ctrl-C the trial's run lost: the trial did not finish as asked
             except BaseException as e:
                 trial.set_user_attr("stop", "interrupted")
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
