@@ -883,9 +883,10 @@ def test_a_long_step_says_it_starts_and_how_long_it_took(caplog):
     assert [duration(s) for s in (0.42, 12.4, 185, 3720)] == ["0.4 s", "12 s", "3 min 05 s", "1 h 02 min"]
 
 
-def test_a_ctrl_c_lost_in_a_finalizer_is_raised_at_the_next_check():
+def test_a_ctrl_c_lost_in_a_finalizer_is_raised_at_the_next_check(monkeypatch):
     import os
     import signal
+    import sys
 
     from edgepress.interrupt import check, latched
 
@@ -893,6 +894,8 @@ def test_a_ctrl_c_lost_in_a_finalizer_is_raised_at_the_next_check():
         def __del__(self):  # the KeyboardInterrupt raised in here is printed and dropped by Python
             os.kill(os.getpid(), signal.SIGINT)
 
+    printed = []  # what Python would print as "Exception ignored in ...", with a traceback
+    monkeypatch.setattr(sys, "unraisablehook", printed.append)
     before = signal.getsignal(signal.SIGINT)
     with latched():
         Finalized()  # Python goes on past this line, as it did in a search that ran on after Ctrl-C
@@ -900,3 +903,4 @@ def test_a_ctrl_c_lost_in_a_finalizer_is_raised_at_the_next_check():
             check()
     check()  # outside the block nothing is remembered
     assert signal.getsignal(signal.SIGINT) is before
+    assert printed == [] and sys.unraisablehook == printed.append  # not lost, so not printed as a traceback
