@@ -77,3 +77,22 @@ def test_a_cache_inside_the_run_dir_or_an_input_is_refused(tmp_path, tiny_model_
         result = invoke("run", config, "--out", tmp_path / "run", "--cache", cache)
         assert result.exit_code == 2 and "overlap. Fix: keep the cache in a directory of its own" in result.output
     assert not (tmp_path / "run").exists() and snapshot(tiny_model_dir) == before
+
+
+def test_two_runs_at_once_compute_a_shared_stage_once(tmp_path, tiny_model_dir, movie_data):
+    import subprocess
+    import sys
+
+    data = _csv(tmp_path / "d.csv", movie_data)
+    stages = [{"name": "distill", "method": "distill", "params": {"student_layers": 1, "epochs": 3}}]
+    config = _config(tmp_path / "a.yaml", tiny_model_dir, data, stages)
+    runs = [subprocess.Popen([sys.executable, "-c", "from edgepress.cli.app import main; main()", "run", str(config),
+                              "--out", str(tmp_path / name), "--cache", str(tmp_path / "cache")],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in ("a", "b")]
+    for run in runs:
+        output = run.communicate(timeout=300)[0]
+        assert run.returncode == 0, output
+    # started together, one waits for the other's result (without the lock both missed the cache and both trained)
+    taken = sorted("cache_entry" in _stages(tmp_path / name)[0]["details"] for name in ("a", "b"))
+    assert taken == [False, True]
+    assert _stages(tmp_path / "a")[0]["artifact_sha256"] == _stages(tmp_path / "b")[0]["artifact_sha256"]

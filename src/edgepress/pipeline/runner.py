@@ -286,26 +286,30 @@ def _made(state: RunState, stage: StageConfig, method: str, cfg, dst: Path) -> d
     if state.cache is None or METHODS[method].reads_test:
         return _call(state, method, cfg, dst)
     key = {**state.attempt_key(method, cfg), "data_sha256": state.fit_sha256, "measured": False}
-    hit = state.cache.get(key, dst)
-    if hit:
-        log.info("stage %s: %s's model taken from the cache (made on the same train and validation splits: %s)",
-                 stage.name, method, hit["entry"])
-        return {**hit["details"], "made_in": hit["entry"]}
-    details = _call(state, method, cfg, dst)
-    state.cache.put(key, dst, details, {}, {})
+    with state.cache.building(key):
+        hit = state.cache.get(key, dst)
+        if hit:
+            log.info("stage %s: %s's model taken from the cache (made on the same train and validation splits: %s)",
+                     stage.name, method, hit["entry"])
+            return {**hit["details"], "made_in": hit["entry"]}
+        details = _call(state, method, cfg, dst)
+        state.cache.put(key, dst, details, {}, {})
     return details
 
 
 def _cached(state: RunState, key: dict | None, dst: Path | None, compute, what: str
             ) -> tuple[dict, dict, dict[str, np.ndarray]]:
     """`compute()`'s (details, metrics, predictions), or with a stage cache (`key` set) an earlier identical
-    result's, its artifact copied to `dst` (None: a measurement without an artifact); a new result is stored."""
-    hit = state.cache.get(key, dst) if key else None
-    if hit:
-        log.info("%s taken from the cache (%s)", what, hit["entry"])
-        return {**hit["details"], "cache_entry": hit["entry"]}, hit["metrics"], hit["predictions"]
-    details, metrics, preds = compute()
-    if key:
+    result's, its artifact copied to `dst` (None: a measurement without an artifact); a new result is stored. Another
+    process computing the same key is waited for."""
+    if not key:
+        return compute()
+    with state.cache.building(key):
+        hit = state.cache.get(key, dst)
+        if hit:
+            log.info("%s taken from the cache (%s)", what, hit["entry"])
+            return {**hit["details"], "cache_entry": hit["entry"]}, hit["metrics"], hit["predictions"]
+        details, metrics, preds = compute()
         state.cache.put(key, dst, details, metrics, preds)
     return details, metrics, preds
 

@@ -6,10 +6,13 @@ config and every split's content, the runtime section, and the machine and versi
 not part of it: a run judges a cached result by its own gates, against its own baseline.
 
 Layout: DIR/<key sha256>/entry.json (the key, the artifact's sha256, the result) and DIR/<key sha256>/model/ (none
-for the baseline's measurement, whose artifact is the user's model).
+for the baseline's measurement, whose artifact is the user's model); DIR/<key sha256>.lock, held while the entry is
+looked up and built, so that processes sharing the cache (a search's workers) compute each result once: the second
+waits for the first and takes its entry.
 Each entry appears whole (written beside, then renamed) and is never changed; an entry whose artifact no longer
 matches its sha256 is ignored."""
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -18,6 +21,7 @@ import os
 import platform
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +55,15 @@ class StageCache:
     def _entry(self, key: dict) -> Path:
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
         return self.root / digest
+
+    @contextlib.contextmanager
+    def building(self, key: dict) -> Iterator[None]:
+        """Hold `key`'s lock (a file lock, released if the process dies) while looking it up and computing it."""
+        from filelock import FileLock
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self._entry(key).with_suffix(".lock"))):
+            yield
 
     def get(self, key: dict, dst: Path | None) -> dict | None:
         """The entry for `key` ({"details", "metrics", "predictions": {set: ids}}), its artifact copied to `dst`
