@@ -102,7 +102,10 @@ def main() -> None:
     data = load_data(DataConfig(), label2id_of(teacher_dir))
     sets = fidelity_sets(data)
     saved = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    teacher = saved.get("teacher_predictions") or predictions(teacher_dir, sets)
+    teacher = predictions(teacher_dir, sets)
+    if saved and saved.get("teacher_predictions") != teacher:  # a rebuilt teacher that differs: not comparable
+        raise SystemExit(f"the teacher's predictions differ from those in {args.out}: its variants were measured "
+                         "against another teacher. Fix: --out a new file, or move the old one away")
     runs = saved.get("runs", {})
     for name in args.variants:
         if name not in runs:
