@@ -415,9 +415,6 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
                 trials: int | None, progress) -> dict:
     """Trials until `trials` are in the study or the budget would be overrun by one more (the median trial's time);
     returns how the time was spent."""
-    import optuna
-    from optuna.storages._heartbeat import get_heartbeat_thread  # Optuna's own, outside Study.optimize
-
     started, durations, exhausted, settled = time.monotonic(), [], False, False
     distributions = _distributions(prepared)
     while True:
@@ -442,46 +439,63 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
         trial.set_user_attr("worker", {"host": socket.gethostname(), "pid": os.getpid()})
         point = _point(prepared, trial.params)
         log.info("trial %d: %s", trial.number, point)
-        twin, beaten = finished_twin(study, trial.params), beaten_by(cfg, prepared, _passing(study), trial.params)
-        settled = twin is not None or beaten is not None
-        if twin is not None:  # the sampler drew a point already tried: its result, without a run
-            result = twin_result(twin)
-        elif beaten is not None:  # it could not be faster (smaller) than a trial that passed: not worth a run
-            result = {"stop": "beaten", "why": beaten, "seconds": 0.0, "epochs_trained": 0}
-        else:
-            beat = get_heartbeat_thread(trial._trial_id, study._storage)  # what Study.optimize runs for each trial
-            beat.start()
-            try:
-                result = run_trial(cfg, prepared, out, point, trial.number, study)
-                check_interrupt()  # a Ctrl-C the trial's run lost: the trial did not finish as asked
-            except BaseException as e:
-                trial.set_user_attr("stop", "interrupted")
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                if isinstance(e, OSError):  # a full disk, a removed dir: every later trial would meet it too
-                    raise EdgepressError(f"trial {trial.number} stopped: {e}. Fix: free the disk space (each trial "
-                                         f"keeps its run in {out / 'trials'}; the stage cache is in "
-                                         f"{out / 'cache'}), then --resume") from None
-                raise
-            finally:
-                beat.join()
+        result = settle(cfg, prepared, out, study, trial, point)
+        settled = result["stop"] == "beaten" or "same_as" in result
+        if not settled:
             durations.append((result["seconds"], result["stop"]))
-        for key in ("stop", "why", "seconds", "run_dir", "agreement", "p50_ms", "size_mb", "drop_ci95",
-                    "teacher_accuracy", "artifact", "epochs_trained", "pruned_prefix", "excess", "same_as"):
-            if key in result:
-                trial.set_user_attr(key, result[key])
-        if result["stop"] in ("error", "beaten"):  # no values: the sampler leaves it out
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        elif result["stop"] == "pruned":  # how far below the constraint it was: the sampler ranks it by that
-            trial.set_constraint("accuracy.max_drop", result["excess"])
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        else:
-            for name, excess in result["violations"].items():  # > 0: missed; Optuna's samplers prefer the met
-                trial.set_constraint(name, excess)
-            study.tell(trial, [result["accuracy"], _objective(cfg, result)])
+        tell(cfg, study, trial, result)
         write_search_report(cfg, prepared, out, study, spent={"seconds": time.monotonic() - started})
         if progress is not None:
             progress(trial.number, result, best_passing(study, cfg.objective))
     return {"seconds": time.monotonic() - started, "trials_here": len(durations), "exhausted": exhausted}
+
+
+def settle(cfg: SearchConfig, prepared: Prepared, out: Path, study, trial, point: dict) -> dict:
+    """The trial's result: a twin's (a point already tried), `beaten` (it could not be faster or smaller than a
+    trial that passed: not worth a run), or its run's. A run stopped by anything (Ctrl-C, an error) is recorded
+    `interrupted` and failed, and the exception goes on."""
+    import optuna
+    from optuna.storages._heartbeat import get_heartbeat_thread  # Optuna's own, outside Study.optimize
+
+    if (twin := finished_twin(study, trial.params)) is not None:
+        return twin_result(twin)
+    if (beaten := beaten_by(cfg, prepared, _passing(study), trial.params)) is not None:
+        return {"stop": "beaten", "why": beaten, "seconds": 0.0, "epochs_trained": 0}
+    beat = get_heartbeat_thread(trial._trial_id, study._storage)  # what Study.optimize runs for each trial
+    beat.start()
+    try:
+        result = run_trial(cfg, prepared, out, point, trial.number, study)
+        check_interrupt()  # a Ctrl-C the trial's run lost: the trial did not finish as asked
+        return result
+    except BaseException as e:
+        trial.set_user_attr("stop", "interrupted")
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        if isinstance(e, OSError):  # a full disk, a removed dir: every later trial would meet it too
+            raise EdgepressError(f"trial {trial.number} stopped: {e}. Fix: free the disk space (each trial keeps "
+                                 f"its run in {out / 'trials'}; the stage cache is in {out / 'cache'}), then "
+                                 f"--resume") from None
+        raise
+    finally:
+        beat.join()
+
+
+def tell(cfg: SearchConfig, study, trial, result: dict) -> None:
+    """Record `result` on the trial and tell the study: failed without values (an error, beaten), pruned with how
+    far below the constraint it was (the sampler ranks it by that), or finished with its values and constraints."""
+    import optuna
+
+    for key in (*RESULT_ATTRS, "seconds", "epochs_trained", "same_as"):
+        if key in result:
+            trial.set_user_attr(key, result[key])
+    if result["stop"] in ("error", "beaten"):
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    elif result["stop"] == "pruned":
+        trial.set_constraint("accuracy.max_drop", result["excess"])
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    else:
+        for name, excess in result["violations"].items():  # > 0: missed; Optuna's samplers prefer the met
+            trial.set_constraint(name, excess)
+        study.tell(trial, [result["accuracy"], _objective(cfg, result)])
 
 
 def sampler(seed: int, trials: int):
