@@ -1,14 +1,15 @@
 """What each distillation lever buys the demo's 3-layer student (issue 27): transfer data (perturbed copies of the
-train texts, `augment`, labelled by the teacher's soft logits), alpha, epochs. Every variant is the demo's distill
-stage (3 layers from teacher layers 0/2/4, hinton, 4 epochs, lr 1e-4, T 2, alpha 0.5, max length 128) with one
-thing changed. Each student is measured in torch fp32 (quantization is not the question here) on the validation
-split (what a search selects on), the test split, the test split with typos and the demo archive's three other
-registers (`edgepress.data.fidelity`): accuracy, and agreement with the teacher's labels; against `plain`, the
+train texts, `augment`, labelled by the teacher's soft logits), alpha, epochs, depth. Every variant is the demo's
+distill stage (3 layers from teacher layers 0/2/4, hinton, 4 epochs, lr 1e-4, T 2, alpha 0.5, max length 128) with
+one thing changed (`layers4-augment2`: two). Each student is measured in torch fp32 (quantization is not the
+question here) on the validation split (what a search selects on), the test split, the test split with typos and
+the demo archive's three other registers (`edgepress.data.fidelity`): accuracy, and agreement with the teacher's
+labels; against `plain`, the
 paired 95% CIs of the differences on the same texts.
 
     .venv/bin/python benchmarks/distill_levers.py [--variants augment2 plain ...] [--out FILE]
 
-A plain student takes about 16 min on the 2-core AVX2 EPYC; transfer data multiplies the steps by (1 + copies per
+A plain student takes 6–11 min on the 2-core AVX2 EPYC; transfer data multiplies the steps by (1 + copies per
 text). Results are written after each variant to benchmarks/results/distill_levers.json (an interrupted run keeps
 what finished; a re-run skips the variants already there).
 """
@@ -40,6 +41,8 @@ VARIANTS = {
     "augment4-2epochs": {"augment": {"factor": 4}, "epochs": 2},
     "alpha1": {"alpha": 1.0},
     "epochs8": {"epochs": 8},
+    "layers4": {"student_layers": 4},
+    "layers4-augment2": {"student_layers": 4, "augment": {"factor": 2}},
 }
 REGISTER_SIZE = 500  # as benchmarks/compare.py
 
