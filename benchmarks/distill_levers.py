@@ -9,7 +9,7 @@ paired 95% CIs of the differences on the same texts.
 
     .venv/bin/python benchmarks/distill_levers.py [--variants augment2 plain ...] [--out FILE]
 
-A plain student takes 6–11 min on the 2-core AVX2 EPYC; transfer data multiplies the steps by (1 + copies per
+A plain student takes 6–11 min on 2 cores; transfer data multiplies the steps by (1 + copies per
 text). Results are written after each variant to benchmarks/results/distill_levers.json (an interrupted run keeps
 what finished; a re-run skips the variants already there).
 """
@@ -66,6 +66,7 @@ def run_one(teacher: Path, data, sets: dict, changes: dict) -> dict:
         details = distill(teacher, Path(tmp) / "student", data, cfg)
         preds = predictions(Path(tmp) / "student", sets)
     return {"changes": changes, "config": cfg.model_dump(mode="json"), "predictions": preds,
+            "cpu": environment(threads=2)["cpu"],  # a variant added later may train on another machine
             **{k: details[k] for k in ("val_accuracy", "best_epoch", "history", "train_seconds",
                                        "transfer_examples")}}
 
@@ -91,7 +92,7 @@ def summary(runs: dict, teacher: dict, sets: dict) -> dict:
                 row["accuracy_gain_ci95"] = _gain(labels, base, p)
             rows[s] = row
         out[name] = {"sets": rows, "val_accuracy": run["val_accuracy"], "train_seconds": run["train_seconds"],
-                     "transfer_examples": run["transfer_examples"]}
+                     "cpu": run["cpu"], "transfer_examples": run["transfer_examples"]}
     return out
 
 
