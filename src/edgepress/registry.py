@@ -96,5 +96,5 @@ METHODS: dict[str, Method] = {
     "int8-static": Method(Int8StaticConfig, int8_static, ("onnx",), "onnx-int8",
                           "int8 weights and activations, ranges calibrated on real sentences (QDQ)"),
     "int4": Method(Int4Config, int4, ("onnx",), "onnx-int4",
-                   "4-bit weights (MatMulNBits; the word embeddings too with embeddings: true), rtn or hqq"),
+                   "4-bit weights (MatMulNBits; the word embeddings too with embeddings: true): rtn, hqq, gptq or awq"),
 }
