@@ -4,14 +4,13 @@ distill stage (3 layers from teacher layers 0/2/4, hinton, 4 epochs, lr 1e-4, T 
 one thing changed (`layers4-augment2`: two). Each student is measured in torch fp32 (quantization is not the
 question here) on the validation split (what a search selects on), the test split, the test split with typos and
 the demo archive's three other registers (`edgepress.data.fidelity`): accuracy, and agreement with the teacher's
-labels; against `plain`, the
-paired 95% CIs of the differences on the same texts.
+labels; against `plain`, the paired 95% CIs of the differences on the same texts.
 
     .venv/bin/python benchmarks/distill_levers.py [--variants augment2 plain ...] [--out FILE]
 
-A plain student takes 6–11 min on 2 cores; transfer data multiplies the steps by (1 + copies per
-text). Results are written after each variant to benchmarks/results/distill_levers.json (an interrupted run keeps
-what finished; a re-run skips the variants already there).
+A plain student takes 6–11 min on 2 cores; transfer data multiplies the steps by (1 + copies per text). Results
+are written after each variant to benchmarks/results/distill_levers.json (an interrupted run keeps what finished; a
+re-run skips the variants already there), each with the CPU it trained on.
 """
 
 import argparse
@@ -30,6 +29,7 @@ from edgepress.models.evaluate import predict_logits
 from edgepress.models.loading import label2id_of, load_classifier
 from edgepress.models.teacher import resolve_model
 from edgepress.pipeline.environment import environment
+from edgepress.runtime.predictor import cpu_model
 
 OUT = Path(__file__).parent / "results" / "distill_levers.json"
 DEMO = {"student_layers": 3, "style": "hinton", "epochs": 4, "learning_rate": 1e-4, "temperature": 2.0,
@@ -66,7 +66,7 @@ def run_one(teacher: Path, data, sets: dict, changes: dict) -> dict:
         details = distill(teacher, Path(tmp) / "student", data, cfg)
         preds = predictions(Path(tmp) / "student", sets)
     return {"changes": changes, "config": cfg.model_dump(mode="json"), "predictions": preds,
-            "cpu": environment(threads=2)["cpu"],  # a variant added later may train on another machine
+            "cpu": cpu_model(),  # a variant added later may train on another machine
             **{k: details[k] for k in ("val_accuracy", "best_epoch", "history", "train_seconds",
                                        "transfer_examples")}}
 

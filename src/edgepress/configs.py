@@ -35,7 +35,7 @@ def describe(error: dict) -> str:
     """One line for one pydantic error: where, what is wrong, and the value given when it is short."""
     where = ".".join(str(part) for part in error["loc"])
     if error["type"] == "extra_forbidden":
-        return f"{where}: unknown key (check its spelling; docs/reference/ lists the keys every section and method takes)"
+        return f"{where}: unknown key (check its spelling; docs/reference/ lists the keys each section takes)"
     message = PLAIN_WORDS.get(error["type"], error["msg"].removeprefix("Value error, "))
     value = error.get("input")
     shown = repr(value)

@@ -286,32 +286,27 @@ def _made(state: RunState, stage: StageConfig, method: str, cfg, dst: Path) -> d
     if state.cache is None or METHODS[method].reads_test:
         return _call(state, method, cfg, dst)
     key = {**state.attempt_key(method, cfg), "data_sha256": state.fit_sha256, "measured": False}
-    with state.cache.building(key):
-        hit = state.cache.get(key, dst)
-        if hit:
-            log.info("stage %s: %s's model taken from the cache (made on the same train and validation splits: %s)",
-                     stage.name, method, hit["entry"])
-            return {**hit["details"], "made_in": hit["entry"]}
-        details = _call(state, method, cfg, dst)
-        state.cache.put(key, dst, details, {}, {})
+    details, _, _ = _cached(state, key, dst, lambda: (_call(state, method, cfg, dst), {}, {}),
+                            f"stage {stage.name}: {method}'s model", mark="made_in",
+                            because="made on the same train and validation splits: ")
     return details
 
 
-def _cached(state: RunState, key: dict | None, dst: Path | None, compute, what: str
-            ) -> tuple[dict, dict, dict[str, np.ndarray]]:
+def _cached(state: RunState, key: dict | None, dst: Path | None, compute, what: str, mark: str = "cache_entry",
+            because: str = "") -> tuple[dict, dict, dict[str, np.ndarray]]:
     """`compute()`'s (details, metrics, predictions), or with a stage cache (`key` set) an earlier identical
-    result's, its artifact copied to `dst` (None: a measurement without an artifact); a new result is stored. Another
-    process computing the same key is waited for."""
+    result's, its artifact copied to `dst` (None: a measurement without an artifact) and its entry in the details
+    under `mark`; a new result is stored. Another process computing the same key is waited for."""
     if not key:
         return compute()
     with state.cache.building(key):
         hit = state.cache.get(key, dst)
         if hit:
-            log.info("%s taken from the cache (%s)", what, hit["entry"])
-            return {**hit["details"], "cache_entry": hit["entry"]}, hit["metrics"], hit["predictions"]
-        details, metrics, preds = compute()
-        state.cache.put(key, dst, details, metrics, preds)
-    return details, metrics, preds
+            log.info("%s taken from the cache (%s%s)", what, because, hit["entry"])
+            return {**hit["details"], mark: hit["entry"]}, hit["metrics"], hit["predictions"]
+        result = compute()
+        state.cache.put(key, dst, *result)
+    return result
 
 
 def _value(value: float | None) -> str:
