@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from edgepress.cli.app import app
-from edgepress.errors import ConfigError, ModelError
+from edgepress.errors import ConfigError, GateFailed, ModelError
 from edgepress.pipeline import runner
 from edgepress.pipeline.config import load_config
 from edgepress.registry import METHODS
@@ -570,6 +570,30 @@ def test_gate_misses_are_rounded(tmp_path, tiny_model_dir):
     assert result.exit_code == 3
     value = result.output.split("accuracy.min ", 1)[1].split(" vs limit 0.99")[0]
     assert len(value.replace("0.", "", 1)) <= 4, value  # 4 significant digits, not 0.49858088930936613
+
+
+def test_a_speedup_gate_times_the_stage_beside_the_baseline(monkeypatch, tmp_path, tiny_model_dir):
+    """The baseline was timed while the machine was busy (1000x its real p50): the gate still judges the stage
+    against the baseline timed beside it, not against that figure."""
+    measure = runner.RunState.measure
+
+    def busy_baseline(state, artifact):
+        metrics, preds = measure(state, artifact)
+        if artifact == tiny_model_dir:
+            metrics["latency"]["cpu"]["p50_ms"] *= 1000
+        return metrics, preds
+
+    monkeypatch.setattr(runner.RunState, "measure", busy_baseline)
+    stages = [*STAGES[:2], {"name": "int8", "method": "int8-dynamic", "gates": {"latency": {"min_speedup": 1000}}}]
+    with pytest.raises(GateFailed, match="latency.min_speedup"):
+        runner.run_pipeline(load_config(write_config(tmp_path / "p.yaml", tiny_model_dir, stages)), tmp_path / "run")
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    gate = report["stages"][-1]["gates"][0]
+    paired, busy = gate["side_by_side"], report["baseline"]["metrics"]["latency"]["cpu"]["p50_ms"]
+    assert report["status"] == "failed" and not gate["passed"] and gate["value"] == paired["speedup"] < 1000
+    assert paired["baseline_p50_ms"] < busy / 100 and paired["rounds"] == 3
+    assert busy / report["stages"][-1]["metrics"]["latency"]["cpu"]["p50_ms"] > 1000  # what the gate judged before
+    assert "timed side by side: baseline" in (tmp_path / "run" / "report.md").read_text()
 
 
 # --- a run killed mid-stage resumes to the same result -----------------------------------------------------------

@@ -42,15 +42,18 @@ class AccuracyGate(BaseModel):
 
 
 class LatencyGate(BaseModel):
-    """Latency limits on one provider at the runtime's fixed shape; `min_speedup` is baseline p50 / stage p50."""
+    """Latency limits on one provider at the runtime's fixed shape; `min_speedup` is baseline p50 / stage p50, timed
+    side by side so that a load on the machine falls on both."""
 
     model_config = Strict
     provider: Literal["cpu", "cuda"] = Field("cpu", description="whose latency is judged (one of "
                                                    "runtime.providers)")
     max_p50_ms: float | None = Field(None, gt=0, description="largest median latency at runtime.latency's shape")
     max_p90_ms: float | None = Field(None, gt=0, description="largest 90th-percentile latency")
-    min_speedup: float | None = Field(None, gt=0, description="smallest baseline p50 / stage p50 (cpu only: the "
-                                                              "torch baseline is timed on cpu)")
+    min_speedup: float | None = Field(None, gt=0, description="smallest baseline p50 / stage p50, the two timed "
+                                                              "again side by side, in turns, when the stage is "
+                                                              "measured (cpu only: the torch baseline is timed on "
+                                                              "cpu)")
 
 
 class SizeGate(BaseModel):

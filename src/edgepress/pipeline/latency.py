@@ -50,8 +50,9 @@ def torch_model_runner(model_dir: Path, threads: int | None):
 
 
 def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu", threads: int | None = None,
-                    cfg: LatencyConfig = LatencyConfig()) -> dict:
-    """{"fixed": {p50_ms, ...}, "natural": {...}, "providers_used"} of an ONNX artifact or a torch model dir."""
+                    cfg: LatencyConfig = LatencyConfig(), natural: bool = True) -> dict:
+    """{"fixed": {p50_ms, ...}, "natural": {...}, "providers_used"} of an ONNX artifact or a torch model dir
+    (`natural=False`: the fixed shape alone)."""
     if not Path(artifact).exists():
         raise ModelError(f"{artifact} does not exist. Fix: check the path")
     path = onnx_path(artifact)
@@ -62,14 +63,14 @@ def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu
 
         before = torch.get_num_threads()
         try:  # timed on `threads`; training afterwards gets torch's own count back
-            return _measure(artifact, None, texts, provider, threads, cfg)
+            return _measure(artifact, None, texts, provider, threads, cfg, natural)
         finally:
             torch.set_num_threads(before)
-    return _measure(artifact, path, texts, provider, threads, cfg)
+    return _measure(artifact, path, texts, provider, threads, cfg, natural)
 
 
 def _measure(artifact: Path, path: Path | None, texts: tuple[str, ...], provider: str, threads: int | None,
-             cfg: LatencyConfig) -> dict:
+             cfg: LatencyConfig, natural: bool) -> dict:
     import onnxruntime
 
     from edgepress.export.parity import ort_runner
@@ -84,14 +85,16 @@ def _measure(artifact: Path, path: Path | None, texts: tuple[str, ...], provider
     limit = position_limit(read_model_config(model_dir))
     tokenizer = load_tokenizer(model_dir, limit)
     fixed = fixed_shape_feeds(tokenizer, texts, cfg.batch_size, cfg.sequence_length, names, limit)
-    natural = natural_feeds(tokenizer, texts[:NATURAL_SENTENCES], names)
+    lengths = natural_feeds(tokenizer, texts[:NATURAL_SENTENCES], names) if natural else []
     if path is not None:
-        run = cuda_iobinding_runner(session, [fixed, *natural]) if provider == "cuda" else ort_runner(session)
+        run = cuda_iobinding_runner(session, [fixed, *lengths]) if provider == "cuda" else ort_runner(session)
+    timed = {"fixed": {**time_runner(run, [fixed], cfg.warmup, cfg.runs), "batch_size": cfg.batch_size,
+                       "sequence_length": cfg.sequence_length}}
+    if natural:
+        timed["natural"] = {**time_runner(run, lengths, min(cfg.warmup, len(lengths)), max(cfg.runs, len(lengths))),
+                            "mean_tokens": float(sum(f["input_ids"].shape[1] for f in lengths) / len(lengths))}
     return {
-        "fixed": {**time_runner(run, [fixed], cfg.warmup, cfg.runs), "batch_size": cfg.batch_size,
-                  "sequence_length": cfg.sequence_length},
-        "natural": {**time_runner(run, natural, min(cfg.warmup, len(natural)), max(cfg.runs, len(natural))),
-                    "mean_tokens": float(sum(f["input_ids"].shape[1] for f in natural) / len(natural))},
+        **timed,
         "providers_used": providers,
         "threads": threads,
         "cpu": cpu_model(),
@@ -108,10 +111,10 @@ def latency_metrics(artifact: Path, texts: tuple[str, ...], provider: str, threa
 
 
 def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads: int | None, rounds: int = 3,
-                    cfg: LatencyConfig = LatencyConfig(warmup=20, runs=100)) -> dict[str, dict]:
+                    cfg: LatencyConfig = LatencyConfig(warmup=20, runs=100), natural: bool = True) -> dict[str, dict]:
     """Candidates timed side by side on CPU: `rounds` rounds, each timing every artifact once in turn (the machine
     drifts; interleaving spreads the drift over all of them). Per name: the medians over rounds of the fixed-shape
-    p50 and p90 and the natural-length p50, natural_mean_tokens and providers_used."""
+    p50 and p90 and (unless `natural=False`) the natural-length p50 and natural_mean_tokens; providers_used."""
     import time
 
     import numpy as np
@@ -119,10 +122,26 @@ def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads:
     runs = {name: [] for name in artifacts}
     for _ in range(rounds):
         for name, artifact in artifacts.items():
-            runs[name].append(measure_latency(Path(artifact), texts, "cpu", threads, cfg))
+            runs[name].append(measure_latency(Path(artifact), texts, "cpu", threads, cfg, natural))
             time.sleep(0.2)  # ORT's worker threads spin a while after a run: let them idle before the next one
-    return {name: {"fixed_p50_ms": float(np.median([r["fixed"]["p50_ms"] for r in results])),
+
+    def medians(results: list[dict]) -> dict:
+        figures = {"fixed_p50_ms": float(np.median([r["fixed"]["p50_ms"] for r in results])),
                    "fixed_p90_ms": float(np.median([r["fixed"]["p90_ms"] for r in results])),
-                   "natural_p50_ms": float(np.median([r["natural"]["p50_ms"] for r in results])),
-                   "natural_mean_tokens": results[0]["natural"]["mean_tokens"],
-                   "providers_used": results[0]["providers_used"]} for name, results in runs.items()}
+                   "providers_used": results[0]["providers_used"]}
+        if natural:
+            figures.update(natural_p50_ms=float(np.median([r["natural"]["p50_ms"] for r in results])),
+                           natural_mean_tokens=results[0]["natural"]["mean_tokens"])
+        return figures
+
+    return {name: medians(results) for name, results in runs.items()}
+
+
+def side_by_side_speedup(baseline: Path, artifact: Path, texts: tuple[str, ...], threads: int | None,
+                         cfg: LatencyConfig, rounds: int = 3) -> dict:
+    """The baseline's CPU p50 over the artifact's at the fixed shape, the two timed in turn (`compare_latency`) so
+    that a load on the machine falls on both: what a speedup gate judges. Timed apart, minutes apart, one busy
+    minute under the baseline's timing would pass any stage."""
+    timed = compare_latency({"baseline": baseline, "stage": artifact}, texts, threads, rounds, cfg, natural=False)
+    base, now = timed["baseline"]["fixed_p50_ms"], timed["stage"]["fixed_p50_ms"]
+    return {"speedup": base / now, "baseline_p50_ms": base, "p50_ms": now, "rounds": rounds}

@@ -50,8 +50,11 @@ def build_report(run: RunDir) -> dict:
 
 
 def speedup(metrics: dict, baseline: dict) -> str:
-    """Baseline CPU p50 / this p50 at the fixed shape, as '3.4x' ('–' where either was not timed)."""
+    """Baseline CPU p50 / this p50 at the fixed shape, as '3.4x' ('–' where either was not timed); '3.4x*' where the
+    two were timed side by side for a speedup gate."""
     now, base = (m.get("latency", {}).get("cpu") for m in (metrics, baseline))
+    if now and "side_by_side" in now:
+        return f"{now['side_by_side']['speedup']:.1f}x*"
     return f"{base['p50_ms'] / now['p50_ms']:.1f}x" if now and base else "–"
 
 
@@ -137,6 +140,9 @@ def gate_text(gate: dict) -> str:
         end = "upper end of the paired" if gate["kind"] == "accuracy" else "lower end of the"
         estimate = "not measured" if gate["point_estimate"] is None else f"{gate['point_estimate']:.4g}"
         value += f", {end} 95% CI (point estimate {estimate})"
+    if paired := gate.get("side_by_side"):
+        value += (f", timed side by side: baseline {paired['baseline_p50_ms']:.2f} ms, stage {paired['p50_ms']:.2f} ms,"
+                  f" median of {paired['rounds']} rounds")
     return f"{gate_name(gate)}: {value} (limit {gate['limit']:g})"
 
 
@@ -230,7 +236,8 @@ def render_markdown(report: dict) -> str:
         "",
         f"Accuracy on {(report['data']['sizes'] or {}).get('test', '?')} test examples with its 95% CI; CPU latency "
         "p50 in ms at the fixed shape / test sentences at natural length; speedup = baseline p50 / stage p50 at the "
-        "fixed shape, each timed when its stage ran (side by side in one process: benchmarks/compare.py); agreement: "
+        "fixed shape, each timed when its stage ran (* : a stage with a speedup gate, timed side by side with the "
+        "baseline, in turns; all side by side: benchmarks/compare.py); agreement: "
         "the share of test examples a stage labels as the baseline does (fidelity), with its 95% CI.",
         "",
         "| stage | status | accuracy [95% CI] | agreement [95% CI] | size (MB) | gzip (MB) | CPU p50 ms | speedup "

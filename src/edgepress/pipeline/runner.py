@@ -33,7 +33,7 @@ from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, Runtime
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.gates import evaluate_gates, gate_name
 from edgepress.pipeline.inputs import check_inputs, local_inputs
-from edgepress.pipeline.latency import onnx_path
+from edgepress.pipeline.latency import onnx_path, side_by_side_speedup
 from edgepress.pipeline.launch import launched
 from edgepress.pipeline.measure import ONNX_EVALUATION, measure_scored
 from edgepress.pipeline.report import write_report
@@ -70,6 +70,7 @@ class RunState:
     resume: bool
     fit_sha256: str = ""  # the train and validation splits' content: what a method's artifact depends on
     baseline: dict = field(default_factory=dict)
+    baseline_artifact: Path | None = None  # what a speedup gate times side by side with a stage
     baseline_preds: dict[str, np.ndarray] = field(default_factory=dict)  # on every scored set
     previous: dict = field(default_factory=dict)
     source: Path | None = None
@@ -253,11 +254,27 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
     finally:
         summarise_library_messages(f"stage {stage.name}")
     metrics.update(state.versus_baseline(metrics, preds))
+    _time_speedup(state, stage, metrics, dst)
     gates = evaluate_gates(stage.gates, metrics, state.baseline, state.previous, details.get("parity"))
     status = "passed" if all(g["passed"] for g in gates) else "failed"
     log.info("stage %s: %s %s in %s: %s", stage.name, method, "passed its gates" if status == "passed" else
              "missed a gate", duration(time.perf_counter() - started), _measured(metrics))
     return Outcome(method, cfg.model_dump(mode="json"), status, metrics, preds, gates, details)
+
+
+def _time_speedup(state: RunState, stage: StageConfig, metrics: dict, artifact: Path) -> None:
+    """For a stage with a speedup gate: the baseline and the stage timed again, side by side, into the stage's cpu
+    latency (`side_by_side`), what the gate judges. Never cached: a verdict on speed is timed when it is given."""
+    gate = stage.gates.latency
+    cpu = metrics.get("latency", {}).get("cpu")
+    if gate is None or gate.min_speedup is None or cpu is None:
+        return
+    runtime = state.cfg.runtime
+    log.info("stage %s: timing it side by side with the baseline for its speedup gate ...", stage.name)
+    cpu["side_by_side"] = side_by_side_speedup(state.baseline_artifact, artifact, state.data.test.texts,
+                                               runtime.threads, runtime.latency)
+    log.info("stage %s: %.2fx the baseline side by side (%.2f ms vs %.2f ms)", stage.name,
+             cpu["side_by_side"]["speedup"], cpu["side_by_side"]["p50_ms"], cpu["side_by_side"]["baseline_p50_ms"])
 
 
 def _measured(metrics: dict) -> str:
@@ -359,6 +376,7 @@ def _reuse(state: RunState, index: int, hit: dict) -> None:
 
 def _baseline(state: RunState, model_dir: Path) -> None:
     state.source, state.source_sha256, state.torch_source = model_dir, tree_sha256(model_dir), model_dir
+    state.baseline_artifact = model_dir
     key = state.reuse_key({"model": state.cfg.model, "model_dir": str(model_dir)})
     hit = state.reusable(0, "baseline", key, model_dir)
     if hit:
