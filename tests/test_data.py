@@ -208,9 +208,14 @@ def test_the_content_digest_changes_with_any_text_or_label(movie_data):
     assert len({d["content_sha256"] for d in digests}) == 3
 
 
-def test_missing_file_names_the_fix():
-    with pytest.raises(DataError, match=r"data source nowhere\.csv does not exist\. Fix: give a \.csv or \.jsonl"):
+def test_missing_file_names_the_fix_and_where_a_relative_path_was_looked_for(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError, match=r"data source nowhere\.csv does not exist in .* \(a relative path is read "
+                                        r"from the directory edgepress runs in, not from the config's\)\. Fix: give a "
+                                        r"\.csv or \.jsonl"):
         load_data(DataConfig(source="nowhere.csv"))
+    with pytest.raises(DataError, match=r"data source /nowhere\.csv does not exist\. Fix"):
+        load_data(DataConfig(source="/nowhere.csv"))
 
 
 def test_missing_column_names_the_columns_that_exist(tmp_path, real_rows):

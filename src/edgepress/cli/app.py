@@ -202,6 +202,7 @@ def validate(config: Annotated[Path, typer.Argument(help="Pipeline or search YAM
     loads and fits the model's labels, and each provider asked for runs here. A search config: the same, for every
     point of its space. Exit 2 at the first problem."""
     from edgepress.pipeline.config import is_search, load_config, read_yaml
+    from edgepress.pipeline.init import noisy_gates
     from edgepress.pipeline.inputs import check_inputs
 
     if is_search(_call(read_yaml, config)):
@@ -215,6 +216,8 @@ def validate(config: Annotated[Path, typer.Argument(help="Pipeline or search YAM
               f"{f'; training stages launched with: {cfg.runtime.launch}' if cfg.runtime.launch else ''})",
               highlight=False,
               soft_wrap=True)
+    for line in noisy_gates(cfg, len(data.test)):
+        out.print(f"note: {line}", highlight=False, soft_wrap=True)
 
 
 def _validate_search(config: Path) -> None:

@@ -11,6 +11,7 @@ from edgepress.data.dataset import DataSplits, TextSet, hold_out, split_examples
 from edgepress.data.movie import ID2LABEL, load_movie_snippets
 from edgepress.data.sources import RawSource, read_source
 from edgepress.errors import DataError
+from edgepress.files import missing
 
 SHOWN = 5  # rows named in an error message
 
@@ -174,8 +175,8 @@ def read_unlabeled(cfg: DataConfig, id2label: dict[int, str], held: set[str]) ->
 
     path = Path(cfg.unlabeled).expanduser()
     if not path.exists():
-        raise DataError(f"data.unlabeled {cfg.unlabeled} does not exist. Fix: the path of a .txt, .csv or .jsonl "
-                        f"file of texts")
+        raise DataError(f"data.unlabeled {missing(cfg.unlabeled)}. Fix: the path of a .txt, .csv or .jsonl file "
+                        f"of texts")
     if not path.is_file() or path.suffix not in (".txt", ".csv", ".jsonl"):
         raise DataError(f"data.unlabeled {cfg.unlabeled} is not a .txt, .csv or .jsonl file. Fix: a .txt file with "
                         f"one text per line, or a .csv / .jsonl file with a '{cfg.text_column}' column")
@@ -207,7 +208,8 @@ def _fidelity_set(name: str, path: str, cfg: DataConfig, id2label: dict[int, str
 
     where, file = f"data.fidelity_sets.{name} ({path})", Path(path).expanduser()
     if not file.exists():
-        raise DataError(f"{where} does not exist. Fix: the path of a .txt, .csv or .jsonl file of texts")
+        raise DataError(f"data.fidelity_sets.{name}: {missing(path)}. Fix: the path of a .txt, .csv or .jsonl file "
+                        f"of texts")
     if not file.is_file() or file.suffix not in (".txt", ".csv", ".jsonl"):
         raise DataError(f"{where} is not a .txt, .csv or .jsonl file. Fix: a .txt file with one text per line, or a "
                         f".csv / .jsonl file with a '{cfg.text_column}' column (and '{cfg.label_column}' for labels)")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgepress.errors import DataError
+from edgepress.files import missing
 
 SPLIT_ALIASES = {"train": ("train",), "validation": ("validation", "valid", "dev"), "test": ("test",)}
 UNLABELED = ("unsupervised", "unlabeled", "unlabelled")  # splits without labels (IMDB's unsupervised: labels -1)
@@ -133,7 +134,7 @@ def read_source(source: str, label_column: str) -> RawSource:
     """The records of a user data source, per split when the source has its own splits."""
     path = Path(source).expanduser()
     if not path.exists():
-        raise DataError(f"data source {source} does not exist. {FIX_SOURCE}")
+        raise DataError(f"data source {missing(source)}. {FIX_SOURCE}")
     if path.is_file():
         if path.suffix not in FILE_KINDS:
             raise DataError(f"data source {source} is a {path.suffix or 'suffix-less'} file. {FIX_SOURCE}")

@@ -7,7 +7,7 @@ from pathlib import Path
 from edgepress.cache import cache_dir, cache_lock
 from edgepress.data import DataConfig, DataSplits, load_data
 from edgepress.errors import ModelError
-from edgepress.files import atomic_dir, listed_files, read_json, write_json
+from edgepress.files import atomic_dir, listed_files, missing, read_json, write_json
 from edgepress.logs import step
 from edgepress.models.train import TrainConfig, TrainResult, train_classifier
 
@@ -84,5 +84,5 @@ def resolve_model(spec: str) -> Path:
                          f"to a Hugging Face model dir")
     path = Path(spec).expanduser()
     if not path.exists():
-        raise ModelError(f"{spec} does not exist. Fix: check the path (a Hugging Face model dir, or {TEACHER})")
+        raise ModelError(f"{missing(spec)}. Fix: check the path (a Hugging Face model dir, or {TEACHER})")
     return path
