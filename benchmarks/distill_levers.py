@@ -1,16 +1,22 @@
 """What each distillation lever buys the demo's 3-layer student (issue 27): transfer data (perturbed copies of the
 train texts, `augment`, labelled by the teacher's soft logits), alpha, epochs, depth. Every variant is the demo's
 distill stage (3 layers from teacher layers 0/2/4, hinton, 4 epochs, lr 1e-4, T 2, alpha 0.5, max length 128) with
-one thing changed (`layers4-augment2`: two). Each student is measured in torch fp32 (quantization is not the
-question here) on the validation split (what a search selects on), the test split, the test split with typos and
-the demo archive's three other registers (`edgepress.data.fidelity`): accuracy, and agreement with the teacher's
-labels; against `plain`, the paired 95% CIs of the differences on the same texts.
+one thing changed (`layers4-augment2`: two). The `chain` variants run the demo's whole training chain, distill then
+heads (keep 0.5) and ffn (keep 0.25), each recovered by a 4-epoch distillation fine-tune, with one lever changed:
+`teacher`, recoveries that learn the teacher's logits rather than their input's; augment in every stage; a milder
+ffn; another seed. Each model is measured in torch fp32 (quantization is not the question here) on the validation
+split (what a search selects on), the test split, the test split with typos and the demo archive's three other
+registers (`edgepress.data.fidelity`): accuracy, and agreement with the teacher's labels; against `plain` (or
+`chain`), the paired 95% CIs of the differences on the same texts.
 
     .venv/bin/python benchmarks/distill_levers.py [--variants augment2 plain ...] [--out FILE]
+    .venv/bin/python benchmarks/distill_levers.py --merge A.json B.json   # runs made in parallel, into --out
 
-A plain student takes 6–11 min on 2 cores; transfer data multiplies the steps by (1 + copies per text). Results
-are written after each variant to benchmarks/results/distill_levers.json (an interrupted run keeps what finished; a
-re-run skips the variants already there), each with the CPU it trained on.
+A plain student takes 6–11 min on 2 cores, the chain about 15; transfer data multiplies the steps by (1 + copies
+per text). On a CUDA GPU training and prediction run there (80–280 s a chain variant on an H100). Results are
+written after each variant to benchmarks/results/distill_levers.json (an interrupted run keeps what finished; a
+re-run skips the variants already there), each with the device it trained on; a file measured against a teacher
+whose labels differ on any text is refused.
 """
 
 import argparse
@@ -21,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from edgepress.compress.distill import DistillConfig, distill
+from edgepress.compress.structured import FfnConfig, HeadsConfig, ffn, heads
 from edgepress.data import DataConfig, load_data
 from edgepress.data.fidelity import demo_registers, with_typos
 from edgepress.data.metrics import accuracy_drop_ci95
@@ -43,7 +50,21 @@ VARIANTS = {
     "epochs8": {"epochs": 8},
     "layers4": {"student_layers": 4},
     "layers4-augment2": {"student_layers": 4, "augment": {"factor": 2}},
+    # the demo's whole training chain: distill, then heads (keep 0.5) and ffn (keep 0.25), each recovered by a
+    # 4-epoch distillation fine-tune; measured after ffn, against `chain`
+    "chain": {"then": {}},
+    "chain-augment2": {"augment": {"factor": 2}, "then": {"augment": {"factor": 2}}},
+    "chain-teacher": {"then": {"teacher": True}},
+    "chain-teacher-augment2": {"augment": {"factor": 2}, "then": {"teacher": True, "augment": {"factor": 2}}},
+    "chain-ffn0.5": {"then": {}, "ffn_keep": 0.5},
+    "chain-teacher-ffn0.5": {"then": {"teacher": True}, "ffn_keep": 0.5},
+    "chain-teacher-augment4": {"augment": {"factor": 4}, "then": {"teacher": True, "augment": {"factor": 4}}},
+    # the same recipes trained from another seed: how far one draw moves the figures
+    "chain-seed1": {"seed": 1, "then": {"seed": 1}},
+    "chain-teacher-augment2-seed1": {"seed": 1, "augment": {"factor": 2},
+                                     "then": {"seed": 1, "teacher": True, "augment": {"factor": 2}}},
 }
+CHAIN = (("heads", 0.5), ("ffn", 0.25))  # the demo's structured stages and what they keep
 REGISTER_SIZE = 500  # as benchmarks/compare.py
 
 
@@ -55,20 +76,46 @@ def fidelity_sets(data) -> dict[str, dict]:
 
 
 def predictions(model_dir: Path, sets: dict) -> dict[str, list[int]]:
+    import torch
+
     model, tokenizer = load_classifier(model_dir)
+    model.to("cuda" if torch.cuda.is_available() else "cpu")
     return {name: predict_logits(model, tokenizer, s["texts"], DEMO["max_length"]).argmax(-1).tolist()
             for name, s in sets.items()}
 
 
-def run_one(teacher: Path, data, sets: dict, changes: dict) -> dict:
+def run_one(teacher: Path, data, sets: dict, variant: dict) -> dict:
+    """The variant's student (and with `then`, the chain's heads and ffn stages after it, `teacher: true` recovering
+    from the teacher's logits instead of the stage input's), measured after its last stage."""
+    changes = {k: v for k, v in variant.items() if k not in ("then", "ffn_keep")}
     cfg = DistillConfig(**{**DEMO, **changes})
     with tempfile.TemporaryDirectory() as tmp:
         details = distill(teacher, Path(tmp) / "student", data, cfg)
-        preds = predictions(Path(tmp) / "student", sets)
-    return {"changes": changes, "config": cfg.model_dump(mode="json"), "predictions": preds,
-            "cpu": cpu_model(),  # a variant added later may train on another machine
-            **{k: details[k] for k in ("val_accuracy", "best_epoch", "history", "train_seconds",
-                                       "transfer_examples")}}
+        last, stages = Path(tmp) / "student", []
+        if "then" in variant:
+            then = {**variant["then"], **({"teacher": teacher} if variant["then"].get("teacher") else {})}
+            for method, keep in CHAIN:
+                keep = variant.get("ffn_keep", keep) if method == "ffn" else keep
+                made = (heads if method == "heads" else ffn)(
+                    last, Path(tmp) / method, data, (HeadsConfig if method == "heads" else FfnConfig)(
+                        keep=keep, epochs=DEMO["epochs"], max_length=DEMO["max_length"], **then))
+                stages.append({"method": method, "keep": keep, "val_accuracy": made["val_accuracy"],
+                               "train_seconds": made["train_seconds"]})
+                last = Path(tmp) / method
+        preds = predictions(last, sets)
+    return {"changes": variant, "config": cfg.model_dump(mode="json"), "predictions": preds,
+            "device": _device(),  # a variant added later may train on another machine
+            **{k: details[k] for k in ("best_epoch", "history", "transfer_examples")},
+            "val_accuracy": stages[-1]["val_accuracy"] if stages else details["val_accuracy"],
+            "train_seconds": details["train_seconds"] + sum(s["train_seconds"] for s in stages),
+            **({"distill_val_accuracy": details["val_accuracy"], "stages": stages} if stages else {})}
+
+
+def _device() -> str:
+    """What trained: the GPU's name where training ran on one, else the CPU's."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else cpu_model()
 
 
 def _gain(reference, base, new) -> list[float]:
@@ -86,13 +133,15 @@ def summary(runs: dict, teacher: dict, sets: dict) -> dict:
             p, t, labels = np.asarray(run["predictions"][s]), np.asarray(teacher[s]), truth["labels"]
             row = {"accuracy": float(np.mean(p == labels)), "teacher_accuracy": float(np.mean(t == labels)),
                    "agreement": float(np.mean(p == t))}
-            if "plain" in runs and name != "plain":
-                base = runs["plain"]["predictions"][s]
+            reference = "chain" if "then" in run["changes"] else "plain"
+            if reference in runs and name != reference:
+                base = runs[reference]["predictions"][s]
                 row["agreement_gain_ci95"] = _gain(t, base, p)
                 row["accuracy_gain_ci95"] = _gain(labels, base, p)
             rows[s] = row
         out[name] = {"sets": rows, "val_accuracy": run["val_accuracy"], "train_seconds": run["train_seconds"],
-                     "cpu": run["cpu"], "transfer_examples": run["transfer_examples"]}
+                     "device": run.get("device", run.get("cpu")), "transfer_examples": run["transfer_examples"],
+                     **({"stages": run["stages"]} if "stages" in run else {})}
     return out
 
 
@@ -101,7 +150,11 @@ def main() -> None:
     parser.add_argument("--model", default="demo:minilm-movie")
     parser.add_argument("--variants", nargs="+", default=["augment2", "plain"], choices=list(VARIANTS))
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--merge", type=Path, nargs="+", help="add the runs of these result files (written by "
+                        "parallel runs against the same teacher) to --out, and rewrite its summary")
     args = parser.parse_args()
+    if args.merge:
+        return merge(args.out, args.merge)
     teacher_dir = resolve_model(args.model)
     data = load_data(DataConfig(), label2id_of(teacher_dir))
     sets = fidelity_sets(data)
@@ -117,10 +170,22 @@ def main() -> None:
             write_json(args.out, {"model": args.model, "environment": environment(threads=2), "base": DEMO,
                                   "sizes": {s: len(v["texts"]) for s, v in sets.items()},
                                   "summary": summary(runs, teacher, sets), "runs": runs,
-                                  "teacher_predictions": teacher})
+                                  "teacher_predictions": teacher,
+                                  "labels": {s: np.asarray(v["labels"]).tolist() for s, v in sets.items()}})
         row = summary(runs, teacher, sets)[name]
         print(name, f"val {row['val_accuracy']:.4f}", f"{row['train_seconds']:.0f} s",
               *(f"{s} acc {r['accuracy']:.4f} agree {r['agreement']:.4f}" for s, r in row["sets"].items()), sep="\n  ")
+
+
+def merge(out: Path, files: list[Path]) -> None:
+    results = [json.loads(f.read_text()) for f in ([out] if out.is_file() else []) + files]
+    teacher = results[0]["teacher_predictions"]
+    if any(r["teacher_predictions"] != teacher for r in results):
+        raise SystemExit("these files measured their variants against different teachers: not comparable")
+    runs = {name: run for r in results for name, run in r["runs"].items()}
+    labels = next(r["labels"] for r in results if "labels" in r)
+    sets = {s: {"labels": np.asarray(v)} for s, v in labels.items()}
+    write_json(out, {**results[0], "summary": summary(runs, teacher, sets), "runs": runs, "labels": labels})
 
 
 if __name__ == "__main__":

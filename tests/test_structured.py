@@ -85,3 +85,48 @@ def test_heads_are_pruned_once(tmp_path, tokenizer, small_data):
     ffn(src, tmp_path / "ffn", small_data, FfnConfig(keep=0.5, epochs=1, importance_batches=2))  # ffn after heads
     model, _ = load_classifier(tmp_path / "ffn")
     assert model.config.intermediate_size == 32 and model.bert.encoder.layer[1].attention.self.query.out_features == 16
+
+
+def test_a_recovery_learns_the_given_teachers_logits(four_heads, tmp_path, small_data, tiny_model_dir, monkeypatch):
+    """`teacher`: the recovery fine-tune's targets are that model's logits, not those of the stage's input."""
+    from edgepress.compress import distill as distill_module
+
+    real, seen = distill_module.kd_training, []
+
+    def spy(src, model, *rest):
+        seen.append((src, model))
+        return real(src, model, *rest)
+
+    monkeypatch.setattr(distill_module, "kd_training", spy)
+    details = heads(four_heads, tmp_path / "out", small_data,
+                    HeadsConfig(keep=0.75, epochs=1, importance_batches=4, teacher=tiny_model_dir))
+    (src, model), = seen
+    teacher, _ = load_classifier(tiny_model_dir)
+    assert src == tiny_model_dir and details["recovered_from"] == str(tiny_model_dir)
+    assert model.config.num_attention_heads == 2  # the teacher's, not the 4-head student's
+    assert torch.equal(model.classifier.weight, teacher.classifier.weight)
+    heads(four_heads, tmp_path / "own", small_data, HeadsConfig(keep=0.75, epochs=1, importance_batches=4))
+    assert seen[1][0] == four_heads
+
+
+def test_teacher_baseline_is_the_runs_baseline(tmp_path, tiny_model_dir, movie_data):
+    import yaml
+
+    from edgepress.pipeline import runner
+    from edgepress.pipeline.config import load_config
+    from tests.test_data import write_csv
+
+    rows = [{"text": t, "label": movie_data.id2label[int(y)]} for t, y in
+            zip(movie_data.train.texts[:400], movie_data.train.labels[:400], strict=True)]
+
+    stages = [{"name": "distill", "method": "distill", "params": {"student_layers": 1, "epochs": 1}},
+              {"name": "ffn", "method": "ffn",
+               "params": {"keep": 0.5, "epochs": 1, "importance_batches": 2, "teacher": "baseline"}}]
+    data = {"source": str(write_csv(tmp_path / "d.csv", rows))}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({
+        "model": str(tiny_model_dir), "data": data, "runtime": {"threads": 1, "latency": {"runs": 5}},
+        "stages": stages}))
+    report = runner.run_pipeline(load_config(tmp_path / "p.yaml"), tmp_path / "run")
+    assert report["stages"][1]["details"]["recovered_from"] == str(tiny_model_dir)
+    config = json.loads((tmp_path / "run" / "stages" / "02-ffn" / "config.json").read_text())
+    assert config["params"]["teacher"] == str(tiny_model_dir)

@@ -31,6 +31,10 @@ class _Recovery(TrainConfig, KdLoss):
 
     keep: float = Field(0.5, gt=0, le=1, description="fraction kept in every layer")
     importance_batches: int = Field(32, ge=1, description="train batches the importance is averaged over")
+    teacher: Path | None = Field(None, description="the model dir whose logits the recovery fine-tune learns, or "
+                                 "`baseline`: the run's baseline (the teacher a student was distilled from: its "
+                                 "labels are kept better, at the same training time); none: the stage's input as "
+                                 "it was before pruning")
 
     @field_validator("keep")
     @classmethod
@@ -153,8 +157,10 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
                           f"takes a model with all its heads. Fix: run heads and ffn once each, on the distilled "
                           f"student")
     before = param_counts(model)["params"]
-    # the unpruned model's logits are the distillation targets of the recovery fine-tune
-    recovery, loss = kd_training(src, model, tokenizer, data, cfg)
+    # the unpruned model's logits (or the teacher's) are the distillation targets of the recovery fine-tune
+    teacher = load_classifier(cfg.teacher)[0] if cfg.teacher else model
+    recovery, loss = kd_training(cfg.teacher or src, teacher, tokenizer, data, cfg)
+    del teacher
     scores = _gated_importance(model, tokenizer, data, cfg, what)
     keep = _keep_top(scores, cfg.keep)
     pruned = prune_heads(model, keep) if what == "heads" else {"intermediate_size": prune_ffn(model, keep)}
@@ -163,6 +169,7 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
     log.info("%s: kept %s of every layer, %d -> %d params, validation accuracy %.4f", what, cfg.keep, before,
              param_counts(model)["params"], result.best_val_accuracy)
     return {"pruned": {str(k): v for k, v in pruned.items()}, "importance": scores.round(6).tolist(),
+            "recovered_from": str(cfg.teacher or src),
             "val_accuracy": result.best_val_accuracy, "history": result.history,
             "train_seconds": round(result.seconds, 1)}
 

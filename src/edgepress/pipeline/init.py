@@ -26,6 +26,18 @@ def resolvable_drop(n_test: int) -> float:
     return round(max(0.01, math.ceil(half_width / 0.005) * 0.005), 3)
 
 
+def noisy_gates(cfg, n_test: int) -> list[str]:
+    """A line for every `accuracy.max_drop` (not strict) tighter than `n_test` test texts can resolve: its verdict
+    is as much the split's luck as the model's."""
+    floor = resolvable_drop(n_test)
+    return [f"stage '{stage.name}': accuracy.max_drop {gate.max_drop:g} is inside the noise of {n_test:,} test texts "
+            f"(a drop of up to about {floor:g} is chance as often as not): its verdict can flip with another split. "
+            f"Fix: max_drop {floor:g} or more (what `edgepress init` sets for this split), more test texts, or "
+            f"strict: true to judge the drop's CI"
+            for stage in cfg.stages if (gate := stage.gates.accuracy) is not None and gate.max_drop is not None
+            and not gate.strict and gate.max_drop < floor]
+
+
 def fitting_length(tokenizer, texts: tuple[str, ...], positions: int) -> tuple[int, str]:
     """(max_length: the 95th percentile of the token counts of up to 2,000 texts drawn at random (seeded), rounded
     up to 32, within the model's positions; what to say about it)."""
@@ -49,10 +61,14 @@ def _candidates(depth: int, final_drop: float) -> list[tuple[str, dict]]:
                 {"name": "distill", "method": "distill", "params": {"student_layers": depth // 2, "epochs": 2},
                  "gates": loose})] if depth >= 2 else []
     return [*student,
-            ("half of every layer's attention heads, the least important ones, then a recovery fine-tune",
-             {"name": "heads", "method": "heads", "params": {"keep": 0.5, "epochs": 2}, "gates": loose}),
-            ("half of every layer's FFN neurons, the least important ones, then a recovery fine-tune",
-             {"name": "ffn", "method": "ffn", "params": {"keep": 0.5, "epochs": 2}, "gates": loose}),
+            ("half of every layer's attention heads, the least important ones, then a recovery fine-tune that "
+             "learns your model's outputs",
+             {"name": "heads", "method": "heads", "params": {"keep": 0.5, "epochs": 2, "teacher": "baseline"},
+              "gates": loose}),
+            ("half of every layer's FFN neurons, the least important ones, then a recovery fine-tune that learns "
+             "your model's outputs",
+             {"name": "ffn", "method": "ffn", "params": {"keep": 0.5, "epochs": 2, "teacher": "baseline"},
+              "gates": loose}),
             ("the word-table rows of tokens the train split never uses (no training)",
              {"name": "vocab", "method": "vocab", "gates": loose}),
             ("ONNX, checked against torch", {"name": "export", "method": "export"}),

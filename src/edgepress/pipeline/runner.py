@@ -28,10 +28,11 @@ from edgepress.deploy.targets import resolve_target
 from edgepress.errors import ConfigError, EdgepressError, ExportParityError, GateFailed
 from edgepress.files import tree_sha256, write_json
 from edgepress.interrupt import check as check_interrupt
-from edgepress.logs import duration, readable, summarise_library_messages
+from edgepress.logs import duration, readable, step, summarise_library_messages
 from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, RuntimeConfig, StageConfig, with_target
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.gates import evaluate_gates, gate_name
+from edgepress.pipeline.init import noisy_gates
 from edgepress.pipeline.inputs import check_inputs, local_inputs
 from edgepress.pipeline.latency import onnx_path, side_by_side_speedup
 from edgepress.pipeline.launch import launched
@@ -81,10 +82,12 @@ class RunState:
     meta: dict = field(default_factory=dict)  # run.json: id, start time, config, environment
     cache: StageCache | None = None  # --cache: attempts shared with other runs
 
-    def measure(self, artifact: Path) -> tuple[dict, dict[str, np.ndarray]]:
-        runtime = self.cfg.runtime
-        return measure_scored(artifact, self.data, self.cfg.data.max_length, runtime.providers, runtime.threads,
-                              runtime.latency)
+    def measure(self, artifact: Path, who: str) -> tuple[dict, dict[str, np.ndarray]]:
+        runtime, sets = self.cfg.runtime, [name for name in self.scored if name != "test"]
+        with step(f"{who}: measuring accuracy on {len(self.data.test):,} texts, labels on "
+                  f"{', '.join(sets) or 'no other set'}, latency on {', '.join(runtime.providers)}"):
+            return measure_scored(artifact, self.data, self.cfg.data.max_length, runtime.providers,
+                                  runtime.threads, runtime.latency)
 
     @property
     def scored(self) -> list[str]:
@@ -184,14 +187,16 @@ def _with_parity_limits(params: dict, gate: ParityGate | None, config_type) -> d
 
 def _method_params(state: RunState, stage: StageConfig, params: dict, config_type) -> dict:
     """The params a method runs with: the stage's, `data.max_length` unless the stage sets its own, the torch model
-    the graph came from for a method that reads it (`torch_model`), the runtime's threads and latency shape and the
-    next stage's int8-dynamic params for `optimize`, and the parity gate's limits. (The target's defaults are
-    already in `params`: `_attempt`.)"""
+    the graph came from for a method that reads it (`torch_model`), the baseline's dir for `teacher: baseline`, the
+    runtime's threads and latency shape and the next stage's int8-dynamic params for `optimize`, and the parity
+    gate's limits. (The target's defaults are already in `params`: `_attempt`.)"""
     if "max_length" in config_type.model_fields and "max_length" not in params:
         params = {**params, "max_length": state.cfg.data.max_length}
     if "torch_model" in config_type.model_fields and "torch_model" not in params \
             and params.get("algorithm") in TORCH_ALGORITHMS:
         params = {**params, "torch_model": str(state.torch_source)}
+    if "teacher" in config_type.model_fields and params.get("teacher") == "baseline":
+        params = {**params, "teacher": str(state.baseline_artifact)}
     if "quantized_with" in config_type.model_fields:  # optimize's fusions: auto times what ships
         runtime = state.cfg.runtime
         filled = {"threads": runtime.threads, "latency": runtime.latency.model_dump(), "quantized_with": None,
@@ -289,7 +294,7 @@ def _computed(state: RunState, stage: StageConfig, method: str, cfg, dst: Path
     """(details, metrics, test predictions) of the method run on the stage's input into `dst`, measured (or, with a
     stage cache, an earlier identical attempt's)."""
     def compute() -> tuple[dict, dict, dict[str, np.ndarray]]:
-        return _made(state, stage, method, cfg, dst), *state.measure(dst)
+        return _made(state, stage, method, cfg, dst), *state.measure(dst, f"stage {stage.name}")
 
     return _cached(state, {**state.attempt_key(method, cfg), "scored": state.scored} if state.cache else None, dst,
                    compute, f"stage {stage.name}: {method}")
@@ -385,7 +390,8 @@ def _baseline(state: RunState, model_dir: Path) -> None:
     else:
         state.run.clear_stage(0, "baseline")
         measured = state.measured_key(baseline=True, scored=state.scored) if state.cache else None
-        _, metrics, preds = _cached(state, measured, None, lambda: ({}, *state.measure(model_dir)), "baseline:")
+        _, metrics, preds = _cached(state, measured, None, lambda: ({}, *state.measure(model_dir, "baseline")),
+                                  "baseline:")
         record = {"name": "baseline", "method": "baseline", "status": "passed", "artifact": str(model_dir),
                   "artifact_sha256": state.source_sha256, "kind": "torch", "gates": [], "details": {},
                   "run_id": state.run_id}
@@ -489,6 +495,7 @@ def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_fi
         why = "differ from what it used" if recorded else "were not recorded by it (an earlier edgepress)"
         log.warning("--resume: the data (every split's texts and labels) %s: every stage of the run in %s runs again",
                     why, out)
+    earlier = not resume and (run.root / "run.json").is_file()
     state = RunState(cfg, run, uuid.uuid4().hex[:12], data, data_sha256, resume=resume and same_data,
                      fit_sha256=data.content_sha256(("train", "validation")),
                      target=resolve_target(cfg.runtime.target), cache=stage_cache)
@@ -497,11 +504,16 @@ def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_fi
     except OSError as e:
         raise ConfigError(f"--out {out} cannot be written: {e}. Fix: choose a directory you can write") from None
     handler = attach_log(run.root)
+    if earlier:
+        log.info("%s held an earlier run: every stage runs again (--resume reuses the stages whose config, input "
+                 "and data are unchanged)", out)
     try:
         _record_run(state, "running")
         run.write_split(data)
         for line in missing_classes(data.class_counts()):
             log.warning("data: %s (the report says so too)", line)
+        for line in noisy_gates(cfg, len(data.test)) if evaluate_on == "test" else ():
+            log.warning("%s", line)
         _baseline(state, model_dir)
         write_report(run)
         failed = _stages(state)

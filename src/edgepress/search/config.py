@@ -199,7 +199,8 @@ def pipeline_for(cfg: SearchConfig, depth: int, point: dict) -> PipelineConfig:
                        "params": {"student_layers": point["layers"], **training, **DISTILL}})
     for name in ("heads", "ffn"):
         if point[f"{name}_keep"] < 1:
-            stages.append({"name": name, "method": name, "params": {"keep": point[f"{name}_keep"], **training}})
+            stages.append({"name": name, "method": name,  # recovered from the teacher: its labels are kept better
+                           "params": {"keep": point[f"{name}_keep"], "teacher": "baseline", **training}})
     if point["vocab"]:
         stages.append({"name": "vocab", "method": "vocab"})
     stages += [dict(s) for s in QUANTIZATIONS[point["quantization"]]]
