@@ -58,6 +58,10 @@ VARIANTS = {
     "chain-teacher-augment2": {"augment": {"factor": 2}, "then": {"teacher": True, "augment": {"factor": 2}}},
     "chain-ffn0.5": {"then": {}, "ffn_keep": 0.5},
     "chain-teacher-ffn0.5": {"then": {"teacher": True}, "ffn_keep": 0.5},
+    "chain-teacher-epochs8": {"epochs": 8, "then": {"teacher": True, "epochs": 8}},
+    "chain-teacher-layers4": {"student_layers": 4, "then": {"teacher": True}},
+    "chain-teacher-layers4-augment2": {"student_layers": 4, "augment": {"factor": 2},
+                                       "then": {"teacher": True, "augment": {"factor": 2}}},
     "chain-teacher-augment4": {"augment": {"factor": 4}, "then": {"teacher": True, "augment": {"factor": 4}}},
     # the same recipes trained from another seed: how far one draw moves the figures
     "chain-seed1": {"seed": 1, "then": {"seed": 1}},
@@ -96,9 +100,9 @@ def run_one(teacher: Path, data, sets: dict, variant: dict) -> dict:
             then = {**variant["then"], **({"teacher": teacher} if variant["then"].get("teacher") else {})}
             for method, keep in CHAIN:
                 keep = variant.get("ffn_keep", keep) if method == "ffn" else keep
+                params = {"keep": keep, "epochs": DEMO["epochs"], "max_length": DEMO["max_length"], **then}
                 made = (heads if method == "heads" else ffn)(
-                    last, Path(tmp) / method, data, (HeadsConfig if method == "heads" else FfnConfig)(
-                        keep=keep, epochs=DEMO["epochs"], max_length=DEMO["max_length"], **then))
+                    last, Path(tmp) / method, data, (HeadsConfig if method == "heads" else FfnConfig)(**params))
                 stages.append({"method": method, "keep": keep, "val_accuracy": made["val_accuracy"],
                                "train_seconds": made["train_seconds"]})
                 last = Path(tmp) / method
