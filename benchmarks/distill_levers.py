@@ -62,6 +62,9 @@ VARIANTS = {
     "chain-teacher-layers4": {"student_layers": 4, "then": {"teacher": True}},
     "chain-teacher-layers4-augment2": {"student_layers": 4, "augment": {"factor": 2},
                                        "then": {"teacher": True, "augment": {"factor": 2}}},
+    **{f"chain-teacher-augment2-{m}": {"augment": {"factor": 2, "methods": [m]},
+                                       "then": {"teacher": True, "augment": {"factor": 2, "methods": [m]}}}
+       for m in ("mask", "neighbours", "ngram")},
     "chain-teacher-augment4": {"augment": {"factor": 4}, "then": {"teacher": True, "augment": {"factor": 4}}},
     # the same recipes trained from another seed: how far one draw moves the figures
     "chain-seed1": {"seed": 1, "then": {"seed": 1}},
