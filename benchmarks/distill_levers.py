@@ -158,7 +158,8 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["augment2", "plain"], choices=list(VARIANTS))
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--merge", type=Path, nargs="+", help="add the runs of these result files (written by "
-                        "parallel runs against the same teacher) to --out, and rewrite its summary")
+                        "parallel runs against the same teacher) to --out, and rewrite its summary; a variant in "
+                        "several files: the last file's run")
     args = parser.parse_args()
     if args.merge:
         return merge(args.out, args.merge)
@@ -168,8 +169,9 @@ def main() -> None:
     saved = json.loads(args.out.read_text()) if args.out.is_file() else {}
     teacher = predictions(teacher_dir, sets)
     if saved and saved.get("teacher_predictions") != teacher:  # a rebuilt teacher that differs: not comparable
-        raise SystemExit(f"the teacher's predictions differ from those in {args.out}: its variants were measured "
-                         "against another teacher. Fix: --out a new file, or move the old one away")
+        raise SystemExit(f"the teacher's predictions differ from those in {args.out} (another teacher, or the same on "
+                         "another device labelling a borderline text otherwise): its variants are not comparable. "
+                         "Fix: --out a new file, or move the old one away")
     runs = saved.get("runs", {})
     for name in args.variants:
         if name not in runs:
@@ -188,9 +190,13 @@ def merge(out: Path, files: list[Path]) -> None:
     results = [json.loads(f.read_text()) for f in ([out] if out.is_file() else []) + files]
     teacher = results[0]["teacher_predictions"]
     if any(r["teacher_predictions"] != teacher for r in results):
-        raise SystemExit("these files measured their variants against different teachers: not comparable")
+        raise SystemExit("these files measured their variants against teachers that label some text differently "
+                         "(another teacher, or another device): not comparable")
     runs = {name: run for r in results for name, run in r["runs"].items()}
-    labels = next(r["labels"] for r in results if "labels" in r)
+    labels = next((r["labels"] for r in results if "labels" in r), None)
+    if labels is None:
+        raise SystemExit("none of these files records the sets' labels (written before --merge existed): re-run one "
+                         "variant into a new file and merge with it")
     sets = {s: {"labels": np.asarray(v)} for s, v in labels.items()}
     write_json(out, {**results[0], "summary": summary(runs, teacher, sets), "runs": runs, "labels": labels})
 

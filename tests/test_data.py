@@ -211,8 +211,7 @@ def test_the_content_digest_changes_with_any_text_or_label(movie_data):
 def test_missing_file_names_the_fix_and_where_a_relative_path_was_looked_for(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DataError, match=r"data source nowhere\.csv does not exist in .* \(a relative path is read "
-                                        r"from the directory edgepress runs in, not from the config's\)\. Fix: give a "
-                                        r"\.csv or \.jsonl"):
+                                        r"from the directory edgepress runs in\)\. Fix: give a \.csv or \.jsonl"):
         load_data(DataConfig(source="nowhere.csv"))
     with pytest.raises(DataError, match=r"data source /nowhere\.csv does not exist\. Fix"):
         load_data(DataConfig(source="/nowhere.csv"))

@@ -109,6 +109,35 @@ def test_a_recovery_learns_the_given_teachers_logits(four_heads, tmp_path, small
     assert seen[1][0] == four_heads
 
 
+def test_after_vocab_pruning_the_teacher_reads_the_texts_with_its_own_tokenizer(four_heads, tmp_path, small_data,
+                                                                                  monkeypatch):
+    from edgepress.compress import distill as distill_module
+    from edgepress.compress.vocab import vocab_prune
+
+    vocab_prune(four_heads, tmp_path / "small", small_data)
+    real, seen = distill_module.kd_training, []
+    monkeypatch.setattr(distill_module, "kd_training",
+                        lambda src, model, words, *rest: seen.append(words) or real(src, model, words, *rest))
+    heads(tmp_path / "small", tmp_path / "out", small_data,
+          HeadsConfig(keep=0.75, epochs=1, importance_batches=4, teacher=four_heads))
+    student_words, teacher_words = load_classifier(tmp_path / "small")[1], load_classifier(four_heads)[1]
+    assert len(student_words) < len(teacher_words) == len(seen[0])  # renumbered ids would be other words
+
+
+def test_a_teacher_that_is_missing_or_names_other_labels_is_refused_before_running(four_heads, tmp_path, tokenizer):
+    from edgepress.compress.structured import check_structured
+
+    model, _ = load_classifier(four_heads)
+    check_structured(model, tokenizer, HeadsConfig(teacher="baseline"))  # filled in by the runner
+    with pytest.raises(ConfigError, match=r"teacher .*nope does not exist\. Fix: the model dir the student was"):
+        check_structured(model, tokenizer, HeadsConfig(teacher=tmp_path / "nope"))
+    swapped = tiny_bert(tokenizer)
+    swapped.config.id2label, swapped.config.label2id = {0: "positive", 1: "negative"}, {"positive": 0, "negative": 1}
+    save(swapped, tokenizer, tmp_path / "swapped")
+    with pytest.raises(ConfigError, match="its logits would teach the wrong classes"):
+        check_structured(model, tokenizer, FfnConfig(teacher=tmp_path / "swapped"))
+
+
 def test_teacher_baseline_is_the_runs_baseline(tmp_path, tiny_model_dir, movie_data):
     import yaml
 

@@ -535,8 +535,8 @@ def test_validate_says_when_an_accuracy_gate_is_inside_the_test_splits_noise(tmp
               {"name": "int8", "method": "int8-dynamic", "gates": {"accuracy": {"max_drop": 0.02}}}]
     result = invoke("validate", write_config(tmp_path / "p.yaml", tiny_model_dir, stages))
     assert result.exit_code == 0
-    assert ("note: stage 'export': accuracy.max_drop 0.01 is inside the noise of 1,057 test texts (a drop of up to "
-            "about 0.02 is chance as often as not)") in result.output
+    assert ("note: stage 'export': accuracy.max_drop 0.01 is inside the noise of 1,057 test texts (there the "
+            "paired 95% CI of a drop spans about ±0.02: a smaller drop cannot be told from chance)") in result.output
     assert "'fuse'" not in result.output and "'int8'" not in result.output  # judged on its CI; wide enough
 
 
@@ -611,6 +611,20 @@ def test_a_speedup_gate_times_the_stage_beside_the_baseline(monkeypatch, tmp_pat
     assert paired["baseline_p50_ms"] < busy / 100 and paired["rounds"] == 3
     assert busy / report["stages"][-1]["metrics"]["latency"]["cpu"]["p50_ms"] > 1000  # what the gate judged before
     assert "timed side by side: baseline" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_a_resumed_stage_is_timed_again_for_its_speedup_gate(monkeypatch, earlier, tmp_path, tiny_model_dir):
+    """--resume reuses a stage only if its speedup, timed again beside the baseline now, still passes: the earlier
+    run's figures (here: timed apart) are not the verdict."""
+    slower = {"speedup": 0.5, "baseline_p50_ms": 1.0, "p50_ms": 2.0, "rounds": 3}
+    monkeypatch.setattr(runner, "side_by_side_speedup", lambda *args: slower)
+    stages = [*STAGES[:2], {**STAGES[2], "gates": {"latency": {"min_speedup": 1.0}}}]
+    with pytest.raises(GateFailed, match=r"latency.min_speedup 0.5 vs limit 1"):
+        runner.run_pipeline(load_config(write_config(tmp_path / "p.yaml", tiny_model_dir, stages)), earlier,
+                             resume=True)
+    report = json.loads((earlier / "report.json").read_text())
+    assert [bool(s.get("reused_from")) for s in report["stages"]] == [True, True, False]
+    assert report["stages"][-1]["gates"][0]["side_by_side"] == slower
 
 
 # --- a run killed mid-stage resumes to the same result -----------------------------------------------------------

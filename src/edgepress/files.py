@@ -18,10 +18,10 @@ def _umask() -> int:
 
 
 def missing(path: str | Path) -> str:
-    """'X does not exist', and for a relative path where it was looked for: paths in a config are read from the
-    directory edgepress runs in, not from the config's own."""
+    """'X does not exist', and for a relative path where it was looked for: paths (a config's too) are read from
+    the directory edgepress runs in, not from the config's own."""
     where = "" if Path(path).expanduser().is_absolute() else f" in {Path.cwd()} (a relative path is read from the " \
-        "directory edgepress runs in, not from the config's)"
+        "directory edgepress runs in)"
     return f"{path} does not exist{where}"
 
 

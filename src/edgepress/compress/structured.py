@@ -63,9 +63,27 @@ def _bert_layers(model):
     return layers
 
 
+BASELINE = "baseline"  # `teacher: baseline`: the runner puts the run's baseline dir in its place
+
+
 def check_structured(model, tokenizer, cfg: _Recovery) -> None:
-    """The pre-run check of `heads` and `ffn`: the model's layers are ones they can prune."""
+    """The pre-run check of `heads` and `ffn`: the model's layers are ones they can prune, and a `teacher` dir
+    exists and names the model's labels with the same ids (its logits are the recovery's targets, position by
+    position)."""
     _bert_layers(model)
+    if cfg.teacher is None or str(cfg.teacher) == BASELINE:
+        return
+    from edgepress.files import missing
+    from edgepress.models.loading import label2id_of
+
+    if not cfg.teacher.exists():
+        raise ConfigError(f"teacher {missing(cfg.teacher)}. Fix: the model dir the student was distilled from, or "
+                          f"teacher: baseline (the run's model)")
+    labels = label2id_of(cfg.teacher)
+    if labels != dict(model.config.label2id):
+        raise ConfigError(f"teacher {cfg.teacher} names its labels {labels}, the model {dict(model.config.label2id)}:"
+                          f" its logits would teach the wrong classes. Fix: a teacher with the model's labels, or "
+                          f"teacher: baseline")
 
 
 def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str) -> Iterator[np.ndarray]:
@@ -158,9 +176,10 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
                           f"student")
     before = param_counts(model)["params"]
     # the unpruned model's logits (or the teacher's) are the distillation targets of the recovery fine-tune
-    teacher = load_classifier(cfg.teacher)[0] if cfg.teacher else model
-    recovery, loss = kd_training(cfg.teacher or src, teacher, tokenizer, data, cfg)
-    del teacher
+    # (with its own tokenizer: a vocab stage before this one renumbered the student's tokens, not the teacher's)
+    teacher, words = load_classifier(cfg.teacher) if cfg.teacher else (model, tokenizer)
+    recovery, loss = kd_training(cfg.teacher or src, teacher, words, data, cfg)
+    del teacher, words
     scores = _gated_importance(model, tokenizer, data, cfg, what)
     keep = _keep_top(scores, cfg.keep)
     pruned = prune_heads(model, keep) if what == "heads" else {"intermediate_size": prune_ffn(model, keep)}

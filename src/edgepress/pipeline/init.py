@@ -31,7 +31,8 @@ def noisy_gates(cfg, n_test: int) -> list[str]:
     is as much the split's luck as the model's."""
     floor = resolvable_drop(n_test)
     return [f"stage '{stage.name}': accuracy.max_drop {gate.max_drop:g} is inside the noise of {n_test:,} test texts "
-            f"(a drop of up to about {floor:g} is chance as often as not): its verdict can flip with another split. "
+            f"(there the paired 95% CI of a drop spans about ±{floor:g}: a smaller drop cannot be told from chance): "
+            f"its verdict can flip with another split. "
             f"Fix: max_drop {floor:g} or more (what `edgepress init` sets for this split), more test texts, or "
             f"strict: true to judge the drop's CI"
             for stage in cfg.stages if (gate := stage.gates.accuracy) is not None and gate.max_drop is not None

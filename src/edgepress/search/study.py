@@ -702,7 +702,7 @@ def finish(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict)
     write_text(out / "best.yaml", header + yaml.safe_dump(body, sort_keys=False))
     missed = None
     try:
-        run_pipeline(pipeline, out / "best", cache=out / "cache", config_file=out / "best.yaml")
+        run_pipeline(pipeline, out / "best", cache=out / "cache", config_file=out / "best.yaml", noise_note=False)
     except GateFailed as e:  # passed on validation, not on test: the verdict is the test split's
         missed = str(e)
     final = read_json(out / "best" / "report.json")["stages"][-1]["metrics"]
