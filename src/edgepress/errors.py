@@ -1,12 +1,23 @@
 """The typed errors of edgepress. Each carries the exit code the CLI returns for it (`exit_code`).
 
 The base and the errors a device can meet (bad config value, data, model, provider) live in the torch-free
-predictor, which every bundle carries as its own `predict.py`; they are the same classes here."""
+predictor, which every bundle carries as its own `predict.py`; they are the same classes here. `missing` words
+the message for a path that is not there."""
+
+from pathlib import Path
 
 from edgepress.runtime.predictor import ConfigError, DataError, EdgepressError, ModelError, ProviderUnavailable
 
 __all__ = ["ConfigError", "DataError", "EdgepressError", "ExportParityError", "GateFailed", "ModelError",
-           "ProviderUnavailable"]
+           "ProviderUnavailable", "missing"]
+
+
+def missing(path: str | Path) -> str:
+    """'X does not exist', and for a relative path where it was looked for: paths (a config's too) are read from
+    the directory edgepress runs in, not from the config's own."""
+    where = "" if Path(path).expanduser().is_absolute() else f" in {Path.cwd()} (a relative path is read from the " \
+        "directory edgepress runs in)"
+    return f"{path} does not exist{where}"
 
 
 class ExportParityError(EdgepressError):

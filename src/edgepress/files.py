@@ -17,14 +17,6 @@ def _umask() -> int:
     return mask
 
 
-def missing(path: str | Path) -> str:
-    """'X does not exist', and for a relative path where it was looked for: paths (a config's too) are read from
-    the directory edgepress runs in, not from the config's own."""
-    where = "" if Path(path).expanduser().is_absolute() else f" in {Path.cwd()} (a relative path is read from the " \
-        "directory edgepress runs in)"
-    return f"{path} does not exist{where}"
-
-
 def write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path` through a temp file in the same directory, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)

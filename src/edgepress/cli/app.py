@@ -202,7 +202,7 @@ def validate(config: Annotated[Path, typer.Argument(help="Pipeline or search YAM
     loads and fits the model's labels, and each provider asked for runs here. A search config: the same, for every
     point of its space. Exit 2 at the first problem."""
     from edgepress.pipeline.config import is_search, load_config, read_yaml
-    from edgepress.pipeline.init import noisy_gates
+    from edgepress.pipeline.gates import noisy_gates
     from edgepress.pipeline.inputs import check_inputs
 
     if is_search(_call(read_yaml, config)):

@@ -18,7 +18,7 @@ from pydantic import Field, field_validator
 
 from edgepress.compress.distill import KdLoss
 from edgepress.data import DataSplits
-from edgepress.errors import ConfigError
+from edgepress.errors import ConfigError, missing
 from edgepress.models.heads import encoder_layers, remove_heads
 from edgepress.models.train import TrainConfig
 
@@ -73,7 +73,6 @@ def check_structured(model, tokenizer, cfg: _Recovery) -> None:
     _bert_layers(model)
     if cfg.teacher is None or str(cfg.teacher) == BASELINE:
         return
-    from edgepress.files import missing
     from edgepress.models.loading import label2id_of
 
     if not cfg.teacher.exists():

@@ -10,8 +10,7 @@ from edgepress.data.config import DEMO_SOURCE, DataConfig
 from edgepress.data.dataset import DataSplits, TextSet, hold_out, split_examples, text_key
 from edgepress.data.movie import ID2LABEL, load_movie_snippets
 from edgepress.data.sources import RawSource, read_source
-from edgepress.errors import DataError
-from edgepress.files import missing
+from edgepress.errors import DataError, missing
 
 SHOWN = 5  # rows named in an error message
 

@@ -5,8 +5,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgepress.errors import DataError
-from edgepress.files import missing
+from edgepress.errors import DataError, missing
 
 SPLIT_ALIASES = {"train": ("train",), "validation": ("validation", "valid", "dev"), "test": ("test",)}
 UNLABELED = ("unsupervised", "unlabeled", "unlabelled")  # splits without labels (IMDB's unsupervised: labels -1)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from edgepress.cache import cache_dir, cache_lock
 from edgepress.data import DataConfig, DataSplits, load_data
-from edgepress.errors import ModelError
-from edgepress.files import atomic_dir, listed_files, missing, read_json, write_json
+from edgepress.errors import ModelError, missing
+from edgepress.files import atomic_dir, listed_files, read_json, write_json
 from edgepress.logs import step
 from edgepress.models.train import TrainConfig, TrainResult, train_classifier
 

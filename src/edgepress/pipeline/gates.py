@@ -3,7 +3,31 @@
 beyond its limit, in the limit's direction (<= 0: within; None: not measured), what a search ranks missed
 constraints by."""
 
+import math
+
 from edgepress.pipeline.config import Gates
+
+DISAGREEMENT = 0.1  # a compressed model's labels differ from its teacher's on about this share (the demo: 0.12)
+
+
+def resolvable_drop(n_test: int) -> float:
+    """The smallest `max_drop` (in steps of half a point, at least one point) outside the noise of `n_test` test
+    examples: the half-width of the paired drop's 95% CI when `DISAGREEMENT` of the labels differ."""
+    half_width = 1.96 * math.sqrt(DISAGREEMENT / n_test)
+    return round(max(0.01, math.ceil(half_width / 0.005) * 0.005), 3)
+
+
+def noisy_gates(cfg, n_test: int) -> list[str]:
+    """A line for every `accuracy.max_drop` (not strict) tighter than `n_test` test texts can resolve: its verdict
+    is as much the split's luck as the model's."""
+    floor = resolvable_drop(n_test)
+    return [f"stage '{stage.name}': accuracy.max_drop {gate.max_drop:g} is inside the noise of {n_test:,} test texts "
+            f"(there the paired 95% CI of a drop spans about ±{floor:g}: a smaller drop cannot be told from chance): "
+            f"its verdict can flip with another split. "
+            f"Fix: max_drop {floor:g} or more (what `edgepress init` sets for this split), more test texts, or "
+            f"strict: true to judge the drop's CI"
+            for stage in cfg.stages if (gate := stage.gates.accuracy) is not None and gate.max_drop is not None
+            and not gate.strict and gate.max_drop < floor]
 
 
 def _check(kind: str, rule: str, limit: float, value: float | None, ok_when_below: bool) -> dict:
@@ -37,13 +61,18 @@ def _min_agreement(limit: float, strict: bool, metrics: dict, on: str) -> dict:
             "point_estimate": figures.get("agreement")}
 
 
-def _min_speedup(limit: float, now: dict | None, base: dict | None) -> dict:
-    """Baseline p50 / stage p50 as the two were timed side by side when the stage was measured (`side_by_side`, the
-    timings beside the value); a record from before that existed: each p50 as its stage timed it."""
+def speedup_of(now: dict | None, base: dict | None) -> float | None:
+    """Baseline p50 / stage p50 of two cpu latency entries: as the two were timed side by side for a speedup gate
+    (`side_by_side`), else each p50 as its stage timed it; None where either was not timed."""
     if now and "side_by_side" in now:
-        paired = now["side_by_side"]
-        return {**_check("latency", "min_speedup", limit, paired["speedup"], False), "side_by_side": paired}
-    return _check("latency", "min_speedup", limit, base["p50_ms"] / now["p50_ms"] if now and base else None, False)
+        return now["side_by_side"]["speedup"]
+    return base["p50_ms"] / now["p50_ms"] if now and base else None
+
+
+def _min_speedup(limit: float, now: dict | None, base: dict | None) -> dict:
+    """The speedup gate (`speedup_of`), with the side-by-side timings beside the value when there are any."""
+    paired = {"side_by_side": now["side_by_side"]} if now and "side_by_side" in now else {}
+    return {**_check("latency", "min_speedup", limit, speedup_of(now, base), False), **paired}
 
 
 def gate_name(gate: dict) -> str:

@@ -13,30 +13,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from edgepress.compress.structured import BASELINE
 from edgepress.data.config import DataConfig
 from edgepress.errors import ConfigError, EdgepressError
-
-DISAGREEMENT = 0.1  # a compressed model's labels differ from its teacher's on about this share (the demo: 0.12)
-
-
-def resolvable_drop(n_test: int) -> float:
-    """The smallest `max_drop` (in steps of half a point, at least one point) outside the noise of `n_test` test
-    examples: the half-width of the paired drop's 95% CI when `DISAGREEMENT` of the labels differ."""
-    half_width = 1.96 * math.sqrt(DISAGREEMENT / n_test)
-    return round(max(0.01, math.ceil(half_width / 0.005) * 0.005), 3)
-
-
-def noisy_gates(cfg, n_test: int) -> list[str]:
-    """A line for every `accuracy.max_drop` (not strict) tighter than `n_test` test texts can resolve: its verdict
-    is as much the split's luck as the model's."""
-    floor = resolvable_drop(n_test)
-    return [f"stage '{stage.name}': accuracy.max_drop {gate.max_drop:g} is inside the noise of {n_test:,} test texts "
-            f"(there the paired 95% CI of a drop spans about ±{floor:g}: a smaller drop cannot be told from chance): "
-            f"its verdict can flip with another split. "
-            f"Fix: max_drop {floor:g} or more (what `edgepress init` sets for this split), more test texts, or "
-            f"strict: true to judge the drop's CI"
-            for stage in cfg.stages if (gate := stage.gates.accuracy) is not None and gate.max_drop is not None
-            and not gate.strict and gate.max_drop < floor]
+from edgepress.pipeline.gates import resolvable_drop
 
 
 def fitting_length(tokenizer, texts: tuple[str, ...], positions: int) -> tuple[int, str]:
@@ -64,11 +44,11 @@ def _candidates(depth: int, final_drop: float) -> list[tuple[str, dict]]:
     return [*student,
             ("half of every layer's attention heads, the least important ones, then a recovery fine-tune that "
              "learns your model's outputs",
-             {"name": "heads", "method": "heads", "params": {"keep": 0.5, "epochs": 2, "teacher": "baseline"},
+             {"name": "heads", "method": "heads", "params": {"keep": 0.5, "epochs": 2, "teacher": BASELINE},
               "gates": loose}),
             ("half of every layer's FFN neurons, the least important ones, then a recovery fine-tune that learns "
              "your model's outputs",
-             {"name": "ffn", "method": "ffn", "params": {"keep": 0.5, "epochs": 2, "teacher": "baseline"},
+             {"name": "ffn", "method": "ffn", "params": {"keep": 0.5, "epochs": 2, "teacher": BASELINE},
               "gates": loose}),
             ("the word-table rows of tokens the train split never uses (no training)",
              {"name": "vocab", "method": "vocab", "gates": loose}),

@@ -6,7 +6,7 @@ from itertools import pairwise
 from edgepress import __version__
 from edgepress.data.dataset import missing_classes
 from edgepress.files import read_json, write_json, write_text
-from edgepress.pipeline.gates import gate_name
+from edgepress.pipeline.gates import gate_name, speedup_of
 from edgepress.pipeline.rundir import RunDir
 
 REPORT_VERSION = 1
@@ -53,9 +53,8 @@ def speedup(metrics: dict, baseline: dict) -> str:
     """Baseline CPU p50 / this p50 at the fixed shape, as '3.4x' ('–' where either was not timed); '3.4x*' where the
     two were timed side by side for a speedup gate."""
     now, base = (m.get("latency", {}).get("cpu") for m in (metrics, baseline))
-    if now and "side_by_side" in now:
-        return f"{now['side_by_side']['speedup']:.1f}x*"
-    return f"{base['p50_ms'] / now['p50_ms']:.1f}x" if now and base else "–"
+    value = speedup_of(now, base)
+    return "–" if value is None else f"{value:.1f}x" + ("*" if "side_by_side" in now else "")
 
 
 def _row(name: str, status: str, metrics: dict, baseline: dict) -> str:

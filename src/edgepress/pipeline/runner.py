@@ -32,8 +32,7 @@ from edgepress.interrupt import check as check_interrupt
 from edgepress.logs import duration, readable, step, summarise_library_messages
 from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, RuntimeConfig, StageConfig, with_target
 from edgepress.pipeline.environment import environment
-from edgepress.pipeline.gates import evaluate_gates, gate_name
-from edgepress.pipeline.init import noisy_gates
+from edgepress.pipeline.gates import evaluate_gates, gate_name, noisy_gates
 from edgepress.pipeline.inputs import check_inputs, local_inputs
 from edgepress.pipeline.latency import onnx_path, side_by_side_speedup
 from edgepress.pipeline.launch import launched

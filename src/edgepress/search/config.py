@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from edgepress.compress.structured import BASELINE
 from edgepress.configs import build
 from edgepress.data.augment import AugmentConfig
 from edgepress.data.config import DataConfig
@@ -200,7 +201,7 @@ def pipeline_for(cfg: SearchConfig, depth: int, point: dict) -> PipelineConfig:
     for name in ("heads", "ffn"):
         if point[f"{name}_keep"] < 1:
             stages.append({"name": name, "method": name,  # recovered from the teacher: its labels are kept better
-                           "params": {"keep": point[f"{name}_keep"], "teacher": "baseline", **training}})
+                           "params": {"keep": point[f"{name}_keep"], "teacher": BASELINE, **training}})
     if point["vocab"]:
         stages.append({"name": "vocab", "method": "vocab"})
     stages += [dict(s) for s in QUANTIZATIONS[point["quantization"]]]
