@@ -29,15 +29,25 @@ def test_init_writes_a_pipeline_that_fits_the_model_and_the_data(tmp_path, tiny_
 
 
 def test_init_leaves_out_what_the_model_cannot_take_and_says_why(tmp_path, tokenizer, movie_data):
+    from transformers import AlbertConfig, AlbertForSequenceClassification
+
+    data = _csv(tmp_path / "d.csv", movie_data)
     model = save(tiny_distilbert(tokenizer), tokenizer, tmp_path / "distilbert")
-    result = invoke("init", model, _csv(tmp_path / "d.csv", movie_data))
+    result = invoke("init", model, data)
     assert result.exit_code == 0, result.output
     config = yaml.safe_load(result.output)
-    assert [s["name"] for s in config["stages"]] == ["distill", "vocab", "export", "fuse", "int8"]
-    assert "# heads left out: " in result.output and "# ffn left out: " in result.output
+    assert [s["name"] for s in config["stages"]] == ["distill", "heads", "ffn", "vocab", "export", "fuse", "int8"]
     header = " ".join(line[2:] for line in result.output.splitlines() if line.startswith("# "))
     assert "DistilBertForSequenceClassification, 2 layers" in header and "None" not in header
-    assert "hidden 32, FFN 64, 2 heads" in header and "2 labels (LABEL_0, LABEL_1), a WordPiece tokenizer" in header
+    assert "hidden 32, FFN 64, 2 heads" in header and "2 labels (negative, positive), a WordPiece tokenizer" in header
+    albert = AlbertConfig(vocab_size=tokenizer.vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    model = save(AlbertForSequenceClassification(albert), tokenizer, tmp_path / "albert")
+    result = invoke("init", model, data)
+    assert result.exit_code == 0, result.output
+    assert [s["name"] for s in yaml.safe_load(result.output)["stages"]] == ["vocab", "export", "fuse", "int8"]
+    assert "# heads left out: edgepress does not know the layer layout of albert models" in result.output
+    assert "# distill left out: " in result.output and "# ffn left out: " in result.output
 
 
 def test_the_final_gate_is_what_the_test_split_can_resolve():

@@ -197,6 +197,7 @@ def test_an_architecture_without_bert_or_distilbert_layers_is_a_config_error(tmp
     config = AlbertConfig(vocab_size=tokenizer.vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=1,
                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
     src = save(AlbertForSequenceClassification(config), tokenizer, tmp_path / "albert")
-    with pytest.raises(ConfigError, match=r"unstructured pruning supports BERT-style encoders .* got albert"):
+    with pytest.raises(ConfigError, match=r"unstructured pruning supports the encoder families edgepress knows "
+                                          r"\(bert, .*\); got albert"):
         magnitude(src, tmp_path / "out", small_data, MagnitudeConfig(epochs=1))
     assert not (tmp_path / "out").exists()

@@ -7,7 +7,7 @@ from edgepress.compress.structured import FfnConfig, HeadsConfig, ffn, heads, pr
 from edgepress.errors import ConfigError, ModelError
 from edgepress.models.introspect import param_counts
 from edgepress.models.loading import load_classifier
-from tests.conftest import save, tiny_bert, tiny_distilbert
+from tests.conftest import save, tiny_bert
 
 
 @pytest.fixture
@@ -41,9 +41,12 @@ def test_ffn_keeps_the_same_width_in_every_layer(four_heads, tmp_path, small_dat
 
 
 def test_structured_pruning_names_the_architectures_it_supports(tmp_path, tokenizer, small_data):
-    src = save(tiny_distilbert(tokenizer), tokenizer, tmp_path / "d")
-    with pytest.raises(ConfigError, match=r"structured pruning \(heads, ffn\) supports encoders with BERT's layer "
-                                          r"layout .* this model is distilbert\. Fix: remove the heads/ffn stages"):
+    from transformers import AlbertConfig, AlbertForSequenceClassification
+
+    config = AlbertConfig(vocab_size=tokenizer.vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=1,
+                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    src = save(AlbertForSequenceClassification(config), tokenizer, tmp_path / "albert")
+    with pytest.raises(ConfigError, match=r"does not know the layer layout of albert models; it knows bert, .* Fix: "):
         heads(src, tmp_path / "out", small_data, HeadsConfig(epochs=1))
     assert not (tmp_path / "out").exists()
 

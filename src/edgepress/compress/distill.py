@@ -36,6 +36,7 @@ from edgepress.data.augment import AugmentConfig, augment_texts
 from edgepress.data.dataset import TextSet, text_key
 from edgepress.errors import ConfigError
 from edgepress.files import tree_sha256
+from edgepress.models.arch import arch_of, depth, head_size, layer_list, part
 from edgepress.models.train import EPOCHS, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -90,27 +91,24 @@ def default_layer_map(teacher_layers: int, student_layers: int) -> tuple[int, ..
     return tuple(int(i * teacher_layers / student_layers) for i in range(student_layers))
 
 
-def _encoder_layers(model):
-    """The list of transformer blocks of a BERT-like (BERT, RoBERTa) or DistilBERT classifier."""
-    base = getattr(model, model.base_model_prefix)
-    if hasattr(base, "encoder"):
-        return base.encoder.layer
-    return base.transformer.layer  # DistilBERT
-
-
-def _layer_count_key(config) -> str:
-    return "n_layers" if config.model_type == "distilbert" else "num_hidden_layers"
-
-
 def check_student(teacher, tokenizer, cfg: DistillConfig) -> tuple[int, ...]:
     """The teacher layers the student starts from; a ConfigError when the student does not fit the teacher (also
     the pre-run check of `distill`: `validate` runs it on the model the config names)."""
-    teacher_layers = getattr(teacher.config, _layer_count_key(teacher.config))
+    arch = arch_of(teacher)
+    teacher_layers = depth(teacher)
     mapping = cfg.layer_map or default_layer_map(teacher_layers, cfg.student_layers)
     if cfg.student_layers >= teacher_layers or max(mapping) >= teacher_layers or min(mapping) < 0:
         raise ConfigError(f"a {cfg.student_layers}-layer student from layers {list(mapping)} does not fit a "
                           f"{teacher_layers}-layer teacher. Fix: student_layers below {teacher_layers}, layer_map "
                           f"within 0..{teacher_layers - 1}")
+    if arch.first_layer_differs and mapping[0] != 0:
+        raise ConfigError(f"a {arch.name} model's first layer differs from the others (no attention norm): the "
+                          f"student's first layer must be the teacher's layer 0, not {mapping[0]}. Fix: a layer_map "
+                          f"starting at 0 (the default)")
+    if cfg.style == "tinybert" and arch.fused_qkv:
+        raise ConfigError(f"the tinybert style fits attention scores from separate Q and K projections; {arch.name} "
+                          f"computes Q, K and V in one matrix and rotates Q and K after it. Fix: style hinton or "
+                          f"distilbert")
     return mapping
 
 
@@ -118,15 +116,16 @@ def make_student(teacher, cfg: DistillConfig):
     """A shallower copy of `teacher`, initialised from its layers `cfg.layer_map`."""
     import copy
 
-    key = _layer_count_key(teacher.config)
     mapping = check_student(teacher, None, cfg)
     student = copy.deepcopy(teacher)
-    layers = _encoder_layers(student)
+    layers = layer_list(student)
     kept = [layers[i] for i in mapping]
     for i in reversed(range(len(layers))):
         del layers[i]
     layers.extend(kept)
-    setattr(student.config, key, cfg.student_layers)
+    setattr(student.config, arch_of(student).depth_key, cfg.student_layers)
+    if isinstance(getattr(student.config, "layer_types", None), list):  # ModernBERT: local or global attention
+        student.config.layer_types = [student.config.layer_types[i] for i in mapping]
     return student, mapping
 
 
@@ -201,7 +200,9 @@ class AttentionScores:
     layers' attention scores Q K^T / sqrt(d), (batch, heads, seq, seq), before the mask and the softmax."""
 
     def __init__(self, model):
-        self.layers = [_query_key(layer) for layer in _encoder_layers(model)]
+        arch = arch_of(model)
+        self.layers = [(part(layer, arch.qkv[0]), part(layer, arch.qkv[1]), head_size(arch, layer))
+                       for layer in layer_list(model)]
         self.outputs: dict = {}
         self.hooks = [module.register_forward_hook(lambda m, i, out, key=(k, which): self.outputs.__setitem__(key, out))
                       for k, (query, key, _) in enumerate(self.layers)
@@ -217,14 +218,6 @@ class AttentionScores:
     def remove(self) -> None:
         for hook in self.hooks:
             hook.remove()
-
-
-def _query_key(layer) -> tuple:
-    """(query Linear, key Linear, head size) of a BERT-style or DistilBERT layer."""
-    attention = layer.attention
-    if hasattr(attention, "self"):  # BERT, RoBERTa, MiniLM
-        return attention.self.query, attention.self.key, attention.self.attention_head_size
-    return attention.q_lin, attention.k_lin, attention.dim // attention.n_heads  # DistilBERT
 
 
 def _attention_loss(student_scores: list, teacher_scores: list, mask) -> object:
@@ -306,7 +299,7 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
         student.config.output_hidden_states = False  # training needed them; inference and export do not
         student.config.save_pretrained(tmp)
     log.info("distill: %d -> %d layers (from %s), best epoch %d, validation accuracy %.4f",
-             len(_encoder_layers(teacher)), cfg.student_layers, list(mapping), result.best_epoch,
+             depth(teacher), cfg.student_layers, list(mapping), result.best_epoch,
              result.best_val_accuracy)
     return {"layer_map": list(mapping), "best_epoch": result.best_epoch, "val_accuracy": result.best_val_accuracy,
             "history": result.history, "train_seconds": round(result.seconds, 1),

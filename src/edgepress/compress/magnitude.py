@@ -33,7 +33,7 @@ from edgepress.compress.distill import KdLoss
 from edgepress.configs import changed
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
-from edgepress.models.heads import encoder_layers
+from edgepress.models.arch import ARCHS, arch_for, layer_list
 from edgepress.models.train import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -112,10 +112,11 @@ def prunable_weights(model, include: tuple[str, ...] = ()) -> dict:
     """name -> weight Parameter of everything the methods prune: the encoder layers' Linear weights, and the parts
     `include` names."""
     base = getattr(model, model.base_model_prefix)
-    layers = encoder_layers(model) or list(getattr(getattr(base, "transformer", None), "layer", []))  # DistilBERT
-    if not layers:
-        raise ConfigError(f"unstructured pruning supports BERT-style encoders (bert, roberta, minilm) and "
-                          f"DistilBERT; got {model.config.model_type}. Fix: distill into one of those first")
+    if arch_for(model.config.model_type) is None:
+        raise ConfigError(f"unstructured pruning supports the encoder families edgepress knows "
+                          f"({', '.join(sorted(ARCHS))}); got {model.config.model_type}. Fix: a model of one of "
+                          f"those families")
+    layers = layer_list(model)
     encoder = {id(m) for layer in layers for m in layer.modules()}
     inside = {id(m) for m in base.modules()}
     chosen = {}

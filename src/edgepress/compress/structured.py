@@ -1,8 +1,10 @@
 """Structured pruning: whole attention heads (`heads`) or FFN neurons (`ffn`) removed, so the matrices shrink and
-ONNX Runtime really runs faster (unstructured zeros do not speed it up, ARCHITECTURE.md). Both write a Hugging Face
-dir: pruned heads are recorded in `config.pruned_heads`, which edgepress's loader rebuilds (models/heads.py; plain
-transformers 5 `from_pretrained` cannot), and FFN pruning keeps the same number of neurons in every layer so that
-`config.intermediate_size` describes it (plain `from_pretrained` loads that).
+ONNX Runtime really runs faster (unstructured zeros do not speed it up, ARCHITECTURE.md), in every encoder family
+`models.arch` describes (BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT, DeBERTa-v2, ModernBERT: fused QKV rows and
+GeGLU row pairs included). Both write a Hugging Face dir: pruned heads are recorded in `config.pruned_heads`, which
+edgepress's loader rebuilds (models/heads.py; plain transformers 5 `from_pretrained` cannot), and FFN pruning keeps
+the same number of neurons in every layer so that the config's FFN width (`intermediate_size`, DistilBERT's
+`hidden_dim`) describes it (plain `from_pretrained` loads that).
 
 Importance (Michel et al. 2019, "Are Sixteen Heads Really Better than One?", section 4.1): the expected
 |d loss / d gate| of a gate multiplying each head's (or neuron's) output, accumulated over training batches. After
@@ -19,7 +21,8 @@ from pydantic import Field, field_validator
 from edgepress.compress.distill import KdLoss
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError, missing
-from edgepress.models.heads import encoder_layers, remove_heads
+from edgepress.models.arch import arch_of, keep_neurons, layer_list, neurons_of, part
+from edgepress.models.heads import remove_heads
 from edgepress.models.train import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -53,16 +56,6 @@ class FfnConfig(_Recovery):
     """The `ffn` method: keep the `keep` most important FFN neurons of every layer (the same number in each)."""
 
 
-def _bert_layers(model):
-    layers = encoder_layers(model)
-    if not layers or not hasattr(layers[0], "intermediate"):
-        raise ConfigError(f"structured pruning (heads, ffn) supports encoders with BERT's layer layout (bert, roberta, "
-                          f"xlm-roberta, electra, minilm); this model is {model.config.model_type}. Fix: remove the "
-                          f"heads/ffn stages for it; distill (fewer layers), magnitude, lottery and every ONNX stage "
-                          f"work on it")
-    return layers
-
-
 BASELINE = "baseline"  # `teacher: baseline`: the runner puts the run's baseline dir in its place
 
 
@@ -70,7 +63,7 @@ def check_structured(model, tokenizer, cfg: _Recovery) -> None:
     """The pre-run check of `heads` and `ffn`: the model's layers are ones they can prune, and a `teacher` dir
     exists and names the model's labels with the same ids (its logits are the recovery's targets, position by
     position)."""
-    _bert_layers(model)
+    arch_of(model)
     if cfg.teacher is None or str(cfg.teacher) == BASELINE:
         return
     from edgepress.models.loading import label2id_of
@@ -87,28 +80,27 @@ def check_structured(model, tokenizer, cfg: _Recovery) -> None:
 
 def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str) -> Iterator[np.ndarray]:
     """d loss / d gate (layers, units) of each of the first `importance_batches` train batches, with a gate of 1
-    multiplying every head's output (its slice of the attention context) or every FFN neuron's output."""
+    multiplying every head's output or every FFN neuron's output: the input of the layer's attention output
+    projection (batch, seq, heads * head_size), or of its FFN output projection (batch, seq, neurons)."""
     import torch
 
+    from edgepress.models.arch import head_size, heads_of
     from edgepress.models.train import train_loader
 
-    layers = _bert_layers(model)
+    arch, layers = arch_of(model), layer_list(model)
     if what == "heads":
-        units = model.config.num_attention_heads
-        size = layers[0].attention.self.attention_head_size
-        modules = [layer.attention.self for layer in layers]
+        units, size, path = heads_of(arch, layers[0]), head_size(arch, layers[0]), arch.attn_out
 
-        def gated(k, out):  # (context (batch, seq, heads * size), attention weights)
-            context = out[0].unflatten(-1, (units, size)) * gates[k][:, None]
-            return (context.flatten(-2), *out[1:])
+        def gated(k, x):
+            return (x.unflatten(-1, (units, size)) * gates[k][:, None]).flatten(-2)
     else:
-        units = layers[0].intermediate.dense.out_features
-        modules = [layer.intermediate for layer in layers]
+        units, path = neurons_of(arch, layers[0]), arch.ffn_out
 
-        def gated(k, out):
-            return out * gates[k]
+        def gated(k, x):
+            return x * gates[k]
     gates = torch.ones(len(layers), units, requires_grad=True)
-    hooks = [module.register_forward_hook(lambda m, i, out, k=k: gated(k, out)) for k, module in enumerate(modules)]
+    hooks = [part(layer, path).register_forward_pre_hook(lambda m, args, k=k: (gated(k, args[0]), *args[1:]))
+             for k, layer in enumerate(layers)]
     model.eval()
     try:
         for step, batch in enumerate(train_loader(tokenizer, data.train, cfg)):
@@ -137,7 +129,7 @@ def _keep_top(scores: np.ndarray, keep: float) -> list[list[int]]:
 
 def prune_heads(model, keep: list[list[int]]) -> dict[int, list[int]]:
     """Remove every head not in `keep[layer]`; returns what was removed (also in config.pruned_heads)."""
-    heads = model.config.num_attention_heads
+    heads = getattr(model.config, arch_of(model).heads_key)
     removed = {i: [h for h in range(heads) if h not in kept] for i, kept in enumerate(keep)}
     remove_heads(model, removed)
     return removed
@@ -145,18 +137,14 @@ def prune_heads(model, keep: list[list[int]]) -> dict[int, list[int]]:
 
 def prune_ffn(model, keep: list[list[int]]) -> int:
     """Keep the neurons `keep[layer]` of every FFN (the same count everywhere); returns the new width."""
-    import torch
-    from transformers.pytorch_utils import prune_linear_layer
-
     widths = {len(k) for k in keep}
     if len(widths) != 1:
         raise ValueError(f"every layer must keep the same number of FFN neurons, got {sorted(widths)}")
-    for layer, kept in zip(_bert_layers(model), keep, strict=True):
-        index = torch.tensor(kept)
-        layer.intermediate.dense = prune_linear_layer(layer.intermediate.dense, index, dim=0)
-        layer.output.dense = prune_linear_layer(layer.output.dense, index, dim=1)
-    model.config.intermediate_size = widths.pop()
-    return model.config.intermediate_size
+    arch = arch_of(model)
+    for layer, kept in zip(layer_list(model), keep, strict=True):
+        keep_neurons(arch, layer, kept)
+    setattr(model.config, arch.ffn_key, widths.pop())
+    return getattr(model.config, arch.ffn_key)
 
 
 def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, what: str) -> dict:
@@ -168,7 +156,7 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
     from edgepress.models.train import train_classifier
 
     model, tokenizer = load_classifier(src)
-    _bert_layers(model)  # refuse other architectures before any work
+    arch_of(model)  # refuse other architectures before any work
     if what == "heads" and getattr(model.config, "pruned_heads", None):
         raise ConfigError(f"{src} already had heads pruned ({model.config.pruned_heads}); structured pruning "
                           f"takes a model with all its heads. Fix: run heads and ffn once each, on the distilled "
@@ -181,7 +169,7 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
     del teacher, words
     scores = _gated_importance(model, tokenizer, data, cfg, what)
     keep = _keep_top(scores, cfg.keep)
-    pruned = prune_heads(model, keep) if what == "heads" else {"intermediate_size": prune_ffn(model, keep)}
+    pruned = prune_heads(model, keep) if what == "heads" else {arch_of(model).ffn_key: prune_ffn(model, keep)}
     with artifact_dir(Path(out)) as tmp:
         result = train_classifier(model, tokenizer, recovery.train, data.validation, cfg, tmp, loss_fn=loss)
     log.info("%s: kept %s of every layer, %d -> %d params, validation accuracy %.4f", what, cfg.keep, before,

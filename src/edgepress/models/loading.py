@@ -137,7 +137,7 @@ def _load_head_pruned(path: Path, files: list[Path]):
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    from edgepress.models.heads import encoder_layers, pruned_heads, remove_heads
+    from edgepress.models.heads import pruned_heads, remove_heads
 
     if not files:
         raise ModelError(f"{path}: a head-pruned model loads from safetensors only (model.safetensors). Fix: save "
@@ -145,10 +145,6 @@ def _load_head_pruned(path: Path, files: list[Path]):
     config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     removed = pruned_heads(config)
     model = AutoModelForSequenceClassification.from_config(config)
-    if not encoder_layers(model):
-        raise ModelError(f"{path}: pruned_heads is recorded, but edgepress rebuilds pruned heads only in BERT-style "
-                         f"encoders, not {config.model_type}. Fix: remove pruned_heads from config.json if no "
-                         f"head was removed")
     remove_heads(model, removed)
     state = {}
     for file in files:

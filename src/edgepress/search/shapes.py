@@ -15,7 +15,7 @@ from edgepress.export.onnx import ExportConfig, export_model_object
 from edgepress.export.optimize import UNCHECKED, OptimizeConfig, optimize_onnx
 from edgepress.export.parity import ONNX_FILE
 from edgepress.logs import quiet
-from edgepress.models.heads import encoder_layers
+from edgepress.models.arch import arch_of, depth
 from edgepress.pipeline.latency import compare_latency
 from edgepress.runtime.latency import LatencyConfig
 
@@ -35,10 +35,10 @@ class Shape:
 
 def build_shape(teacher, shape: Shape):
     """A copy of `teacher` in `shape`: its first layers' weights where a distill would map others (timing only)."""
-    depth = len(encoder_layers(teacher))
-    model = copy.deepcopy(teacher) if shape.layers == depth else \
+    arch = arch_of(teacher)
+    model = copy.deepcopy(teacher) if shape.layers == depth(teacher) else \
         make_student(teacher, DistillConfig(student_layers=shape.layers))[0]
-    heads, width = model.config.num_attention_heads, model.config.intermediate_size
+    heads, width = getattr(model.config, arch.heads_key), getattr(model.config, arch.ffn_key)
     kept_heads, kept_neurons = max(1, round(heads * shape.heads_keep)), max(1, round(width * shape.ffn_keep))
     if kept_heads < heads:
         prune_heads(model, [list(range(kept_heads))] * shape.layers)

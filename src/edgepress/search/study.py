@@ -179,11 +179,11 @@ def check_search(cfg: SearchConfig, build_teacher: bool = True) -> tuple[Path | 
     """(model dir, (model, tokenizer), depth, the space filled for that depth, data splits) after every check a
     search makes before it writes anything: the model loads, every point of the space is a pipeline it takes, the
     data loads and fits it. `edgepress validate` runs it without building the demo teacher."""
-    from edgepress.models.heads import encoder_layers
+    from edgepress.models.arch import depth as depth_of
     from edgepress.pipeline.inputs import check_inputs, check_model
 
     model_dir, loaded = check_model(cfg.model, build_teacher)
-    depth = len(encoder_layers(loaded[0])) if loaded else demo_depth()
+    depth = depth_of(loaded[0]) if loaded else demo_depth()
     space = cfg.space.filled(depth)
     check_space(cfg, loaded, depth, space)
     _, data = check_inputs(pipeline_for(cfg, depth, space.points()[0]), build_teacher=build_teacher)
