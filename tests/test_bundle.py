@@ -19,6 +19,7 @@ from edgepress.files import file_sha256
 from edgepress.pipeline.config import PipelineConfig
 from edgepress.pipeline.measure import onnx_predictions
 from edgepress.runtime import predictor
+from tests.conftest import FAMILIES
 
 runner = CliRunner()
 RUNTIME_PACKAGES = {"numpy", "onnxruntime", "tokenizers"}
@@ -252,6 +253,17 @@ def _web_ready() -> str | None:
 web = pytest.mark.skipif(_web_ready() is not None, reason=str(_web_ready()))
 
 
+def transformers_js(bundle_dir: Path, texts: list[str], tmp_path: Path) -> dict:
+    """web/classify.mjs (transformers.js's text-classification pipeline under node) on `texts`, one at a time:
+    {dtype, predictions: [{label, score}]}."""
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    script = Path(__file__).resolve().parents[1] / "web" / "classify.mjs"
+    done = subprocess.run(["node", str(script), str(bundle_dir), str(tmp_path / "texts.json")], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @web
 def test_transformers_js_under_node_gives_the_predictors_labels(int8_dirs, movie_data, tmp_path):
     out = bundle_model(int8_dirs["reduced"], tmp_path / "web-bundle", "web")
@@ -260,15 +272,28 @@ def test_transformers_js_under_node_gives_the_predictors_labels(int8_dirs, movie
     assert (out / "onnx" / "model_quantized.onnx").is_file() and not (out / "model.onnx").exists()
     assert json.loads((out / "tokenizer_config.json").read_text())["model_max_length"] == 128
     texts = list(movie_data.test.texts[:200])
-    (tmp_path / "texts.json").write_text(json.dumps(texts))
-    script = Path(__file__).resolve().parents[1] / "web" / "classify.mjs"
-    done = subprocess.run(["node", str(script), str(out), str(tmp_path / "texts.json")], capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = transformers_js(out, texts, tmp_path)
     python = predictor.Predictor(out)  # the same bundle, read through its manifest
     assert result["dtype"] == "q8"
     assert [p["label"] for p in result["predictions"]] == [python.predict([t])[0].label for t in texts]
+
+
+@web
+@pytest.mark.parametrize("family", FAMILIES)
+def test_transformers_js_runs_the_web_bundle_of_every_family(family, family_model, tmp_path, movie_data):
+    """Each family, with the kind of tokenizer it ships, exported, quantized to int8 and bundled for the web:
+    transformers.js reads its tokenizer and runs its graph to the scores predict.py gives."""
+    from edgepress.export.onnx import export_onnx
+
+    export_onnx(family_model(family), tmp_path / "onnx", movie_data.validation.texts)
+    int8_dynamic(tmp_path / "onnx", tmp_path / "int8", movie_data.validation.texts)
+    out = bundle_model(tmp_path / "int8", tmp_path / "web-bundle", "web")
+    texts = list(movie_data.test.texts[:40])
+    result = transformers_js(out, texts, tmp_path)["predictions"]
+    python = [predictor.Predictor(out).predict([t])[0] for t in texts]
+    # the label transformers.js chose has the score predict.py gives it (a tie may be broken either way)
+    numpy.testing.assert_allclose([r["score"] for r in result],
+                                  [p.scores[r["label"]] for r, p in zip(result, python, strict=True)], atol=1e-4)
 
 
 @web

@@ -14,7 +14,7 @@ from edgepress.models.heads import remove_heads
 from edgepress.registry import METHODS
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.runtime.session import open_session
-from tests.conftest import save, tiny_bert, tiny_distilbert, tiny_roberta
+from tests.conftest import save, tiny_bert, tiny_distilbert, tiny_encoder, tiny_roberta
 
 
 def tiny_pruned_heads(tokenizer):
@@ -24,8 +24,15 @@ def tiny_pruned_heads(tokenizer):
 
 
 ALL = OptimizeConfig(fusions="all")  # every fusion, no timing: the fused ops are known
+
+
+def _family(name):
+    return lambda tokenizer: tiny_encoder(name, tokenizer)
+
+
 BUILDERS = {"bert": tiny_bert, "distilbert": tiny_distilbert, "roberta": tiny_roberta,
-            "bert-pruned-heads": tiny_pruned_heads}
+            "bert-pruned-heads": tiny_pruned_heads,
+            **{f: _family(f) for f in ("xlm-roberta", "electra", "deberta-v2", "modernbert")}}
 
 
 @pytest.mark.parametrize("arch", list(BUILDERS))
@@ -33,14 +40,22 @@ def test_export_matches_torch_and_fuses(arch, tmp_path, tokenizer, movie_data):
     src = save(BUILDERS[arch](tokenizer), tokenizer, tmp_path / "model")
     parity = export_onnx(src, tmp_path / "onnx", movie_data.validation.texts)["parity"]
     assert parity["max_abs_diff"] <= 1e-4 and parity["agreement"] == 1.0
-    assert parity["n_examples"] == 128  # 64 sentences alone, then the same 64 in padded batches
+    # 64 sentences alone, the same 64 in padded batches, two long passages alone and padded beside a short text
+    assert parity["n_examples"] == 64 + 64 + 2 + 3
     session = open_session(tmp_path / "onnx" / "model.onnx")
     names = [i.name for i in session.get_inputs()]
     assert names[:2] == ["input_ids", "attention_mask"]
-    assert ("token_type_ids" in names) == (arch != "distilbert")  # what the tokenizer gives and forward takes
+    # what forward takes and uses (DeBERTa-v3 has no token types: type_vocab_size 0)
+    assert ("token_type_ids" in names) == (arch not in ("distilbert", "modernbert", "deberta-v2"))
     assert all(isinstance(d, str) for d in session.get_inputs()[0].shape)  # dynamic batch and sequence axes
     fused = optimize_onnx(tmp_path / "onnx", tmp_path / "fused", movie_data.validation.texts, ALL)
     assert fused["parity"]["max_abs_diff"] <= 1e-3
+    if arch in ("deberta-v2", "modernbert"):  # ORT's fusions know neither attention: the stage says so
+        assert "Attention" not in fused["fused_ops"] and fused["fused_ops"]["SkipLayerNormalization"] == 4
+        assert fused["unfused_attention"] == (f"ONNX Runtime's optimizer fuses no attention in {arch} graphs: "
+                                              f"attention runs as separate MatMul and Softmax ops")
+    else:
+        assert "unfused_attention" not in fused
     if arch.startswith("bert"):
         assert fused["fused_ops"]["Attention"] == 2
         assert fused["fused_ops"]["SkipLayerNormalization"] == 4
@@ -124,11 +139,28 @@ def test_parity_miss_raises_a_line_per_check_and_leaves_nothing(monkeypatch, tin
     with pytest.raises(ExportParityError) as e:
         export_onnx(tiny_model_dir, tmp_path / "out", movie_data.validation.texts)
     message = str(e.value)
-    assert "does not match its reference on 128 real examples" in message
+    assert "does not match its reference on 133 real examples" in message
     assert "✗ max |Δlogit| 0.5 > 0.0001" in message
     assert "✗ argmax agreement" in message
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_a_graph_wrong_only_past_128_tokens_fails_parity(monkeypatch, tmp_path, tokenizer, movie_data):
+    """ModernBERT's trap in several runtimes: right on short inputs, wrong once a text passes its 128-token local
+    window. The parity check's long passages (the model's 160 positions here; feeds 72–74, after the 64 sentences
+    alone and their 8 padded batches) catch such a graph."""
+    def wrong_when_long(model):
+        def run(feeds):
+            logits = real(model)(feeds)
+            return logits + (feeds["input_ids"].shape[1] > 128)
+        return run
+
+    real = onnx_export.torch_runner
+    monkeypatch.setattr(onnx_export, "torch_runner", wrong_when_long)
+    src = save(tiny_encoder("modernbert", tokenizer), tokenizer, tmp_path / "model")
+    with pytest.raises(ExportParityError, match=r"max \|Δlogit\| 1 > 0.0001 \(worst: batch 7[234], 160 tokens\)"):
+        export_onnx(src, tmp_path / "out", movie_data.validation.texts)
 
 
 def test_check_parity_passes_identical_runners_and_reports_numbers():

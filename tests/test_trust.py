@@ -285,35 +285,43 @@ def test_quantized_graphs_of_every_kind_are_refused_for_cuda_and_a_4bit_table_fo
 
 # --- 4b. validate knows what the run would refuse ---------------------------------------------------------------
 
-def _bpe_model(tmp_path: Path, texts) -> Path:
-    """A tiny BERT whose tokenizer is byte-level BPE (as RoBERTa's), trained here on real sentences."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def _word_level_model(tmp_path: Path, texts) -> Path:
+    """A tiny BERT whose tokenizer is word-level (no pieces, no mask token), its words those of real sentences."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
-    bpe.pre_tokenizer, bpe.decoder = pre_tokenizers.ByteLevel(add_prefix_space=True), decoders.ByteLevel()
-    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<unk>"]))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", unk_token="<unk>")
-    return save(tiny_bert(tokenizer), tokenizer, tmp_path / "bpe")
+    words = sorted({w for t in texts for w, _ in pre_tokenizers.Whitespace().pre_tokenize_str(t)})
+    vocab = {w: i for i, w in enumerate(["<pad>", "<unk>", *words])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", unk_token="<unk>")
+    return save(tiny_bert(tokenizer), tokenizer, tmp_path / "words")
 
 
 def test_validate_refuses_what_each_method_would_refuse_on_this_model(tmp_path, tokenizer, movie_data):
+    from transformers import AlbertConfig, AlbertForSequenceClassification
+
     from tests.conftest import tiny_distilbert
 
     distilbert = save(tiny_distilbert(tokenizer), tokenizer, tmp_path / "distilbert")
     stages = [{"name": "d", "method": "distill", "params": {"student_layers": 2}},
               {"name": "h", "method": "heads"}, {"name": "f", "method": "ffn"}]
-    config = write_config(tmp_path / "p.yaml", distilbert, stages)
+    result = invoke("validate", write_config(tmp_path / "p.yaml", distilbert, stages))
+    assert result.exit_code == 2 and "the run would refuse 1 stage(s)" in result.output, result.output
+    assert "stage 'd' (distill): a 2-layer student from layers [0, 1] does not fit a 2-layer teacher" in result.output
+    albert = AlbertConfig(vocab_size=tokenizer.vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=1,
+                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    albert = save(AlbertForSequenceClassification(albert), tokenizer, tmp_path / "albert")
+    config = write_config(tmp_path / "a.yaml", albert, stages)
     result = invoke("validate", config)
     assert result.exit_code == 2 and "the run would refuse 3 stage(s)" in result.output, result.output
-    assert "stage 'd' (distill): a 2-layer student from layers [0, 1] does not fit a 2-layer teacher" in result.output
-    assert "stage 'h' (heads): structured pruning (heads, ffn) supports encoders with BERT's layer layout" in \
-        result.output and "this model is distilbert. Fix: remove the heads/ffn stages" in result.output
-    bpe = _bpe_model(tmp_path, movie_data.train.texts[:300])
+    assert "stage 'h' (heads): edgepress does not know the layer layout of albert models; it knows bert, " in \
+        result.output and "Fix: a model of one of those families, or only the ONNX stages" in result.output
+    words = _word_level_model(tmp_path, movie_data.train.texts[:300])
     stages = [{"name": "v", "method": "vocab"}, {"name": "m", "method": "magnitude", "params": {"augment": {}}}]
-    result = invoke("validate", write_config(tmp_path / "v.yaml", bpe, stages))
-    assert result.exit_code == 2 and "has a BPE tokenizer. Fix: remove the vocab stage" in result.output
-    assert "stage 'm' (magnitude): augment method mask needs a mask token" in result.output  # the BPE has none
+    result = invoke("validate", write_config(tmp_path / "v.yaml", words, stages))
+    assert result.exit_code == 2 and "has a WordLevel tokenizer. Fix: remove the vocab stage" in result.output
+    assert "stage 'm' (magnitude): augment method mask needs a mask token" in result.output  # it has none
     before = snapshot(tmp_path)
     result = invoke("run", config, "--out", tmp_path / "run")  # the run refuses before it measures anything
     assert result.exit_code == 2 and "the run would refuse 3 stage(s)" in result.output

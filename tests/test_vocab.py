@@ -11,7 +11,7 @@ from edgepress.errors import ConfigError, ModelError
 from edgepress.models.loading import load_classifier
 from edgepress.pipeline.config import load_config
 from edgepress.registry import METHODS
-from tests.conftest import save, tiny_bert, tiny_distilbert, tiny_roberta
+from tests.conftest import VOCABULARY, save, tiny_bert, tiny_encoder
 
 # Rare words: the original tokenizer gives them pieces ("spectators", "##copic") the train subset below never does
 RARE = "The cinematographer's kaleidoscopic phantasmagoria mesmerized the spectators."
@@ -37,9 +37,14 @@ def whole_and_split(tokenizer, pruned_vocab: dict, texts) -> tuple[list[str], li
     return kept, [t for t in texts if t not in kept]
 
 
-@pytest.mark.parametrize("build", [tiny_bert, tiny_distilbert, tiny_roberta])
-def test_a_text_whose_tokens_were_kept_gives_exactly_the_unpruned_logits(build, tmp_path, tokenizer, small_data):
-    src = save(build(tokenizer), tokenizer, tmp_path / "src")
+FAMILY_TOKENIZERS = list(VOCABULARY.items())
+
+
+@pytest.mark.parametrize(("family", "vocabulary"), FAMILY_TOKENIZERS)
+def test_a_text_whose_tokens_were_kept_gives_exactly_the_unpruned_logits(family, vocabulary, request, tmp_path,
+                                                                         small_data):
+    tokenizer = request.getfixturevalue(vocabulary)
+    src = save(tiny_encoder(family, tokenizer), tokenizer, tmp_path / "src")
     vocab_prune(src, tmp_path / "out", small_data)
     original, _ = load_classifier(src)
     model, pruned_tokenizer = load_classifier(tmp_path / "out")
@@ -95,23 +100,66 @@ def test_min_count_drops_the_tokens_seen_fewer_times(pruned, tmp_path, small_dat
     assert twice["test_token_coverage"] < once["test_token_coverage"]
 
 
-def bpe_dir(path, texts):
-    """A tiny BERT over a real byte-level BPE tokenizer trained on `texts`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+@pytest.mark.parametrize(("family", "vocabulary"), [(f, v) for f, v in FAMILY_TOKENIZERS if v != "tokenizer"])
+def test_a_text_with_dropped_pieces_keeps_its_characters_and_gets_no_unknown(family, vocabulary, request, tmp_path,
+                                                                             small_data):
+    """BPE falls back to the pieces a dropped piece was merged from, Unigram to kept pieces down to single
+    characters: the same characters, more pieces, never the unknown token."""
+    tokenizer = request.getfixturevalue(vocabulary)
+    src = save(tiny_encoder(family, tokenizer), tokenizer, tmp_path / "src")
+    vocab_prune(src, tmp_path / "out", small_data)
+    _, pruned_tokenizer = load_classifier(tmp_path / "out")
+    _, changed = whole_and_split(tokenizer, pruned_tokenizer.get_vocab(), small_data.test.texts)
+    assert len(changed) > 10
+    for text in changed:
+        before, after = tokenizer.tokenize(text), pruned_tokenizer.tokenize(text)
+        assert after != before and "".join(after) == "".join(before)
+        assert tokenizer.unk_token not in after
+
+
+def test_bpe_keeps_the_merges_of_kept_pieces_in_their_order(tmp_path, bpe_tokenizer, small_data):
+    src = save(tiny_encoder("roberta", bpe_tokenizer), bpe_tokenizer, tmp_path / "src")
+    details = vocab_prune(src, tmp_path / "out", small_data)
+    before = json.loads((src / "tokenizer.json").read_text())["model"]
+    after = json.loads((tmp_path / "out" / "tokenizer.json").read_text())["model"]
+    merges = [tuple(m) for m in after["merges"]]
+    assert len(after["vocab"]) == details["rows_after"] < details["rows_before"]
+    assert 0 < len(merges) < len(before["merges"])
+    rank = {tuple(m): r for r, m in enumerate(before["merges"])}
+    assert [rank[m] for m in merges] == sorted(rank[m] for m in merges)  # a subset, in the original order
+    assert all(a in after["vocab"] and b in after["vocab"] and a + b in after["vocab"] for a, b in merges)
+    assert all(chr(c) in after["vocab"] for c in range(ord("!"), ord("~") + 1))  # the base bytes, all kept
+
+
+def test_the_real_deberta_v3_vocabulary_shrinks_to_what_one_domain_uses(tmp_path, deberta_v3_tokenizer, small_data):
+    """A monolingual, one-domain user of DeBERTa-v3's 128k vocabulary: the rows kept, the bytes saved, and the pruned
+    dir served by the torch-free runtime (tokenizer.json alone: the SentencePiece model is not kept beside it)."""
+    from edgepress.export.onnx import export_onnx
+    from edgepress.runtime.predictor import Predictor
+
+    src = save(tiny_encoder("deberta-v2", deberta_v3_tokenizer), deberta_v3_tokenizer, tmp_path / "src")
+    details = vocab_prune(src, tmp_path / "out", small_data)
+    assert details["rows_before"] == 128001 and details["rows_after"] < 12000  # 2,000 English sentences
+    assert details["params_before"] - details["params_after"] == 32 * (128001 - details["rows_after"])
+    assert not list((tmp_path / "out").glob("*.model"))
+    model, tokenizer = load_classifier(tmp_path / "out")
+    export_onnx(tmp_path / "out", tmp_path / "onnx", small_data.validation.texts)
+    texts = list(small_data.test.texts[:32])
+    with torch.no_grad():
+        logits = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits.numpy()
+    np.testing.assert_allclose(Predictor(tmp_path / "onnx").logits(texts), logits, atol=1e-4)
+
+
+def test_a_word_level_tokenizer_is_refused_and_nothing_is_written(tmp_path, small_data):
+    from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<unk>"]))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", unk_token="<unk>")
-    return save(tiny_bert(tokenizer), tokenizer, path)
-
-
-def test_a_bpe_tokenizer_is_refused_and_nothing_is_written(tmp_path, small_data):
-    src = bpe_dir(tmp_path / "bpe", small_data.train.texts)
-    with pytest.raises(ConfigError, match=r"vocab pruning supports WordPiece fast tokenizers .* has a BPE "
-                                          r"tokenizer\. Fix: remove the vocab stage"):
+    words = Tokenizer(models.WordLevel({"<pad>": 0, "<unk>": 1, "good": 2, "bad": 3}, unk_token="<unk>"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, pad_token="<pad>", unk_token="<unk>")
+    src = save(tiny_bert(tokenizer), tokenizer, tmp_path / "words")
+    with pytest.raises(ConfigError, match=r"vocab pruning supports fast tokenizers whose model is WordPiece .* has a "
+                                          r"WordLevel tokenizer\. Fix: remove the vocab stage"):
         vocab_prune(src, tmp_path / "out", small_data)
     assert not (tmp_path / "out").exists()
 

@@ -24,12 +24,10 @@ from edgepress.export.parity import (
     copy_side_files,
     input_names,
     ort_runner,
-    spread_by_length,
 )
 from edgepress.files import atomic_dir, read_json, write_json
 from edgepress.logs import parity_text, readable
 from edgepress.models.train import EPOCHS, TrainConfig
-from edgepress.runtime.predictor import load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session
 
 log = logging.getLogger(__name__)
@@ -137,7 +135,7 @@ def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg) -> d
 
     from edgepress.compress.quantize import float_matmuls, low_bit_kernels
     from edgepress.export.onnx import export_model_object, torch_runner
-    from edgepress.export.parity import check_parity, parity_feeds
+    from edgepress.export.parity import check_parity, real_feeds
     from edgepress.models.fakequant import QAT_FILE, load_for_inference
     from edgepress.models.loading import load_classifier
 
@@ -168,8 +166,7 @@ def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg) -> d
             copy_side_files(float_dir, tmp)
             check_onnx_file(tmp / ONNX_FILE)
             session = open_session(tmp / ONNX_FILE, SessionConfig())
-            feeds = parity_feeds(load_tokenizer(tmp, cfg.max_length), spread_by_length(texts, QDQ_PARITY.n_texts),
-                                 input_names(session), QDQ_PARITY.batch_size)
+            feeds = real_feeds(tmp, texts, cfg.max_length, input_names(session), QDQ_PARITY)
             quantized = load_for_inference(model_dir)[0]
             parity = check_parity(torch_runner(quantized), ort_runner(session), feeds, QDQ_PARITY,
                                   "the QDQ graph of the QAT model")

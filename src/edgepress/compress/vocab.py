@@ -1,27 +1,41 @@
 """Vocabulary pruning (`vocab`): drop the word-embedding rows of tokens the train split never produces. A BERT-base
-vocabulary has 30,522 rows; a small encoder spends most of its parameters there (MiniLM-L6: 11.7M of 22.7M), and a
-narrow domain uses a few thousand of them.
+vocabulary has 30,522 rows, XLM-R's 250,002 and DeBERTa-v3's 128,100; a small encoder spends most of its parameters
+there (MiniLM-L6: 11.7M of 22.7M; XLM-R base: 192M of 278M), and a narrow domain or one language uses a few
+thousand of them.
 
-Kept: every token the train split tokenizes to (at least `min_count` times, untruncated), every special and added
-token, every token the config or the tokenizer names by id (pad, post-processor), every id up to the pad id
-(RoBERTa-style models number positions from pad_token_id + 1), and every single-character piece with its `##` form.
-Kept tokens keep their relative order; their ids are renumbered 0..n-1, in the model and in tokenizer.json alike.
+Kept, for every tokenizer: every token the train split tokenizes to (at least `min_count` times, untruncated),
+every special and added token, every token the config or the tokenizer names by id (pad, post-processor), and
+where a model numbers positions from pad_token_id + 1 (RoBERTa, XLM-R) every id up to the pad id. Kept tokens keep
+their relative order; their ids are renumbered 0..n-1, in the model and in tokenizer.json alike. Then, per
+tokenizer model, what makes a text whose pieces were all kept tokenize exactly as before, and no text fall to the
+unknown token:
 
-Why it is exact for a text whose pieces were all kept: WordPiece is greedy longest-match-first, and a pruned
-vocabulary is a subset of the original; at every position the original's longest match is still there and nothing
-longer appeared, so the same pieces come out and each gets its old embedding row. A word with a dropped piece is
-split into smaller kept pieces instead: with every single character kept in both forms (BERT's vocabularies have
-both for all 997 of theirs) some piece always matches, so no word becomes [UNK] that was not one before; this is
-checked on the validation sentences before anything is written.
+- WordPiece (BERT, MiniLM, DistilBERT, ELECTRA): every single-character piece with its `##` form. WordPiece is
+  greedy longest-match-first over a vocabulary the pruned one is a subset of: at every position the original's
+  longest match is still there and nothing longer appeared, so the same pieces come out. A word with a dropped
+  piece is split into smaller kept pieces; with every single character kept (BERT's vocabularies have both forms for
+  all 997 of theirs) no word becomes [UNK] that was not one before.
+- BPE, byte-level (RoBERTa, ModernBERT, GPT-2) or not (with byte fallback: Gemma, mmBERT): every base piece (the
+  256 byte symbols, every single character, the `<0xNN>` byte-fallback pieces), every piece a kept piece is merged
+  from (recursively), and the merges whose two sides and result are all kept, in their order. BPE applies the
+  lowest-ranked merge among the adjacent pairs at each step; on a text whose original merges were all kept, each
+  step's lowest-ranked pair is the original's (the kept merges are a subset holding it), so the same pieces come out.
+- Unigram, SentencePiece's (XLM-R, DeBERTa-v3, ALBERT, T5): every single-character piece of a character the train
+  or validation split contains, the byte-fallback pieces where the model has them, and the lowest-scored piece (the
+  unknown token's penalty is counted from it). Unigram takes the segmentation of highest total score; the pruned
+  vocabulary's segmentations are a subset that holds the original's, so where all its pieces were kept it still wins.
 
-The cost: such words are split into pieces the model saw less often in that context, so their meaning may shift;
-`test_token_coverage` and `test_sentence_coverage` in the details say how many test texts that touches (the rest
-give exactly the unpruned logits). No training is done.
+Every claim is checked on the validation sentences before anything is written: transformers and the torch-free
+runtime read the new files alike, a text whose pieces were all kept gets those pieces, and no text gets the unknown
+token that had none. The cost: a word with a dropped piece is split into pieces the model saw less often in that
+context, so its meaning may shift; `test_token_coverage` and `test_sentence_coverage` in the details say how many
+test texts that touches (the rest give exactly the unpruned logits). No training is done.
 """
 
 import copy
 import json
 import logging
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError, ModelError
+from edgepress.runtime.predictor import OFFSET_POSITIONS
 
 log = logging.getLogger(__name__)
 
@@ -43,23 +58,26 @@ class VocabConfig(BaseModel):
     min_count: int = Field(1, ge=1, description="times a token must occur in the train split to keep its row")
 
 
-def wordpiece_spec(tokenizer, src: Path) -> dict:
-    """The tokenizer's tokenizer.json as a dict; anything but a WordPiece fast tokenizer is a ConfigError (BPE and
-    Unigram build words by merging pieces, so dropping one changes how words that never used it split)."""
+PRUNABLE = ("WordPiece", "BPE", "Unigram")  # tokenizers' model types whose vocabularies edgepress prunes
+
+
+def tokenizer_spec(tokenizer, src: Path) -> dict:
+    """The tokenizer's tokenizer.json as a dict; a tokenizer without one, or of another model type (WordLevel), is a
+    ConfigError."""
     kind = "a slow tokenizer (no tokenizer.json)"
     if getattr(tokenizer, "is_fast", False):
         spec = json.loads(tokenizer.backend_tokenizer.to_str())
-        if spec["model"]["type"] == "WordPiece":
+        if spec["model"]["type"] in PRUNABLE:
             return spec
         kind = f"a {spec['model']['type']} tokenizer"
-    raise ConfigError(f"vocab pruning supports WordPiece fast tokenizers (BERT, MiniLM, DistilBERT: a tokenizer.json "
-                      f"whose model is WordPiece); {src} has {kind}. Fix: remove the vocab stage for this model (BPE "
-                      f"and SentencePiece vocabularies are not pruned yet)")
+    raise ConfigError(f"vocab pruning supports fast tokenizers whose model is WordPiece (BERT, DistilBERT, ELECTRA), "
+                      f"BPE (RoBERTa, ModernBERT) or Unigram (XLM-R, DeBERTa-v3); {src} has {kind}. Fix: remove the "
+                      f"vocab stage for this model, or save its tokenizer with a tokenizer.json")
 
 
 def check_vocab(model, tokenizer, cfg: VocabConfig) -> None:
     """The pre-run check of `vocab`: the model's tokenizer is one it can prune."""
-    wordpiece_spec(tokenizer, Path(model.name_or_path))
+    tokenizer_spec(tokenizer, Path(model.name_or_path))
 
 
 def plain_tokenizer(spec: dict, limit: int | None = None):
@@ -108,16 +126,31 @@ def _remap_processor(processor: dict | None, ids: dict[str, int]) -> None:
             _remap_processor(inner, ids)
 
 
+def _model_vocab(model: dict) -> dict[str, int]:
+    """The tokenizer model's own vocabulary, token -> id (Unigram keeps a list of (piece, score), id = position)."""
+    if model["type"] == "Unigram":
+        return {piece: i for i, (piece, _) in enumerate(model["vocab"])}
+    return model["vocab"]
+
+
 def tokens_by_id(spec: dict) -> dict[int, str]:
-    """Every id the tokenizer can give -> its token: the WordPiece vocabulary and the added tokens."""
-    return {i: t for t, i in spec["model"]["vocab"].items()} | {a["id"]: a["content"] for a in spec["added_tokens"]}
+    """Every id the tokenizer can give -> its token: the model's vocabulary and the added tokens."""
+    return ({i: t for t, i in _model_vocab(spec["model"]).items()}
+            | {a["id"]: a["content"] for a in spec["added_tokens"]})
+
+
+def unk_token(model: dict) -> str | None:
+    """The tokenizer model's unknown token (byte-level BPE has none: every text is bytes it knows)."""
+    if model["type"] == "Unigram":
+        return None if model.get("unk_id") is None else model["vocab"][model["unk_id"]][0]
+    return model.get("unk_token")
 
 
 def _named_tokens(spec: dict, tokenizer) -> set[str]:
-    """Tokens the tokenizer refers to by name: special and added tokens, [UNK], the post-processor's, padding's."""
+    """Tokens the tokenizer refers to by name: special and added tokens, unknown, the post-processor's, padding's."""
     padding = [spec["padding"]["pad_token"]] if spec.get("padding") else []
     return ({a["content"] for a in spec["added_tokens"]} | set(tokenizer.all_special_tokens)
-            | {spec["model"]["unk_token"], *_processor_tokens(spec.get("post_processor")), *padding})
+            | {unk_token(spec["model"]), *_processor_tokens(spec.get("post_processor")), *padding}) - {None}
 
 
 def config_token_ids(config) -> dict[str, int]:
@@ -125,26 +158,74 @@ def config_token_ids(config) -> dict[str, int]:
     return {k: v for k, v in config.to_dict().items() if k.endswith("_token_id") and isinstance(v, int)}
 
 
-def kept_ids(spec: dict, tokenizer, config, counts: Counter, cfg: VocabConfig) -> list[int]:
-    """The ids kept, ascending (so [PAD] = 0 and the other low special ids stay where they were)."""
+BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")  # SentencePiece's and BPE's byte-fallback pieces
+
+
+def _merges(model: dict) -> list[tuple[str, str]]:
+    """A BPE model's merges, in rank order (tokenizer.json writes them as pairs, or as "a b" in older files)."""
+    return [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in model["merges"]]
+
+
+def _merged(model: dict, a: str, b: str) -> str:
+    """The token a BPE merge of `a` and `b` makes (the right side loses its continuing-subword prefix)."""
+    return a + b[len(model.get("continuing_subword_prefix") or ""):]
+
+
+def _base_pieces(model: dict, tokens: set[str], chars: set[str]) -> set[str]:
+    """The pieces every text is built from, kept so that no text becomes unknown: single characters (Unigram: those
+    of `chars`, the characters the data shows), their subword-prefixed and suffixed forms, byte-fallback pieces."""
+    affixes = [model.get("continuing_subword_prefix") or "", model.get("end_of_word_suffix") or ""]
+    single = {t for t in tokens if len(t.removeprefix(affixes[0]).removesuffix(affixes[1])) == 1}
+    if model["type"] == "Unigram":
+        single = {t for t in single if t in chars}
+        single.add(min(model["vocab"], key=lambda piece: piece[1])[0])  # the unknown penalty counts from it
+    return single | {t for t in tokens if BYTE_PIECE.fullmatch(t)}
+
+
+def _with_merge_sources(model: dict, kept: set[str]) -> set[str]:
+    """`kept` and every piece a kept BPE piece is merged from, recursively (each merge's result needs its sides)."""
+    merges = _merges(model)
+    while True:
+        more = {side for a, b in merges if _merged(model, a, b) in kept for side in (a, b)} - kept
+        if not more:
+            return kept
+        kept |= more
+
+
+def kept_ids(spec: dict, tokenizer, model, counts: Counter, cfg: VocabConfig, chars: set[str]) -> list[int]:
+    """The ids kept, ascending (so the pad token and the other low special ids stay where they were)."""
     tokens = tokens_by_id(spec)
-    prefix = spec["model"]["continuing_subword_prefix"]
-    named = _named_tokens(spec, tokenizer)
-    pinned = set(config_token_ids(config).values())
-    pad = config.to_dict().get("pad_token_id")
-    return sorted(
-        i for i, t in tokens.items()
-        if counts[i] >= cfg.min_count or t in named or i in pinned or (pad is not None and i <= pad)
-        or len(t) == 1 or (t.startswith(prefix) and len(t) == len(prefix) + 1)
-    )
+    pinned = set(config_token_ids(model.config).values())
+    # RoBERTa's embeddings number positions from pad_token_id + 1: there the pad id must not move
+    pad = model.config.pad_token_id if model.config.model_type in OFFSET_POSITIONS else None
+    kept = {t for i, t in tokens.items()
+            if counts[i] >= cfg.min_count or i in pinned or (pad is not None and i <= pad)}
+    kept |= _named_tokens(spec, tokenizer) | _base_pieces(spec["model"], set(tokens.values()), chars)
+    if spec["model"]["type"] == "BPE":
+        kept = _with_merge_sources(spec["model"], kept)
+    return sorted(i for i, t in tokens.items() if t in kept)
+
+
+def _remap_model(model: dict, ids: dict[str, int]) -> None:
+    """The tokenizer model over the kept tokens `ids` (token -> new id), in place: BPE keeps the merges whose sides
+    and result are all kept, in rank order; Unigram keeps its pieces' scores."""
+    if model["type"] == "Unigram":
+        unk = unk_token(model)
+        model["vocab"] = [piece for piece in model["vocab"] if piece[0] in ids]
+        model["unk_id"] = None if unk is None else ids[unk]
+        return
+    model["vocab"] = {t: ids[t] for t in ids if t in model["vocab"]}
+    if model["type"] == "BPE":
+        model["merges"] = [m for m, (a, b) in zip(model["merges"], _merges(model), strict=True)
+                           if a in ids and b in ids and _merged(model, a, b) in ids]
 
 
 def remap_tokenizer_json(spec: dict, kept: list[str]) -> dict:
-    """`spec` (a tokenizer.json) over the vocabulary `kept` (tokens in new-id order): the WordPiece vocabulary, the
-    added tokens, the post-processor's special-token ids and the padding id all renumbered."""
+    """`spec` (a tokenizer.json) over the vocabulary `kept` (tokens in new-id order): the model's vocabulary (and
+    merges), the added tokens, the post-processor's special-token ids and the padding id all renumbered."""
     spec = copy.deepcopy(spec)
     ids = {token: i for i, token in enumerate(kept)}
-    spec["model"]["vocab"] = {t: ids[t] for t in kept if t in spec["model"]["vocab"]}
+    _remap_model(spec["model"], ids)
     for added in spec["added_tokens"]:
         added["id"] = ids[added["content"]]
     _remap_processor(spec.get("post_processor"), ids)
@@ -177,13 +258,23 @@ def coverage(test_ids: list[list[int]], kept: set[int]) -> dict:
 
 
 def write_tokenizer(tokenizer, directory: Path, kept: list[str]) -> None:
-    """Save `tokenizer` into `directory` (tokenizer_config.json ...), then its tokenizer.json remapped to `kept` and
-    the matching vocab.txt (one token a line, line number = id)."""
+    """Save `tokenizer` into `directory` (tokenizer_config.json ...), then its tokenizer.json remapped to `kept`.
+    Where the save wrote a slow tokenizer's files beside it, they are rewritten to match (WordPiece's vocab.txt: one
+    token a line, line number = id; BPE's vocab.json and merges.txt) or, a SentencePiece model that cannot be, removed:
+    every reader then takes tokenizer.json."""
     tokenizer.save_pretrained(directory)
     path = directory / "tokenizer.json"
     spec = remap_tokenizer_json(json.loads(path.read_text(encoding="utf-8")), kept)
     path.write_text(json.dumps(spec, ensure_ascii=False, indent=2), encoding="utf-8")
-    (directory / "vocab.txt").write_text("".join(f"{t}\n" for t in kept), encoding="utf-8")
+    model = spec["model"]
+    if model["type"] == "WordPiece":
+        (directory / "vocab.txt").write_text("".join(f"{t}\n" for t in kept), encoding="utf-8")
+    if model["type"] == "BPE" and (directory / "vocab.json").exists():
+        (directory / "vocab.json").write_text(json.dumps(model["vocab"], ensure_ascii=False), encoding="utf-8")
+        merges = "".join(f"{a} {b}\n" for a, b in _merges(model))
+        (directory / "merges.txt").write_text(f"#version: 0.2\n{merges}", encoding="utf-8")
+    for stale in directory.glob("*.model"):  # sentencepiece.bpe.model, spm.model: the unpruned vocabulary
+        stale.unlink()
 
 
 def check_tokenizers(directory: Path, spec: dict, texts: Sequence[str], limit: int) -> None:
@@ -199,7 +290,7 @@ def check_tokenizers(directory: Path, spec: dict, texts: Sequence[str], limit: i
     ours = runtime.encode_batch(list(texts))
     theirs = AutoTokenizer.from_pretrained(directory)(list(texts), truncation=True, max_length=limit)["input_ids"]
     originals = plain_tokenizer(spec, limit).encode_batch(list(texts))
-    vocab, unk = runtime.get_vocab(with_added_tokens=True), spec["model"]["unk_token"]
+    vocab, unk = runtime.get_vocab(with_added_tokens=True), unk_token(spec["model"])
     problems = []
     for k, (before, after, ids) in enumerate(zip(originals, ours, theirs, strict=True)):
         pieces = [runtime.id_to_token(i) for i in after.ids]
@@ -207,8 +298,8 @@ def check_tokenizers(directory: Path, spec: dict, texts: Sequence[str], limit: i
             problems.append(f"text {k + 1}: transformers and the runtime tokenize it differently")
         elif all(t in vocab for t in before.tokens) and pieces != before.tokens:
             problems.append(f"text {k + 1}: its pieces were all kept, but it is tokenized differently")
-        elif unk in pieces and unk not in before.tokens:
-            problems.append(f"text {k + 1}: [UNK] after pruning, none before ({texts[k][:60]!r})")
+        elif unk is not None and unk in pieces and unk not in before.tokens:
+            problems.append(f"text {k + 1}: {unk} after pruning, none before ({texts[k][:60]!r})")
     if problems:
         lines = "\n".join(f"  ✗ {p}" for p in problems[:5])
         raise ModelError(f"the pruned tokenizer does not reproduce the original on {len(problems)} of {len(texts)} "
@@ -237,12 +328,14 @@ def vocab_prune(src: Path, out: Path, data: DataSplits, cfg: VocabConfig = Vocab
     from edgepress.runtime.predictor import position_limit
 
     model, tokenizer = load_classifier(src)
-    spec = wordpiece_spec(tokenizer, src)
+    spec = tokenizer_spec(tokenizer, src)
     rows, before = model.get_input_embeddings().num_embeddings, param_counts(model)["params"]
     tokens = tokens_by_id(spec)
     check_ids(model, tokens, src)
-    counts = Counter(i for ids in encode_ids(spec, data.train.texts) for i in ids)
-    kept = kept_ids(spec, tokenizer, model.config, counts, cfg)
+    train = encode_ids(spec, data.train.texts)
+    counts = Counter(i for ids in train for i in ids)
+    chars = {c for ids in train + encode_ids(spec, data.validation.texts) for i in ids for c in tokens[i]}
+    kept = kept_ids(spec, tokenizer, model, counts, cfg, chars)
     shrink_embeddings(model, kept)
     with atomic_dir(Path(out)) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)

@@ -21,12 +21,10 @@ from edgepress.export.parity import (
     check_parity,
     input_names,
     ort_runner,
-    parity_feeds,
-    spread_by_length,
+    real_feeds,
 )
 from edgepress.files import atomic_dir, read_json, write_json
 from edgepress.logs import parity_text
-from edgepress.runtime.predictor import load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session
 
 log = logging.getLogger(__name__)
@@ -160,8 +158,7 @@ def export_model_object(model, tokenizer, out_dir: Path, texts: tuple[str, ...],
         tokenizer.save_pretrained(tmp)
         check_onnx_file(tmp / ONNX_FILE)
         session = open_session(tmp / ONNX_FILE, SessionConfig(providers=("cpu",), optimization="disable"))
-        feeds = parity_feeds(load_tokenizer(tmp, cfg.max_length), spread_by_length(texts, cfg.parity.n_texts),
-                             input_names(session), cfg.parity.batch_size)
+        feeds = real_feeds(tmp, texts, cfg.max_length, input_names(session), cfg.parity)
         parity = check_parity(torch_runner(model), ort_runner(session), feeds, cfg.parity, what)
     log.info("export: %s; parity: %s", what, parity_text(parity))
     return {"parity": parity}

@@ -7,6 +7,10 @@ candidate sets on this machine, side by side, at the run's latency shape, and ke
 follows (the one quantizer that takes a fused graph; `int8-static` and `int4` take the unfused one and ONNX Runtime
 fuses what it can when their session starts), a run fills in `quantized_with` and every candidate is timed as it
 will ship: quantized.
+
+Every family is fused with the optimizer's `bert` model type: onnxruntime 1.31 has none for DeBERTa or ModernBERT,
+and on their graphs `bert` fuses the layer norms (SkipLayerNormalization) but no attention (disentangled attention;
+rotary embeddings with local windows). The stage then says so (`unfused_attention` in its details).
 """
 
 import logging
@@ -183,7 +187,13 @@ def optimize_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Opt
                                     SessionConfig(optimization="disable"))
     log.info("optimize: fused %s (left out: %s); parity: %s", readable(ops), readable(list(off)),
              parity_text(parity))
-    return {"fused_ops": ops, "disabled": list(off), "parity": parity, **({"timing": timing} if timing else {})}
+    details = {"fused_ops": ops, "disabled": list(off), "parity": parity, **({"timing": timing} if timing else {})}
+    if "attention" not in off and not {"Attention", "MultiHeadAttention"} & set(ops):
+        family = read_model_config(Path(src_dir)).get("model_type", "this")
+        details["unfused_attention"] = (f"ONNX Runtime's optimizer fuses no attention in {family} graphs: "
+                                        f"attention runs as separate MatMul and Softmax ops")
+        log.info("optimize: %s", details["unfused_attention"])
+    return details
 
 
 def fp16_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Fp16Config = Fp16Config()) -> dict:

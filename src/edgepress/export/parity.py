@@ -1,5 +1,7 @@
-"""Hard parity: a graph must give the logits of the model it came from on real sentences, batch 1 and batch > 1.
-A miss raises ExportParityError with a line per failing check; it is never a warning."""
+"""Hard parity: a graph must give the logits of the model it came from on real sentences, batch 1 and batch > 1,
+and on passages longer than 128 tokens alone and padded beside a short text (where runtimes get local attention
+windows, ModernBERT's, and long positions wrong). A miss raises ExportParityError with a line per failing check; it
+is never a warning."""
 
 import shutil
 from collections.abc import Callable
@@ -9,7 +11,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.errors import ExportParityError
-from edgepress.runtime.predictor import encode, load_tokenizer
+from edgepress.files import read_json
+from edgepress.runtime.predictor import encode, load_tokenizer, position_limit
 from edgepress.runtime.session import SessionConfig, open_session
 
 ONNX_FILE = "model.onnx"
@@ -47,6 +50,28 @@ def parity_feeds(tokenizer, texts: list[str], input_names: tuple[str, ...], batc
     mixed = [texts[i] for i in np.random.default_rng(0).permutation(len(texts))]
     batches = [encode(tokenizer, mixed[i : i + batch_size], input_names) for i in range(0, len(mixed), batch_size)]
     return singles + batches
+
+
+LONG_TOKENS = 320  # past ModernBERT's 128-token local window and BERT's usual 128-token exports
+
+
+def long_feeds(directory: Path, texts: list[str], input_names: tuple[str, ...]) -> list[Feeds]:
+    """Two passages of the `texts` joined (each as long as the model in `directory` takes, up to LONG_TOKENS), alone
+    and in one padded batch with the shortest text between them."""
+    limit = min(LONG_TOKENS, position_limit(read_json(directory / "config.json")))
+    tokenizer = load_tokenizer(directory, limit)
+    ordered = sorted(texts, key=len)
+    passages = [" ".join(ordered[k::2]) for k in (0, 1)]
+    return ([encode(tokenizer, [p], input_names) for p in passages]
+            + [encode(tokenizer, [passages[0], ordered[0], passages[1]], input_names)])
+
+
+def real_feeds(directory: Path, texts, max_length: int, input_names: tuple[str, ...], cfg: ParityConfig) -> list[Feeds]:
+    """What every parity check runs, read by the tokenizer in `directory`: `cfg.n_texts` of the real `texts` cut to
+    `max_length` tokens (`parity_feeds`), then the long passages (`long_feeds`)."""
+    texts = spread_by_length(tuple(texts), cfg.n_texts)
+    return (parity_feeds(load_tokenizer(directory, max_length), texts, input_names, cfg.batch_size)
+            + long_feeds(directory, texts, input_names))
 
 
 def check_parity(reference: Runner, candidate: Runner, feeds: list[Feeds], cfg: ParityConfig, what: str) -> dict:
@@ -112,6 +137,5 @@ def check_graph_change(src_dir: Path, tmp: Path, texts, max_length: int, parity:
     check_onnx_file(tmp / ONNX_FILE)
     reference = open_session(src_dir / ONNX_FILE, SessionConfig(optimization="disable"))
     session = open_session(tmp / ONNX_FILE, candidate)
-    feeds = parity_feeds(load_tokenizer(src_dir, max_length), spread_by_length(texts, parity.n_texts),
-                         input_names(reference), parity.batch_size)
+    feeds = real_feeds(src_dir, texts, max_length, input_names(reference), parity)
     return check_parity(ort_runner(reference), ort_runner(session), feeds, parity, what)
