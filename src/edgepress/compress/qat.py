@@ -108,6 +108,14 @@ def _activation_ranges(onnx_file: Path, model, ranges: dict) -> dict:
     return tensors
 
 
+def untrained_matmuls(graph, tensors: dict) -> list[str]:
+    """The weighted MatMuls of Linears that qat did not fake-quantize (no learned input range): they stay float in
+    the graph, as in training (ELECTRA's embedding projection, ModernBERT's head dense)."""
+    weights = {t.name for t in graph.initializer}
+    return [n.name for n in graph.node
+            if n.op_type == "MatMul" and n.input[1] in weights and n.input[0] not in tensors]
+
+
 def _float_beside_matmuls(path: Path) -> None:
     """Give every reader of a quantized activation but the MatMuls the float tensor back, as in training. ONNX
     Runtime's quantizer hands its dequantized copy to every reader (with `DedicatedQDQPair`, only where several
@@ -155,7 +163,7 @@ def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg) -> d
             quantize_static(float_dir / ONNX_FILE, tmp / ONNX_FILE, None, quant_format=QuantFormat.QDQ,
                             op_types_to_quantize=["MatMul"], per_channel=True, activation_type=QuantType.QUInt8,
                             weight_type=QuantType.QInt8, reduce_range=recorded.get("weight_qmax", 127) == 64,
-                            nodes_to_exclude=float_matmuls(graph),
+                            nodes_to_exclude=float_matmuls(graph) + untrained_matmuls(graph, tensors),
                             calibrate_method=CalibrationMethod.MinMax, calibration_cache_path=cache,
                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT,
                                            "OpTypesToExcludeOutputQuantization": ["MatMul"],
