@@ -108,12 +108,11 @@ def _activation_ranges(onnx_file: Path, model, ranges: dict) -> dict:
     return tensors
 
 
-def untrained_matmuls(graph, tensors: dict) -> list[str]:
-    """The weighted MatMuls of Linears that qat did not fake-quantize (no learned input range): they stay float in
-    the graph, as in training (ELECTRA's embedding projection, ModernBERT's head dense)."""
-    weights = {t.name for t in graph.initializer}
-    return [n.name for n in graph.node
-            if n.op_type == "MatMul" and n.input[1] in weights and n.input[0] not in tensors]
+def unlearned_matmuls(graph, tensors: dict) -> list[str]:
+    """The MatMuls whose input has no learned range (`tensors`): activation products, the classifier, and Linears
+    that qat left float (ELECTRA's embedding projection, ModernBERT's head dense). They stay float in the graph, as in
+    training: the graph quantizes exactly the Linears qat fake-quantized."""
+    return [n.name for n in graph.node if n.op_type == "MatMul" and n.input[0] not in tensors]
 
 
 def _float_beside_matmuls(path: Path) -> None:
@@ -141,7 +140,7 @@ def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg) -> d
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
 
-    from edgepress.compress.quantize import float_matmuls, low_bit_kernels
+    from edgepress.compress.quantize import low_bit_kernels
     from edgepress.export.onnx import export_model_object, torch_runner
     from edgepress.export.parity import check_parity, real_feeds
     from edgepress.models.fakequant import QAT_FILE, load_for_inference
@@ -163,7 +162,7 @@ def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg) -> d
             quantize_static(float_dir / ONNX_FILE, tmp / ONNX_FILE, None, quant_format=QuantFormat.QDQ,
                             op_types_to_quantize=["MatMul"], per_channel=True, activation_type=QuantType.QUInt8,
                             weight_type=QuantType.QInt8, reduce_range=recorded.get("weight_qmax", 127) == 64,
-                            nodes_to_exclude=float_matmuls(graph) + untrained_matmuls(graph, tensors),
+                            nodes_to_exclude=unlearned_matmuls(graph, tensors),
                             calibrate_method=CalibrationMethod.MinMax, calibration_cache_path=cache,
                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT,
                                            "OpTypesToExcludeOutputQuantization": ["MatMul"],
