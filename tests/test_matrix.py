@@ -155,6 +155,8 @@ def _onnx(made, family, method, texts, note):
     assert parity["n_examples"] >= 133  # real sentences, alone and padded, and passages past 128 tokens
     if method in ("export", "optimize"):
         assert parity["max_abs_diff"] <= 1e-4 and parity["agreement"] == 1.0
+    if method == "export":  # traced with eager attention whatever the model loads with (sdpa, by default)
+        assert details["attention"]["exported_with"] == "eager"
     else:
         assert parity["agreement"] >= AGREEMENT
     assert QUANTIZED_OPS.get(method, set()) <= set(details.get("quantized_ops", {}))

@@ -150,7 +150,10 @@ def save_config(config, out: Path) -> None:
 
 
 def export_model_object(model, tokenizer, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig, what: str) -> dict:
-    """Export an in-memory classifier (any per-layer shape) to `out_dir` and check it against torch on `texts`."""
+    """Export an in-memory classifier (any per-layer shape) to `out_dir` and check it against torch on `texts`;
+    {"parity", "attention"}: the attention the graph was traced with, and the one the model loads with where they
+    differ (sdpa, flex or a kernel's attention is switched to eager for the export, then back)."""
+    loaded_with = model.config._attn_implementation
     with atomic_dir(Path(out_dir)) as tmp:
         write_onnx(model, tokenizer, tmp / ONNX_FILE, cfg.opset)
         pin_head_counts(tmp / ONNX_FILE)
@@ -161,12 +164,16 @@ def export_model_object(model, tokenizer, out_dir: Path, texts: tuple[str, ...],
         feeds = real_feeds(tmp, texts, cfg.max_length, input_names(session), cfg.parity)
         parity = check_parity(torch_runner(model), ort_runner(session), feeds, cfg.parity, what)
     log.info("export: %s; parity: %s", what, parity_text(parity))
-    return {"parity": parity}
+    attention = {"exported_with": "eager", **({"switched_from": loaded_with} if loaded_with != "eager" else {})}
+    if loaded_with != "eager":
+        log.info("export: traced with eager attention, the graph ONNX Runtime's fusions know (the model loads with "
+                 "%s, and keeps it after)", loaded_with)
+    return {"parity": parity, "attention": attention}
 
 
 def export_onnx(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig = ExportConfig()) -> dict:
     """Export `model_dir` to `out_dir`/model.onnx (+ config.json, tokenizer) and check it against torch on real
-    `texts`; returns {"parity": numbers}. Nothing is left in `out_dir` when a check fails."""
+    `texts`; returns {"parity": numbers, "attention"}. Nothing is left in `out_dir` when a check fails."""
     from edgepress.models.fakequant import QAT_FILE
     from edgepress.models.loading import load_classifier
 
