@@ -86,23 +86,30 @@ def xlmr_tokenizer_json(cache: Path) -> dict:
     }
 
 
+def xlmr_tokenizer(cache: Path):
+    """XLM-R's tokenizer (rebuilt in `cache`, once), its ids checked against XLM-R's own."""
+    from transformers import PreTrainedTokenizerFast
+
+    path = fetch(cache) / "tokenizer.json"
+    if not path.is_file():
+        path.write_text(json.dumps(xlmr_tokenizer_json(cache)), encoding="utf-8")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(path), bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                                        cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")
+    text, ids = XLMR_IDS
+    if tokenizer(text)["input_ids"] != ids:
+        raise SystemExit(f"the rebuilt tokenizer gives {tokenizer(text)['input_ids']} for {text!r}, XLM-R {ids}")
+    return tokenizer
+
+
 def main() -> None:
     from tests.conftest import save, tiny_encoder
-    from transformers import PreTrainedTokenizerFast
 
     from edgepress.cache import cache_dir
     from edgepress.compress.vocab import vocab_prune
     from edgepress.data import DataConfig, load_data
 
-    cache = fetch(cache_dir("downloads", "llama-cpp-python-0.3.36"))
     with tempfile.TemporaryDirectory(prefix="edgepress-xlmr-") as work:
-        (Path(work) / "tokenizer.json").write_text(json.dumps(xlmr_tokenizer_json(cache)), encoding="utf-8")
-        tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(Path(work) / "tokenizer.json"), bos_token="<s>",
-                                            eos_token="</s>", sep_token="</s>", cls_token="<s>", unk_token="<unk>",
-                                            pad_token="<pad>", mask_token="<mask>")
-        text, ids = XLMR_IDS
-        if tokenizer(text)["input_ids"] != ids:
-            raise SystemExit(f"the rebuilt tokenizer gives {tokenizer(text)['input_ids']} for {text!r}, XLM-R {ids}")
+        tokenizer = xlmr_tokenizer(cache_dir("downloads", "llama-cpp-python-0.3.36"))
         data = load_data(DataConfig())
         src = save(tiny_encoder("xlm-roberta", tokenizer), tokenizer, Path(work) / "model")
         details = vocab_prune(src, Path(work) / "pruned", data)
