@@ -22,7 +22,6 @@ MARKS = "¹²³⁴⁵⁶⁷⁸⁹"
 
 def columns() -> tuple[list[str], list[str]]:
     """(methods, targets), in the registry's order."""
-    sys.path.insert(0, str(ROOT / "src"))
     from edgepress.deploy.targets import TARGETS
     from edgepress.registry import METHODS
 

@@ -33,7 +33,13 @@ class Artifacts:
     qat's model) or "int8-7bit" (int8-dynamic with x86-avx2's 7-bit weights)."""
 
     def __init__(self, family_model, data, root: Path):
-        self.model, self.data, self.root, self.made = family_model, data, root, {}
+        self.model, self.data, self.root, self.made, self.labels = family_model, data, root, {}, {}
+
+    def source_labels(self, family: str, texts) -> np.ndarray:
+        """The family's trained model's labels on `texts` (the module's 300 sentences), predicted once."""
+        if family not in self.labels:
+            self.labels[family] = _labels(self.model(family), texts)
+        return self.labels[family]
 
     def _source(self, family: str, step: str) -> Path:
         if step == "qat-export":
@@ -76,7 +82,7 @@ def _labels(model_dir: Path, texts) -> np.ndarray:
 
 def _agreement(made: Artifacts, family: str, model_dir: Path, texts) -> float:
     """The share of `texts` the torch model at `model_dir` labels as the family's trained model does."""
-    return float((_labels(made.model(family), texts) == _labels(model_dir, texts)).mean())
+    return float((made.source_labels(family, texts) == _labels(model_dir, texts)).mean())
 
 
 def _layers(model_dir: Path):
@@ -194,7 +200,7 @@ def _runs_like_torch(made, family, bundle: Path, texts, providers=("cpu",)) -> N
     from edgepress.runtime.predictor import Predictor
 
     predictor = Predictor(bundle, providers)
-    labels = [predictor.id2label[int(i)] for i in _labels(made.model(family), texts)]
+    labels = [predictor.id2label[int(i)] for i in made.source_labels(family, texts)]
     assert np.mean([p.label == t for p, t in zip(predictor.predict_each(texts), labels, strict=True)]) >= AGREEMENT
 
 
