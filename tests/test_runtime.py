@@ -62,7 +62,7 @@ def test_graph_with_other_inputs_is_refused(tmp_path):
     with pytest.raises(ModelError) as e:
         open_session(tmp_path / "model.onnx")
     assert "inputs are pixels; expected input_ids, attention_mask[, token_type_ids]" in str(e.value)
-    assert "outputs are probs; expected logits" in str(e.value)
+    assert "outputs are probs; expected logits or sentence_embedding" in str(e.value)
 
 
 def test_summarize_percentiles():

@@ -45,6 +45,25 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def write_arrays(path: Path, arrays: dict) -> None:
+    """Numeric arrays by name as an .npz file, atomically."""
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    write_bytes(path, buffer.getvalue())
+
+
+def read_arrays(path: Path) -> dict:
+    """The arrays of an .npz file `write_arrays` wrote; objects are refused (no pickle is ever loaded)."""
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as stored:
+        return {name: stored[name] for name in stored.files}
+
+
 @contextlib.contextmanager
 def atomic_dir(path: Path) -> Iterator[Path]:
     """Yield a temp dir beside `path`; on success it replaces `path`, on failure it is removed."""

@@ -64,7 +64,11 @@ def tracked(items: Iterable, total: int, what: str) -> Iterator:
 
 
 def parity_text(parity: dict) -> str:
-    """'max |Δlogit| 9.3e-09, label agreement 1 on 60 texts' from a parity record."""
+    """'max |Δlogit| 9.3e-09, label agreement 1 on 60 texts' from a parity record (a sentence embedder's: max
+    |Δcomponent| and its lowest cosine to the reference vectors)."""
+    if "min_cosine" in parity:
+        return (f"max |Δcomponent| {parity['max_abs_diff']:.2g}, lowest cosine {parity['min_cosine']:.6f} on "
+                f"{parity['n_examples']} texts")
     return (f"max |Δlogit| {parity['max_abs_diff']:.2g}, label agreement {parity['agreement']:.4g} on "
             f"{parity['n_examples']} texts")
 

@@ -410,16 +410,21 @@ def _target_of(bundle_dir: Path) -> str:
 def predict(
     bundle: Annotated[Path, typer.Argument(help="A bundle or exported model dir (model.onnx, tokenizer.json, "
                                                 "config.json).")],
-    texts: Annotated[list[str], typer.Argument(help="Texts to classify.")],
+    texts: Annotated[list[str], typer.Argument(help="Texts to classify (or embed).")],
     provider: Annotated[Provider, typer.Option(help="Execution provider.")] = Provider.cpu,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
-    """Classify texts with a bundle, torch-free (onnxruntime, tokenizers and numpy only)."""
+    """Classify texts with a bundle, torch-free (onnxruntime, tokenizers and numpy only); an embedding model's
+    bundle gives each text's vector, one JSON object a line."""
     import json
 
-    from edgepress.runtime.predictor import Predictor
+    from edgepress.runtime.predictor import Predictor, embedding_json
 
     predictor = _call(Predictor, bundle, providers=(provider.value,))
+    if predictor.output == "sentence_embedding":
+        for text, vector in zip(texts, _call(predictor.embed, texts), strict=True):  # one text per call
+            out.print(embedding_json(text, vector), highlight=False, soft_wrap=True)
+        return
     for p in _call(predictor.predict_each, texts):  # one text per call, as predict.py and the evaluation
         if as_json:
             out.print(json.dumps({"text": p.text, "label": p.label, "score": p.score, "scores": p.scores}),

@@ -219,7 +219,8 @@ def float_matmuls(graph) -> list[str]:
     matmuls = [n for n in graph.node if n.op_type in ("MatMul", "Gemm")]
     keep = [n.name for n in matmuls if not any(i in weights for i in n.input)]
     producers = {o: n for n in graph.node for o in n.output}
-    frontier, seen = ["logits"], set()
+    # a sentence embedder's graph has no classifier: its output is pooled from the last layer's residual stream
+    frontier, seen = [o.name for o in graph.output if o.name == "logits"], set()
     while frontier:  # walk back from the logits to the first weighted MatMul/Gemm: the classifier
         node = producers.get(frontier.pop())
         if node is None or node.name in seen:

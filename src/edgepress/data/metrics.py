@@ -54,3 +54,51 @@ def classification_metrics(labels: np.ndarray, preds: np.ndarray) -> dict:
         "macro_f1": float(f1_score(labels, preds, average="macro")),
         "n_test": int(len(labels)),
     }
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """(n, dim) rows scaled to unit length, in float64 (a zero row stays zero)."""
+    vectors = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+def _mean_ci95(values: np.ndarray) -> list[float]:
+    """BCa 95% bootstrap interval of the mean of `values` ([v, v] when they are all equal; the percentile interval
+    where a few values leave BCa's jackknife degenerate)."""
+    if np.all(values == values[0]):
+        return [float(values[0]), float(values[0])]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy warns before it returns NaN bounds, which are handled here
+        interval = _interval(bootstrap((values,), _mean, n_resamples=RESAMPLES, rng=SEED, vectorized=True))
+    if not np.all(np.isfinite(interval)):
+        interval = _interval(bootstrap((values,), _mean, n_resamples=RESAMPLES, rng=SEED, vectorized=True,
+                                       method="percentile"))
+    return interval
+
+
+def top_neighbours(vectors: np.ndarray, k: int) -> np.ndarray:
+    """(n, k) indices of each row's k most cosine-similar other rows, most similar first (ties by index)."""
+    unit = unit_rows(vectors)
+    similar = unit @ unit.T  # (n, n)
+    np.fill_diagonal(similar, -np.inf)  # a text is not its own neighbour
+    return np.argsort(-similar, axis=1, kind="stable")[:, :k]
+
+
+def embedding_metrics(reference: np.ndarray, vectors: np.ndarray, k: int = 10) -> dict:
+    """How closely `vectors` (n, dim) stand in for `reference`'s (a teacher's on the same n texts), with BCa 95%
+    CIs over the texts: `cosine`, each text's cosine to its reference vector, averaged; `neighbour_overlap`, the
+    share of each text's top-`k` neighbours among the n (by cosine, itself excluded) that the reference's top-`k`
+    holds too, averaged: what a nearest-neighbour search over these texts would find alike."""
+    reference, vectors = np.asarray(reference), np.asarray(vectors)
+    if reference.shape[0] != vectors.shape[0] or reference.shape[0] <= k:
+        raise ValueError(f"embedding_metrics needs the same n > k={k} texts on both sides: got {reference.shape[0]} "
+                         f"and {vectors.shape[0]}")
+    cosine = np.sum(unit_rows(reference) * unit_rows(vectors), axis=1)
+    ours, theirs = top_neighbours(vectors, k), top_neighbours(reference, k)
+    overlap = np.array([len(np.intersect1d(a, b)) / k for a, b in zip(ours, theirs, strict=True)])
+    return {"cosine": float(cosine.mean()), "cosine_ci95": _mean_ci95(cosine),
+            "neighbour_overlap": float(overlap.mean()), "neighbour_overlap_ci95": _mean_ci95(overlap),
+            "neighbours_k": k, "n_test": int(len(cosine))}

@@ -131,21 +131,22 @@ def _check_out(out: Path, inputs: dict[str, Path], overwrite: bool) -> None:
 
 
 def _same_logits(onnx_file: Path, ort_file: Path) -> float:
-    """max |Δlogit| of the two files on 4 seeded random sequences of 32 token ids; a ModelError when they disagree
-    beyond float noise or on any argmax."""
+    """max |Δ| of the two files' outputs (logits, or sentence vectors) on 4 seeded random sequences of 32 token
+    ids; a ModelError when they disagree beyond float noise or on any argmax of logits."""
     import numpy as np
 
-    from edgepress.runtime.predictor import load_session
+    from edgepress.runtime.predictor import load_session, output_name
 
     sessions = [load_session(onnx_file), load_session(ort_file)]
     ids = np.random.default_rng(0).integers(5, 100, (4, 32), dtype=np.int64)  # (batch, seq); any vocabulary has these
     columns = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
     feeds = {i.name: columns[i.name] for i in sessions[0].get_inputs()}
-    first, second = (s.run(["logits"], feeds)[0] for s in sessions)
+    output = output_name(sessions[0])
+    first, second = (s.run([output], feeds)[0] for s in sessions)
     diff = float(np.abs(first - second).max())
-    if diff > 1e-4 or (first.argmax(1) != second.argmax(1)).any():
-        raise ModelError(f"{ort_file} does not compute what {onnx_file} does (max |Δlogit| {diff:.3g}). Fix: report "
-                         f"it; bundle for another target meanwhile")
+    if diff > 1e-4 or (output == "logits" and (first.argmax(1) != second.argmax(1)).any()):
+        raise ModelError(f"{ort_file} does not compute what {onnx_file} does (max |Δ{output}| {diff:.3g}). Fix: "
+                         f"report it; bundle for another target meanwhile")
     return diff
 
 
@@ -235,7 +236,8 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
             if f.is_file() and f.name not in GENERATED:
                 shutil.copy2(f, tmp / f.name)
         shutil.copy2(graph, tmp / "model.onnx")
-        if config.get("id2label") is None:  # transformers 5 saves no names for default labels: the run's, or its own
+        embedder = (model_dir / "modules.json").is_file()  # a sentence-transformers model: vectors, no labels
+        if config.get("id2label") is None and not embedder:  # transformers 5 saves no default label names
             names = manifest.get("labels") or {str(i): f"LABEL_{i}" for i in range(config.get("num_labels", 2))}
             write_json(tmp / "config.json", {**config, "id2label": names, "label2id": {v: int(k) for k, v in
                                                                                      names.items()}})
@@ -277,10 +279,13 @@ def bundle_model(source: Path, out: Path, target: str | None = None, overwrite: 
 def run_manifest(run_root: Path, cfg, data, metrics: dict, meta: dict, source: Path) -> dict:
     """What a run's bundle says of the run: model, data, stages, labels, max length, and what was measured
     (accuracy and latency) on which machine (`environment`, `measured_on`: that machine's own target)."""
-    summary = {k: metrics[k] for k in ("accuracy", "accuracy_ci95", "n_test", "size_bytes")}
+    primary = metrics.get("primary_metric", "accuracy")  # an embedder's: neighbour_overlap, against the baseline
+    summary = {k: metrics[k] for k in (primary, f"{primary}_ci95", "n_test", "size_bytes")}
+    summary |= {k: metrics[k] for k in ("primary_metric", "cosine", "cosine_ci95") if k in metrics}
     summary["latency_p50_ms"] = {p: m["p50_ms"] for p, m in metrics.get("latency", {}).items()}
-    return {"model": cfg.model, "data": data.source, "max_length": cfg.data.max_length,
-            "labels": {str(k): v for k, v in data.id2label.items()}, "stages": [s.name for s in cfg.stages],
+    labels = {} if primary != "accuracy" else {"labels": {str(k): v for k, v in data.id2label.items()}}
+    return {"model": cfg.model, "data": data.source, "max_length": cfg.data.max_length, **labels,
+            "task": "classification" if primary == "accuracy" else "embedding", "stages": [s.name for s in cfg.stages],
             "source_artifact": str(source), "metrics": summary, "environment": meta.get("environment"),
             "measured_on": detect_target(), "run_id": meta.get("run_id"), "run": str(run_root)}
 

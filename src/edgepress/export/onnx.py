@@ -6,7 +6,6 @@ padded batches and ONNX Runtime's BERT optimizer fuses all of it (Attention, Emb
 dynamo exporter and `sdpa` attention were measured against it (benchmarks/exporters.py, README): see there."""
 
 import copy
-import inspect
 import logging
 import warnings
 from pathlib import Path
@@ -41,21 +40,32 @@ class ExportConfig(BaseModel):
 
 
 def torch_runner(model):
-    """A parity/latency runner over a torch model: numpy feeds in, numpy logits out."""
+    """A parity/latency runner over a torch model: numpy feeds in, numpy logits (a sentence encoder: its
+    embeddings) out."""
     import torch
 
     def run(feeds):
         with torch.inference_mode():
-            return model(**{k: torch.from_numpy(v) for k, v in feeds.items()}).logits.float().numpy()
+            out = model(**{k: torch.from_numpy(v) for k, v in feeds.items()})
+            return getattr(out, "logits", out).float().numpy()
 
     return run
 
 
 def model_inputs(model, tokenizer) -> tuple[str, ...]:
-    """The tokenizer's outputs that the model's forward takes, in the forward's order (BERT: ids, mask, token
-    types; RoBERTa and DistilBERT: ids, mask): the ONNX graph's inputs."""
+    """The tokenizer's outputs that the model takes, in its forward's order (BERT: ids, mask, token types;
+    RoBERTa and DistilBERT: ids, mask): the ONNX graph's inputs."""
+    from edgepress.models.evaluate import accepted_inputs
+
     gives = set(tokenizer.model_input_names)
-    return tuple(name for name in inspect.signature(model.forward).parameters if name in gives)
+    return tuple(name for name in accepted_inputs(model) if name in gives)
+
+
+def output_of(model) -> str:
+    """The graph output `model` gives: sentence_embedding (a sentence encoder), else logits."""
+    from edgepress.models.sentence import is_sentence_encoder
+
+    return "sentence_embedding" if is_sentence_encoder(model) else "logits"
 
 
 # Two sentences of different lengths: the example batch is padded, so no exporter can drop the attention mask as a
@@ -65,12 +75,13 @@ EXAMPLE = ("a", "the film is a gorgeous, moving piece of work")
 
 def write_onnx(model, tokenizer, path: Path, opset: int, dynamo: bool = False, attention: str = "eager",
                example_texts: tuple[str, ...] = EXAMPLE) -> None:
-    """`model` -> ONNX file `path`: inputs as `model_inputs`, output `logits`, batch and sequence axes dynamic.
+    """`model` -> ONNX file `path`: inputs as `model_inputs`, output `logits` (a sentence encoder:
+    `sentence_embedding`), batch and sequence axes dynamic.
     Exported with eager attention (the graph ONNX Runtime fuses); `dynamo=True` (torch's newer exporter), other
     attentions and other example batches are what benchmarks/exporters.py compares it with."""
     import torch
 
-    names = model_inputs(model, tokenizer)
+    names, output = model_inputs(model, tokenizer), output_of(model)
     example = tokenizer(list(example_texts), padding=True, return_tensors="pt")
     feeds = {name: example[name] for name in names}
 
@@ -80,13 +91,13 @@ def write_onnx(model, tokenizer, path: Path, opset: int, dynamo: bool = False, a
         shapes = {"dynamic_shapes": {name: {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
                                      for name in names}}
     else:
-        axes = {name: {0: "batch_size", 1: "sequence_length"} for name in names} | {"logits": {0: "batch_size"}}
+        axes = {name: {0: "batch_size", 1: "sequence_length"} for name in names} | {output: {0: "batch_size"}}
         shapes = {"dynamic_axes": axes, "do_constant_folding": True}
     try:
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice; tracer warnings
             torch.onnx.export(model.eval(), (), str(path), kwargs=feeds, input_names=list(names),
-                              output_names=["logits"], opset_version=opset, dynamo=dynamo, **shapes)
+                              output_names=[output], opset_version=opset, dynamo=dynamo, **shapes)
     finally:
         model.set_attn_implementation(before)
 
@@ -140,10 +151,17 @@ def pin_head_counts(path: Path) -> int:
     return pinned
 
 
-def save_config(config, out: Path) -> None:
+def save_config(model, out: Path) -> None:
     """config.json with the label names always written: transformers 5 leaves default ones (LABEL_0, ...) out, and
-    an ONNX model's readers (predict.py, transformers.js) have no defaults to fall back on."""
+    an ONNX model's readers (predict.py, transformers.js) have no defaults to fall back on. A sentence encoder's
+    config is its encoder's, beside the sentence-transformers files that say how it pools."""
+    from edgepress.models.sentence import is_sentence_encoder, save_layout
+
+    config = model.config
     config.save_pretrained(out)
+    if is_sentence_encoder(model):
+        save_layout(model.layout, config.hidden_size, out)
+        return
     names = {str(i): name for i, name in sorted(config.id2label.items())}
     saved = read_json(out / "config.json")
     write_json(out / "config.json", {**saved, "id2label": names, "label2id": {n: int(i) for i, n in names.items()}})
@@ -157,12 +175,12 @@ def export_model_object(model, tokenizer, out_dir: Path, texts: tuple[str, ...],
     with atomic_dir(Path(out_dir)) as tmp:
         write_onnx(model, tokenizer, tmp / ONNX_FILE, cfg.opset)
         pin_head_counts(tmp / ONNX_FILE)
-        save_config(model.config, tmp)
+        save_config(model, tmp)
         tokenizer.save_pretrained(tmp)
         check_onnx_file(tmp / ONNX_FILE)
         session = open_session(tmp / ONNX_FILE, SessionConfig(providers=("cpu",), optimization="disable"))
         feeds = real_feeds(tmp, texts, cfg.max_length, input_names(session), cfg.parity)
-        parity = check_parity(torch_runner(model), ort_runner(session), feeds, cfg.parity, what)
+        parity = check_parity(torch_runner(model), ort_runner(session), feeds, cfg.parity, what, output_of(model))
     log.info("export: %s; parity: %s", what, parity_text(parity))
     attention = {"exported_with": "eager", **({"switched_from": loaded_with} if loaded_with != "eager" else {})}
     if loaded_with != "eager":
@@ -176,10 +194,11 @@ def export_onnx(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Exp
     `texts`; returns {"parity": numbers, "attention"}. Nothing is left in `out_dir` when a check fails."""
     from edgepress.models.fakequant import QAT_FILE
     from edgepress.models.loading import load_classifier
+    from edgepress.models.sentence import is_sentence_dir, load_sentence_encoder
 
     if (Path(model_dir) / QAT_FILE).is_file():  # a qat artifact: its int8 graph
         from edgepress.compress.qat import export_qat
 
         return export_qat(Path(model_dir), out_dir, texts, cfg)
-    model, tokenizer = load_classifier(model_dir)
+    model, tokenizer = (load_sentence_encoder if is_sentence_dir(model_dir) else load_classifier)(model_dir)
     return export_model_object(model, tokenizer, out_dir, texts, cfg, f"ONNX export of {model_dir}")

@@ -8,19 +8,29 @@ from edgepress.data.dataset import TextSet
 from edgepress.data.metrics import classification_metrics
 
 
+def accepted_inputs(model) -> list[str]:
+    """The parameters of the model's forward; of a sentence encoder (models/sentence.py), those of its encoder,
+    which are the inputs it passes on."""
+    from edgepress.models.sentence import is_sentence_encoder
+
+    forward = model.transformer.forward if is_sentence_encoder(model) else model.forward
+    return list(inspect.signature(forward).parameters)
+
+
 def forward_inputs(model, batch) -> dict:
     """The tokenizer's outputs the model's forward takes (a BERT tokenizer gives token_type_ids, which DistilBERT
     does not accept)."""
-    accepted = inspect.signature(model.forward).parameters
+    accepted = accepted_inputs(model)
     return {k: v for k, v in batch.items() if k in accepted}
 
 
-def predict_logits(model, tokenizer, texts: tuple[str, ...] | list[str], max_length: int, batch_size: int = 64):
-    """Logits (n, num_labels) as float32, in the order of `texts`."""
+def predict_outputs(model, tokenizer, texts: tuple[str, ...] | list[str], max_length: int, batch_size: int = 64):
+    """The model's output per text as float32, in the order of `texts`: (n, num_labels) logits of a classifier,
+    (n, dim) vectors of a sentence encoder."""
     import torch
 
     order = np.argsort([len(t) for t in texts], kind="stable")  # similar lengths together: little padding
-    logits = np.zeros((len(texts), model.config.num_labels), dtype=np.float32)
+    chunks = []
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -29,9 +39,19 @@ def predict_logits(model, tokenizer, texts: tuple[str, ...] | list[str], max_len
             chunk = order[start : start + batch_size]
             batch = tokenizer([texts[i] for i in chunk], truncation=True, max_length=max_length,
                               padding=True, return_tensors="pt").to(device)
-            logits[chunk] = model(**forward_inputs(model, batch)).logits.float().cpu().numpy()
+            out = model(**forward_inputs(model, batch))
+            chunks.append(getattr(out, "logits", out).float().cpu().numpy())
     model.train(was_training)
-    return logits
+    if not chunks:
+        return np.zeros((0, model.config.num_labels), dtype=np.float32)
+    outputs = np.empty((len(texts), chunks[0].shape[1]), dtype=np.float32)
+    outputs[order] = np.concatenate(chunks)
+    return outputs
+
+
+def predict_logits(model, tokenizer, texts: tuple[str, ...] | list[str], max_length: int, batch_size: int = 64):
+    """Logits (n, num_labels) as float32, in the order of `texts`."""
+    return predict_outputs(model, tokenizer, texts, max_length, batch_size)
 
 
 def evaluate_classifier(model, tokenizer, examples: TextSet, max_length: int) -> tuple[dict, np.ndarray]:

@@ -78,9 +78,13 @@ def detach(model, names: list[str]) -> dict[str, list[float]]:
 
 
 def load_for_inference(path: str | Path):
-    """(model, tokenizer) as `load_classifier`, with a QAT artifact's fake quantization applied."""
+    """(model, tokenizer) as `load_classifier` (a sentence-transformers dir: `load_sentence_encoder`), with a QAT
+    artifact's fake quantization applied."""
     from edgepress.models.loading import load_classifier
+    from edgepress.models.sentence import is_sentence_dir, load_sentence_encoder
 
+    if is_sentence_dir(path):
+        return load_sentence_encoder(path)
     model, tokenizer = load_classifier(path)
     qat = Path(path) / QAT_FILE
     if qat.is_file():

@@ -130,12 +130,12 @@ def safetensors_files(path: Path) -> list[Path]:
     return [path / s for s in shards]
 
 
-def _load_head_pruned(path: Path, files: list[Path]):
-    """A model whose config.json records pruned heads: built from its config, shrunk to the recorded heads, then
-    its safetensors weights `files` loaded (transformers 5 would build full-size layers and refuse the smaller
-    weights)."""
+def _load_head_pruned(path: Path, files: list[Path], auto_class):
+    """A model whose config.json records pruned heads: built from its config with transformers' `auto_class`,
+    shrunk to the recorded heads, then its safetensors weights `files` loaded (transformers 5 would build full-size
+    layers and refuse the smaller weights)."""
     from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers import AutoConfig
 
     from edgepress.models.heads import pruned_heads, remove_heads
 
@@ -144,7 +144,7 @@ def _load_head_pruned(path: Path, files: list[Path]):
                          f"it with model.save_pretrained(DIR) (safetensors is the default)")
     config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     removed = pruned_heads(config)
-    model = AutoModelForSequenceClassification.from_config(config)
+    model = auto_class.from_config(config)
     remove_heads(model, removed)
     state = {}
     for file in files:
@@ -155,34 +155,43 @@ def _load_head_pruned(path: Path, files: list[Path]):
     return model, {"missing_keys": missing}
 
 
-def load_classifier(path: str | Path):
-    """(model in eval mode, tokenizer) from an HF sequence-classification dir whose head was trained."""
+def load_pretrained(path: Path, auto_class: str):
+    """(model, tokenizer, loading info) of the HF model dir `path`, built by transformers' `auto_class`
+    (AutoModelForSequenceClassification, AutoModel): checked whole first, refused when it asks for code from
+    outside transformers, safetensors preferred; every failure a ModelError naming the fix."""
+    import transformers
     from safetensors import SafetensorError
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    path = Path(path)
+    path, auto = Path(path), getattr(transformers, auto_class)
     check_model_dir(path)
     config = read_model_config(path)
     check_no_remote_code(path, config)
     files = safetensors_files(path)  # refuses an index that names weight files outside the dir
-    use_safetensors = bool(files)
     try:
         if config.get("pruned_heads"):
-            model, info = _load_head_pruned(path, files)
+            model, info = _load_head_pruned(path, files, auto)
         else:
-            model, info = AutoModelForSequenceClassification.from_pretrained(
-                path, use_safetensors=use_safetensors, trust_remote_code=False, output_loading_info=True
-            )
+            model, info = auto.from_pretrained(path, use_safetensors=bool(files), trust_remote_code=False,
+                                               output_loading_info=True)
     except SafetensorError as e:
         raise ModelError(f"{path}: the weights file is corrupt or truncated ({e}). Fix: copy or save the model "
                          f"again (model.save_pretrained(DIR))") from None
     except (OSError, ValueError, KeyError, RuntimeError) as e:  # RuntimeError: weights whose shapes do not fit
-        raise ModelError(f"{path} could not be loaded as a sequence classifier: {e}\n{FIX_DIR}") from None
+        what = "a sequence classifier" if auto_class == "AutoModelForSequenceClassification" else "an encoder"
+        raise ModelError(f"{path} could not be loaded as {what}: {e}\n{FIX_DIR}") from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except Exception as e:  # tokenizers raises a bare Exception for a tokenizer.json it cannot parse
         raise ModelError(f"{path}: the tokenizer files cannot be loaded ({e}). Fix: save the tokenizer again "
                          f"(tokenizer.save_pretrained(DIR))") from None
+    return model, tokenizer, info
+
+
+def load_classifier(path: str | Path):
+    """(model in eval mode, tokenizer) from an HF sequence-classification dir whose head was trained."""
+    path = Path(path)
+    model, tokenizer, info = load_pretrained(path, "AutoModelForSequenceClassification")
     if info["missing_keys"]:
         raise ModelError(
             f"{path} has no trained classification head (missing: {', '.join(sorted(info['missing_keys'])[:4])}). "

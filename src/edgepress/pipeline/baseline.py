@@ -6,19 +6,23 @@ from pathlib import Path
 import numpy as np
 
 from edgepress.data import DataConfig, DataSplits, load_data
-from edgepress.models.evaluate import evaluate_classifier
+from edgepress.errors import ConfigError
 from edgepress.models.fakequant import load_for_inference
 from edgepress.models.introspect import param_counts, size_metrics
 from edgepress.models.loading import label2id_of
+from edgepress.models.sentence import is_sentence_dir
 from edgepress.models.teacher import resolve_model
 from edgepress.runtime.latency import LatencyConfig
+from edgepress.tasks import CLASSIFICATION
 
 
-def measure_model_dir(model_dir: Path, data: DataSplits, max_length: int) -> tuple[dict, np.ndarray]:
-    """(metrics, test predictions) of an HF model dir: accuracy with CI, macro-F1, params, size."""
+def measure_model_dir(model_dir: Path, data: DataSplits, max_length: int, task=CLASSIFICATION
+                      ) -> tuple[dict, np.ndarray]:
+    """(metrics, test predictions) of an HF model dir: its task's scores (a classifier's accuracy with CI,
+    macro-F1), params, size."""
     model, tokenizer = load_for_inference(model_dir)  # a qat artifact runs as it was trained: fake-quantized
-    metrics, preds = evaluate_classifier(model, tokenizer, data.test, max_length)
-    return {**metrics, **param_counts(model), **size_metrics(model_dir)}, preds
+    preds = task.torch_predictions(model, tokenizer, data.test.texts, max_length)
+    return {**task.scores(data.test, preds), **param_counts(model), **size_metrics(model_dir)}, preds
 
 
 def evaluate_model(model: str, data_cfg: DataConfig, split: str = "test") -> dict:
@@ -33,6 +37,10 @@ def evaluate_model(model: str, data_cfg: DataConfig, split: str = "test") -> dic
 
     model_dir = resolve_model(model)
     model_dir = final_of_run(model_dir, "evaluate") or model_dir
+    if is_sentence_dir(model_dir):
+        raise ConfigError(f"{model_dir} is a sentence-embedding model: its vectors are scored against another "
+                          f"model's (a baseline), not against labels. Fix: run a pipeline on it (`edgepress run`), "
+                          f"whose report scores every stage against the original model's neighbours")
     graph = onnx_path(model_dir)
     label2id = label2id_of(model_dir, torch_weights=graph is None)
     check_within_positions(model_dir, {"--max-length": data_cfg.max_length})

@@ -180,6 +180,10 @@ class PipelineConfig(BaseModel):
 
     model_config = Strict
     model: str = Field("demo:minilm-movie", min_length=1, description=MODEL)
+    task: Literal["classification", "embedding"] | None = Field(
+        None, description="what the model does: classification (a sequence classifier: labels, judged by accuracy) "
+        "or embedding (a sentence-transformers dir: sentence vectors, judged by their agreement with the baseline's "
+        "neighbours); read from the model dir when left out (a dir with modules.json is an embedding model)")
     data: DataConfig = Field(DataConfig(), description="the examples, their columns and splits")
     runtime: RuntimeConfig = Field(RuntimeConfig(), description="where and how every stage is measured")
     stages: list[StageConfig] = Field(default_factory=list, description="run in order, each gated")

@@ -40,14 +40,26 @@ def _latency(metrics: dict, provider: str) -> dict | None:
     return metrics.get("latency", {}).get(provider)
 
 
+def primary_metric(metrics: dict) -> str:
+    """The metric `accuracy` gates judge: accuracy, or the one a task's metrics name (an embedder's
+    neighbour_overlap)."""
+    return metrics.get("primary_metric", "accuracy")
+
+
+def _accuracy(rule: str, limit: float, value: float | None, ok_when_below: bool, primary: str) -> dict:
+    return {**_check("accuracy", rule, limit, value, ok_when_below),
+            **({"metric": primary} if primary != "accuracy" else {})}
+
+
 def _max_drop(limit: float, strict: bool, baseline: dict, metrics: dict) -> dict:
-    """The drop vs the baseline; strict: the upper end of its paired 95% CI (`accuracy_drop_ci95`), the point
-    estimate recorded beside it."""
-    drop = baseline["accuracy"] - metrics["accuracy"]
+    """The drop of the primary metric vs the baseline; strict: the upper end of its paired 95% CI
+    (`accuracy_drop_ci95`, an embedder's `neighbour_overlap_drop_ci95`), the point estimate recorded beside it."""
+    primary = primary_metric(baseline)
+    drop = baseline[primary] - metrics[primary]
     if not strict:
-        return _check("accuracy", "max_drop", limit, drop, True)
-    upper = metrics.get("accuracy_drop_ci95", [None, None])[1]
-    return {**_check("accuracy", "max_drop", limit, upper, True), "strict": True, "point_estimate": drop}
+        return _accuracy("max_drop", limit, drop, True, primary)
+    upper = metrics.get(f"{primary}_drop_ci95", [None, None])[1]
+    return {**_accuracy("max_drop", limit, upper, True, primary), "strict": True, "point_estimate": drop}
 
 
 def _min_agreement(limit: float, strict: bool, metrics: dict, on: str) -> dict:
@@ -77,9 +89,10 @@ def _min_speedup(limit: float, now: dict | None, base: dict | None) -> dict:
 
 def gate_name(gate: dict) -> str:
     """'accuracy.max_drop'; a fidelity gate on a set other than the test split names it: 'fidelity.min_agreement on
-    typos'."""
+    typos'; an accuracy gate on another task's metric names that: 'accuracy.max_drop (neighbour_overlap)'."""
     on = gate.get("on", "test")
-    return f"{gate['kind']}.{gate['rule']}" + ("" if on == "test" else f" on {on}")
+    return f"{gate['kind']}.{gate['rule']}" + ("" if on == "test" else f" on {on}") + (
+        f" ({gate['metric']})" if "metric" in gate else "")
 
 
 def evaluate_gates(gates: Gates, metrics: dict, baseline: dict, previous: dict, parity: dict | None) -> list[dict]:
@@ -89,11 +102,12 @@ def evaluate_gates(gates: Gates, metrics: dict, baseline: dict, previous: dict, 
     if (a := gates.accuracy) is not None:
         if a.max_drop is not None:
             results.append(_max_drop(a.max_drop, a.strict, baseline, metrics))
+        primary = primary_metric(baseline)
         if a.max_stage_drop is not None:
-            drop = previous["accuracy"] - metrics["accuracy"]
-            results.append(_check("accuracy", "max_stage_drop", a.max_stage_drop, drop, True))
+            drop = previous[primary] - metrics[primary]
+            results.append(_accuracy("max_stage_drop", a.max_stage_drop, drop, True, primary))
         if a.min is not None:
-            results.append(_check("accuracy", "min", a.min, metrics["accuracy"], False))
+            results.append(_accuracy("min", a.min, metrics[primary], False, primary))
     if (g := gates.latency) is not None:
         now, base = _latency(metrics, g.provider), _latency(baseline, g.provider)
         if g.max_p50_ms is not None:

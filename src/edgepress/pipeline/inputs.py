@@ -17,6 +17,7 @@ from edgepress.pipeline.rundir import RUN_FILES
 from edgepress.registry import METHODS
 from edgepress.runtime.predictor import MANIFEST, fixed_shape_feeds, load_tokenizer, position_limit
 from edgepress.runtime.session import check_providers
+from edgepress.tasks import CLASSIFICATION, EMBEDDING, check_methods_for, task_of
 
 
 def check_run_dir(out: Path, inputs: dict[str, Path] | None = None) -> None:
@@ -74,15 +75,24 @@ def check_artifact_out(out: Path, marker: str, what: str, inputs: dict[str, Path
     check_owned(out, marker, what)
 
 
-def check_model(spec: str, build_teacher: bool) -> tuple[Path | None, tuple | None]:
-    """(the model dir of `spec`, (model, tokenizer)), loaded once to prove it loads (weights, config, tokenizer).
-    The demo teacher is built first when `build_teacher` (a run); `validate` only checks that it can be built
-    (returns (None, None))."""
+def check_model(spec: str, build_teacher: bool, task=CLASSIFICATION) -> tuple[Path | None, tuple | None]:
+    """(the model dir of `spec`, (model, tokenizer)), loaded once to prove it loads (weights, config, tokenizer) as
+    a model of `task`. The demo teacher is built first when `build_teacher` (a run); `validate` only checks that it
+    can be built (returns (None, None))."""
     if spec == TEACHER and not build_teacher:
         encoder_dir()
         return None, None
     model_dir = resolve_model(spec)
+    if task is EMBEDDING:
+        from edgepress.models.sentence import load_sentence_encoder
+
+        return model_dir, load_sentence_encoder(model_dir)
     return model_dir, load_classifier(model_dir)
+
+
+def run_task(cfg: PipelineConfig):
+    """The task of the run's model (edgepress.tasks): the config's `task`, checked against the model dir."""
+    return task_of(None if cfg.model == TEACHER else resolve_model(cfg.model), cfg.task)
 
 
 def check_methods(cfg: PipelineConfig, model, tokenizer) -> None:
@@ -124,13 +134,21 @@ def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bo
     if out is not None:
         check_run_dir(out, local_inputs(cfg.model, cfg.data, config_file))
     check_providers(cfg.runtime.providers)
+    task = run_task(cfg)
+    check_methods_for(task, cfg.stages)
+    if task is EMBEDDING and cfg.runtime.target == "web":
+        raise ConfigError("target web is not built for embedding models yet (transformers.js feature-extraction "
+                          "bundles come next). Fix: another target (x86-vnni, x86-avx2, arm64, mobile, cuda)")
     if cfg.runtime.target == "web":
         web_modules()
-    model_dir, loaded = check_model(cfg.model, build_teacher)
+    model_dir, loaded = check_model(cfg.model, build_teacher, task)
     if model_dir is not None:
         check_lengths(model_dir, cfg)
         check_methods(cfg, *loaded)
-    label2id = label2id_of(model_dir) if model_dir else {name: i for i, name in DEMO_LABELS.items()}
+    if task is EMBEDDING:
+        label2id = None  # the data's labels (if any) are the data's own: an embedder has none
+    else:
+        label2id = label2id_of(model_dir) if model_dir else {name: i for i, name in DEMO_LABELS.items()}
     data = load_data(cfg.data, label2id)
     if model_dir is not None:
         check_latency_shape(model_dir, cfg, data)

@@ -1,6 +1,6 @@
-"""Metrics of any artifact (a torch model dir or an ONNX dir): accuracy with CIs on the test split, parameters, size,
-latency on every runtime provider, and its labels on the sets its fidelity is held on (the runner compares them with
-the baseline's)."""
+"""Metrics of any artifact (a torch model dir or an ONNX dir): its task's scores on the test split (a classifier's
+accuracy with CIs), parameters, size, latency on every runtime provider, and its predictions (labels, or sentence
+vectors) on the sets its fidelity is held on (the runner compares them with the baseline's)."""
 
 from pathlib import Path
 
@@ -8,25 +8,25 @@ import numpy as np
 
 from edgepress.data import DataSplits
 from edgepress.data.dataset import TextSet
-from edgepress.data.metrics import classification_metrics
-from edgepress.logs import tracked
 from edgepress.models.introspect import size_metrics
 from edgepress.pipeline.latency import latency_metrics, onnx_path
 from edgepress.runtime.latency import LatencyConfig
+from edgepress.tasks import CLASSIFICATION
 
 # How ONNX artifacts are evaluated, part of their stages' resume key: records made another way are not reused
 ONNX_EVALUATION = "one text per call"
 
 
-def onnx_predictions(model_dir: Path, texts: tuple[str, ...], max_length: int, threads: int | None) -> np.ndarray:
-    """Predicted ids of an ONNX dir on `texts` (CPU), each text alone, as a device classifies it and as the
-    bundle's predict.py does: in a padded batch an int8 graph's dynamic activation ranges would depend on the
-    other texts (the demo's int8 student: 12 of 1,057 labels changed between two batchings)."""
+def onnx_predictions(model_dir: Path, texts: tuple[str, ...], max_length: int, threads: int | None,
+                     task=CLASSIFICATION) -> np.ndarray:
+    """Predictions of an ONNX dir on `texts` (CPU; ids of a classifier, vectors of an embedder), each text alone,
+    as a device makes them and as the bundle's predict.py does: in a padded batch an int8 graph's dynamic activation
+    ranges would depend on the other texts (the demo's int8 student: 12 of 1,057 labels changed between two
+    batchings)."""
     from edgepress.runtime.predictor import Predictor
 
     predictor = Predictor(model_dir, threads=threads, max_length=max_length)
-    return np.array([int(predictor.logits([text])[0].argmax()) for text in tracked(texts, len(texts), "accuracy")],
-                    dtype=np.int64)
+    return task.onnx_predictions(predictor, texts, task.primary.replace("_", " "))
 
 
 def onnx_param_counts(path: Path) -> dict:
@@ -41,43 +41,44 @@ def onnx_param_counts(path: Path) -> dict:
 
 
 def measure_artifact(artifact: Path, data: DataSplits, max_length: int, providers: tuple[str, ...],
-                     threads: int | None, latency: LatencyConfig) -> tuple[dict, np.ndarray]:
+                     threads: int | None, latency: LatencyConfig, task=CLASSIFICATION) -> tuple[dict, np.ndarray]:
     """(metrics, test predictions) of a torch model dir or ONNX dir."""
     path = onnx_path(artifact)
     if path is None:
         from edgepress.pipeline.baseline import measure_model_dir
 
-        metrics, preds = measure_model_dir(artifact, data, max_length)
+        metrics, preds = measure_model_dir(artifact, data, max_length, task)
         providers = tuple(p for p in providers if p == "cpu")  # torch models are timed on CPU
     else:
-        preds = onnx_predictions(artifact, data.test.texts, max_length, threads)
-        metrics = {**classification_metrics(data.test.labels, preds), **onnx_param_counts(path),
-                   **size_metrics(path)}
+        preds = onnx_predictions(artifact, data.test.texts, max_length, threads, task)
+        metrics = {**task.scores(data.test, preds), **onnx_param_counts(path), **size_metrics(path)}
     metrics["latency"] = {p: latency_metrics(artifact, data.test.texts, p, threads, latency) for p in providers}
     return metrics, preds
 
 
-def set_predictions(artifact: Path, sets: dict[str, TextSet], max_length: int, threads: int | None
-                    ) -> dict[str, np.ndarray]:
-    """Predicted ids of a torch model dir (batched) or an ONNX dir (one text per call) on each of `sets`."""
+def set_predictions(artifact: Path, sets: dict[str, TextSet], max_length: int, threads: int | None,
+                    task=CLASSIFICATION) -> dict[str, np.ndarray]:
+    """Predictions of a torch model dir (batched) or an ONNX dir (one text per call) on each of `sets`."""
     if onnx_path(artifact) is not None:
-        return {name: onnx_predictions(artifact, part.texts, max_length, threads) for name, part in sets.items()}
-    from edgepress.models.evaluate import predict_logits
+        return {name: onnx_predictions(artifact, part.texts, max_length, threads, task)
+                for name, part in sets.items()}
     from edgepress.models.fakequant import load_for_inference
 
     model, tokenizer = load_for_inference(artifact)
-    return {name: predict_logits(model, tokenizer, part.texts, max_length).argmax(axis=1)
-            for name, part in sets.items()}
+    return {name: task.torch_predictions(model, tokenizer, part.texts, max_length) for name, part in sets.items()}
 
 
 def measure_scored(artifact: Path, data: DataSplits, max_length: int, providers: tuple[str, ...],
-                   threads: int | None, latency: LatencyConfig) -> tuple[dict, dict[str, np.ndarray]]:
+                   threads: int | None, latency: LatencyConfig, task=CLASSIFICATION
+                   ) -> tuple[dict, dict[str, np.ndarray]]:
     """(metrics, {set: predictions}) of an artifact on everything a run scores (`DataSplits.scored`): the test
-    split's metrics, and `sets`, each fidelity set's size and, where it has labels, accuracy."""
-    metrics, test = measure_artifact(artifact, data, max_length, providers, threads, latency)
+    split's metrics, and `sets`, each fidelity set's size and, for a classifier where the set has labels,
+    accuracy."""
+    metrics, test = measure_artifact(artifact, data, max_length, providers, threads, latency, task)
     others = {name: part for name, part in data.scored().items() if name != "test"}
-    preds = {"test": test, **set_predictions(artifact, others, max_length, threads)}
+    preds = {"test": test, **set_predictions(artifact, others, max_length, threads, task)}
+    labelled = task.name == "classification"
     metrics["sets"] = {name: {"n": len(part), **({"accuracy": float(np.mean(preds[name] == part.labels))}
-                                                 if len(part) and (part.labels >= 0).all() else {})}
+                                                 if labelled and len(part) and (part.labels >= 0).all() else {})}
                        for name, part in others.items()}
     return metrics, preds

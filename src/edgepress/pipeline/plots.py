@@ -14,7 +14,8 @@ def _svg(figure) -> str:
 def _measured(report: dict) -> list[tuple[str, dict]]:
     rows = [("baseline", report["baseline"]["metrics"])]
     rows += [(s["name"], s["metrics"]) for s in report["stages"]]
-    return [(name, m) for name, m in rows if "accuracy" in m]
+    primary = report["baseline"]["metrics"].get("primary_metric", "accuracy")
+    return [(name, m) for name, m in rows if primary in m]
 
 
 def stage_plots(report: dict) -> dict[str, str]:
@@ -30,11 +31,13 @@ def stage_plots(report: dict) -> dict[str, str]:
     plots = {}
 
     fig, ax = plt.subplots(figsize=(6, 3))
-    acc = [m["accuracy"] for _, m in rows]
-    err = [[m["accuracy"] - m["accuracy_ci95"][0] for _, m in rows], [m["accuracy_ci95"][1] - m["accuracy"]
+    primary = report["baseline"]["metrics"].get("primary_metric", "accuracy")  # an embedder's neighbour_overlap
+    label = f"test {primary.replace('_', ' ')} (95% CI)"
+    acc = [m[primary] for _, m in rows]
+    err = [[m[primary] - m[f"{primary}_ci95"][0] for _, m in rows], [m[f"{primary}_ci95"][1] - m[primary]
                                                                       for _, m in rows]]
     ax.errorbar(x, acc, yerr=err, fmt="o", capsize=4)
-    ax.set(xticks=list(x), xticklabels=names, ylabel="test accuracy (95% CI)")
+    ax.set(xticks=list(x), xticklabels=names, ylabel=label)
     plots["accuracy"] = _svg(fig)
 
     fig, ax = plt.subplots(figsize=(6, 3))
@@ -54,10 +57,10 @@ def stage_plots(report: dict) -> dict[str, str]:
     ax.legend()
     plots["size"] = _svg(fig)
     plt.close("all")
-    timed = [(name, c["p50_ms"], m["accuracy"], m["accuracy_ci95"]) for (name, m), c in zip(rows, cpu, strict=True)
+    timed = [(name, c["p50_ms"], m[primary], m[f"{primary}_ci95"]) for (name, m), c in zip(rows, cpu, strict=True)
              if c]
     if timed:
-        plots["accuracy against latency"] = pareto_svg(timed, "CPU p50 ms at the fixed shape (log scale)")
+        plots["accuracy against latency"] = pareto_svg(timed, "CPU p50 ms at the fixed shape (log scale)", label)
     return plots
 
 
@@ -72,9 +75,10 @@ def pareto_front(points: list[tuple[str, float, float, list]]) -> list[tuple[str
     return front
 
 
-def pareto_svg(points: list[tuple[str, float, float, list]], xlabel: str) -> str:
-    """Accuracy (95% CI bars) against latency, one labelled point per (name, latency ms, accuracy, [lo, hi]), the
-    Pareto front drawn as a step line."""
+def pareto_svg(points: list[tuple[str, float, float, list]], xlabel: str,
+               ylabel: str = "test accuracy (95% CI)") -> str:
+    """Accuracy (or another score: `ylabel`; 95% CI bars) against latency, one labelled point per (name, latency ms,
+    score, [lo, hi]), the Pareto front drawn as a step line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -87,7 +91,7 @@ def pareto_svg(points: list[tuple[str, float, float, list]], xlabel: str) -> str
     front = pareto_front(points)
     ax.step([p[1] for p in front], [p[2] for p in front], where="post", color="grey", linestyle="--",
             label="Pareto front")
-    ax.set(xscale="log", xlabel=xlabel, ylabel="test accuracy (95% CI)")
+    ax.set(xscale="log", xlabel=xlabel, ylabel=ylabel)
     ax.legend(loc="lower right")
     svg = _svg(fig)
     plt.close(fig)

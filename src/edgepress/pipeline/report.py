@@ -6,7 +6,7 @@ from itertools import pairwise
 from edgepress import __version__
 from edgepress.data.dataset import missing_classes
 from edgepress.files import read_json, write_json, write_text
-from edgepress.pipeline.gates import gate_name, speedup_of
+from edgepress.pipeline.gates import gate_name, primary_metric, speedup_of
 from edgepress.pipeline.rundir import RunDir
 
 REPORT_VERSION = 1
@@ -57,15 +57,26 @@ def speedup(metrics: dict, baseline: dict) -> str:
     return "–" if value is None else f"{value:.1f}x" + ("*" if "side_by_side" in now else "")
 
 
+def columns(baseline: dict) -> tuple[str, str]:
+    """The two score columns of a stage table: (the primary metric, the second): accuracy and agreement with the
+    baseline's labels for a classifier; neighbour overlap and cosine to the baseline's vectors for an embedder."""
+    primary = primary_metric(baseline)
+    return primary, "agreement" if primary == "accuracy" else "cosine"
+
+
+def _score(metrics: dict, name: str) -> str:
+    lo, hi = metrics[f"{name}_ci95"]
+    return f"{metrics[name]:.4f} [{lo:.4f}, {hi:.4f}]"
+
+
 def _row(name: str, status: str, metrics: dict, baseline: dict) -> str:
-    if "accuracy" not in metrics:  # the stage stopped before it could be measured (a parity miss)
+    primary, second = columns(baseline)
+    if primary not in metrics:  # the stage stopped before it could be measured (a parity miss)
         return f"| {name} | {status} | – | – | – | – | – | – | – |"
-    lo, hi = metrics["accuracy_ci95"]
     cpu = metrics.get("latency", {}).get("cpu")
     latency = f"{cpu['p50_ms']:.2f} / {cpu['natural']['p50_ms']:.2f}" if cpu else "–"
-    agreement = f"{metrics['agreement']:.4f} [{metrics['agreement_ci95'][0]:.4f}, {metrics['agreement_ci95'][1]:.4f}]" \
-        if "agreement" in metrics else "–"
-    return (f"| {name} | {status} | {metrics['accuracy']:.4f} [{lo:.4f}, {hi:.4f}] | {agreement} "
+    agreement = _score(metrics, second) if second in metrics else "–"
+    return (f"| {name} | {status} | {_score(metrics, primary)} | {agreement} "
             f"| {metrics['size_bytes'] / 1e6:.1f} | {metrics['size_gzip_bytes'] / 1e6:.1f} | {latency} "
             f"| {speedup(metrics, baseline)} | {metrics['params']:,} |")
 
@@ -189,6 +200,12 @@ def machine_line(report: dict) -> str:
             f"onnxruntime {env['onnxruntime']}. Timed on: {used}.")
 
 
+def _fidelity_what(report: dict) -> str:
+    """What a fidelity cell measures: agreement with the baseline's labels, or an embedder's neighbour overlap."""
+    return "Agreement with the baseline's labels" if columns(report["baseline"]["metrics"])[0] == "accuracy" else \
+        "Neighbour overlap with the baseline's vectors"
+
+
 def fidelity_table(report: dict) -> tuple[list[str], list[list[str]]]:
     """(set names, a row of cells per stage): each stage's agreement with the baseline's labels [95% CI] on every set
     beyond the test split (typos, the user's fidelity sets), and its accuracy there where the set has labels."""
@@ -212,14 +229,29 @@ def _fidelity_lines(report: dict) -> list[str]:
         return []
     sizes = ", ".join(f"{name} {report['baseline']['metrics']['sets'][name]['n']:,}" for name in names)
     return ["## Fidelity", "",
-            f"Agreement with the baseline's labels [95% CI] beyond the test split ({sizes} texts; typos: the test "
-            "split with a seeded typo in about one word of six), and accuracy where the set has labels.", "",
+            f"{_fidelity_what(report)} [95% CI] beyond the test split ({sizes} texts; typos: the test split with a "
+            "seeded typo in about one word of six), and accuracy where the set has labels.", "",
             f"| stage | {' | '.join(names)} |", "|---|" + "---|" * len(names),
             *(f"| {' | '.join(row)} |" for row in rows), ""]
 
 
+def _table_intro(report: dict, primary: str) -> str:
+    n = (report["data"]["sizes"] or {}).get("test", "?")
+    scores = (f"Accuracy on {n} test examples with its 95% CI" if primary == "accuracy" else
+              f"Neighbour overlap on {n} test texts with its 95% CI: the share of each text's 10 nearest test texts "
+              f"(by cosine) that the baseline's vectors place there too (the baseline's own: 1); cosine: each "
+              f"text's vector against the baseline's")
+    fidelity = ("agreement: the share of test examples a stage labels as the baseline does (fidelity), with its "
+                "95% CI." if primary == "accuracy" else "fidelity gates judge the neighbour overlap.")
+    return (f"{scores}; CPU latency p50 in ms at the fixed shape / test sentences at natural length; speedup = "
+            "baseline p50 / stage p50 at the fixed shape, each timed when its stage ran (* : a stage with a speedup "
+            "gate, timed side by side with the baseline, in turns; all side by side: benchmarks/compare.py); "
+            f"{fidelity}")
+
+
 def render_markdown(report: dict) -> str:
     base = report["baseline"]["metrics"]
+    primary, second = columns(base)
     final = report["final"]["artifact"] if report["final"] else "none"
     rows = [_row("baseline", "–", base, base)]
     rows += [_row(s["name"], s["status"], s["metrics"], base) for s in report["stages"]]
@@ -233,14 +265,10 @@ def render_markdown(report: dict) -> str:
         data_line(report),
         machine_line(report),
         "",
-        f"Accuracy on {(report['data']['sizes'] or {}).get('test', '?')} test examples with its 95% CI; CPU latency "
-        "p50 in ms at the fixed shape / test sentences at natural length; speedup = baseline p50 / stage p50 at the "
-        "fixed shape, each timed when its stage ran (* : a stage with a speedup gate, timed side by side with the "
-        "baseline, in turns; all side by side: benchmarks/compare.py); agreement: "
-        "the share of test examples a stage labels as the baseline does (fidelity), with its 95% CI.",
+        _table_intro(report, primary),
         "",
-        "| stage | status | accuracy [95% CI] | agreement [95% CI] | size (MB) | gzip (MB) | CPU p50 ms | speedup "
-        "| params |",
+        f"| stage | status | {primary.replace('_', ' ')} [95% CI] | {second} [95% CI] | size (MB) | gzip (MB) | "
+        f"CPU p50 ms | speedup | params |",
         "|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
@@ -270,10 +298,13 @@ def render_html(report: dict) -> str:
     for row in rows:
         row["speedup"] = speedup(row["m"], base["metrics"])
     sparse = [line.removeprefix("- ").replace("`", "") for line in _sparse_lines(report)]
+    primary, second = columns(base["metrics"])
     return env.get_template("report.html.j2").render(report=report, rows=rows, plots=stage_plots(report),
+                                                     primary=primary, second=second,
                                                      status=_status_line(report), data=data_line(report),
                                                      machine=machine_line(report), sparse=sparse, gate_text=gate_text,
-                                                     fidelity=fidelity_table(report))
+                                                     fidelity=fidelity_table(report),
+                                                     fidelity_what=_fidelity_what(report))
 
 
 def write_report(run: RunDir) -> dict:

@@ -10,14 +10,41 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from edgepress.data import DataSplits
-from edgepress.files import read_json, tree_sha256, write_json
+from edgepress.files import read_arrays, read_json, tree_sha256, write_arrays, write_json
 
 # the report first: while a new attempt replaces an old one, no report may describe a mix of the two. run.json
 # stays (the mark of a run dir) until the new run overwrites it, right after `prepare`.
 REPORT_FILES = ("report.json", "report.md", "report.html")
 RUN_FILES = (*REPORT_FILES, "run.json", "run.log", "data_split.json")  # every file of a run dir's top level
 STAGE_FOLDER = re.compile(r"^\d{2}-[A-Za-z0-9][A-Za-z0-9_.-]*$")  # what stage_dir names; anything else is not ours
+
+
+VECTORS = "predictions.npz"  # beside predictions.json: an embedder's sentence vectors, per scored set
+
+
+def stored_predictions(predictions: dict[str, np.ndarray], folder: Path) -> dict:
+    """How `predictions` ({set: array}) are kept in a JSON record in `folder`: labels as lists under
+    "predictions" (the test split's) and "sets"; sentence vectors (floats) in folder/VECTORS, the record naming it."""
+    if not predictions:  # a stage cache's record of a model alone, measured by each run that takes it
+        return {}
+    if any(np.asarray(p).dtype.kind == "f" for p in predictions.values()):
+        write_arrays(folder / VECTORS, {name: np.asarray(p, np.float32) for name, p in predictions.items()})
+        return {"vectors": VECTORS}
+    return {"predictions": np.asarray(predictions["test"]).tolist(),
+            "sets": {name: np.asarray(p).tolist() for name, p in predictions.items() if name != "test"}}
+
+
+def loaded_predictions(record: dict, folder: Path) -> dict[str, np.ndarray]:
+    """{set: array} of a record `stored_predictions` made."""
+    if "vectors" in record:
+        return read_arrays(folder / VECTORS)
+    if "predictions" not in record:
+        return {}
+    return {"test": np.asarray(record["predictions"]),
+            **{name: np.asarray(p) for name, p in record.get("sets", {}).items()}}
 
 
 def _without_gates(key) -> object:
@@ -72,8 +99,7 @@ class RunDir:
         try:
             record = self.read_stage(folder)
             config = read_json(folder / "config.json")
-            scored = read_json(folder / "predictions.json")
-            predictions = {"test": scored["predictions"], **scored.get("sets", {})}
+            predictions = loaded_predictions(read_json(folder / "predictions.json"), folder)
         except (OSError, ValueError, KeyError, TypeError):
             return None
         if record.get("status") != "passed" or _without_gates(config.get("reuse")) != _without_gates(key):
@@ -106,8 +132,10 @@ class RunDir:
             write_json(folder / "config.json", config)
         if metrics is not None:
             write_json(folder / "metrics.json", metrics)
-        if predictions is not None:
-            write_json(folder / "predictions.json", predictions)
+        if predictions is not None:  # {"ids", "labels", "predictions": the test split's, "sets": {set: array}}
+            arrays = {"test": predictions["predictions"], **predictions["sets"]}
+            write_json(folder / "predictions.json", {"ids": predictions["ids"], "labels": predictions["labels"],
+                                                     **stored_predictions(arrays, folder)})
         write_json(folder / "stage.json", record)
         return folder
 

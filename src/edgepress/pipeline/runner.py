@@ -23,7 +23,6 @@ from edgepress.compress.structured import BASELINE
 from edgepress.configs import build
 from edgepress.data import DataSplits
 from edgepress.data.dataset import missing_classes
-from edgepress.data.metrics import accuracy_ci95, accuracy_drop_ci95
 from edgepress.deploy.bundle import bundle_model, run_manifest
 from edgepress.deploy.targets import resolve_target
 from edgepress.errors import ConfigError, EdgepressError, ExportParityError, GateFailed
@@ -33,7 +32,7 @@ from edgepress.logs import duration, readable, step, summarise_library_messages
 from edgepress.pipeline.config import Gates, ParityGate, PipelineConfig, RuntimeConfig, StageConfig, with_target
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.gates import evaluate_gates, gate_name, noisy_gates
-from edgepress.pipeline.inputs import check_inputs, local_inputs
+from edgepress.pipeline.inputs import check_inputs, local_inputs, run_task
 from edgepress.pipeline.latency import onnx_path, side_by_side_speedup
 from edgepress.pipeline.launch import launched
 from edgepress.pipeline.measure import ONNX_EVALUATION, measure_scored
@@ -41,6 +40,7 @@ from edgepress.pipeline.report import write_report
 from edgepress.pipeline.rundir import RunDir, attach_log
 from edgepress.pipeline.stagecache import StageCache, machine_key, open_cache
 from edgepress.registry import METHODS
+from edgepress.tasks import CLASSIFICATION
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +81,15 @@ class RunState:
     target: dict = field(default_factory=dict)  # {"name", "detected"}: where the bundle will run
     meta: dict = field(default_factory=dict)  # run.json: id, start time, config, environment
     cache: StageCache | None = None  # --cache: attempts shared with other runs
+    task: object = CLASSIFICATION  # what the model does (edgepress.tasks): how its predictions are scored
 
     def measure(self, artifact: Path, who: str) -> tuple[dict, dict[str, np.ndarray]]:
         runtime, sets = self.cfg.runtime, [name for name in self.scored if name != "test"]
-        with step(f"{who}: measuring accuracy on {len(self.data.test):,} texts, labels on "
+        score, made = self.task.primary.replace("_", " "), "labels" if self.task.primary == "accuracy" else "vectors"
+        with step(f"{who}: measuring {score} on {len(self.data.test):,} texts, {made} on "
                   f"{', '.join(sets) or 'no other set'}, latency on {', '.join(runtime.providers)}"):
             return measure_scored(artifact, self.data, self.cfg.data.max_length, runtime.providers,
-                                  runtime.threads, runtime.latency)
+                                  runtime.threads, runtime.latency, self.task)
 
     @property
     def scored(self) -> list[str]:
@@ -137,24 +139,21 @@ class RunState:
         return {**hit, "metrics": metrics, "gates": gates} if all(g["passed"] for g in gates) else None
 
     def versus_baseline(self, metrics: dict, preds: dict[str, np.ndarray]) -> dict:
-        """A stage's predictions against the baseline's: on the test split, the paired 95% CI of the accuracy drop;
-        on it and on every fidelity set (`metrics["sets"]`), fidelity: the share of texts labelled as the baseline
-        labels them, with its 95% CI."""
-        base, test = self.baseline_preds, preds["test"]
-        sets = {name: {**figures, "agreement": float(np.mean(preds[name] == base[name])),
-                       "agreement_ci95": accuracy_ci95(base[name], preds[name])}
+        """A stage's predictions against the baseline's (`Task.versus`): on the test split (a classifier's: the
+        paired 95% CI of the accuracy drop) and on every fidelity set (`metrics["sets"]`), fidelity: `agreement`,
+        with its 95% CI (a classifier's: the share of texts labelled as the baseline labels them)."""
+        scored, base = self.data.scored(), self.baseline_preds
+        sets = {name: {**figures, **self.task.versus(scored[name], base[name], preds[name])}
                 for name, figures in metrics["sets"].items()}
-        return {"accuracy_drop_ci95": accuracy_drop_ci95(self.data.test.labels, base["test"], test),
-                "agreement": float(np.mean(test == base["test"])), "agreement_ci95": accuracy_ci95(base["test"], test),
-                "sets": sets}
+        return {**self.task.versus(self.data.test, base["test"], preds["test"]), "sets": sets}
 
     def predictions(self, preds: dict[str, np.ndarray] | None) -> dict | None:
-        """predictions.json: the test split's ids, labels and predictions, and the predictions on each fidelity set."""
+        """predictions.json: the test split's ids, labels and predictions, and the predictions on each fidelity set
+        (sentence vectors go to predictions.npz beside it: `RunDir.write_stage`)."""
         if preds is None:
             return None
         return {"ids": list(self.data.test.ids), "labels": self.data.test.labels.tolist(),
-                "predictions": preds["test"].tolist(),
-                "sets": {name: p.tolist() for name, p in preds.items() if name != "test"}}
+                "predictions": preds["test"], "sets": {name: p for name, p in preds.items() if name != "test"}}
 
     def advance(self, artifact: Path, sha256: str, metrics: dict) -> None:
         self.source, self.source_sha256, self.previous = artifact, sha256, metrics
@@ -284,10 +283,11 @@ def _time_speedup(state: RunState, stage: StageConfig, metrics: dict, artifact: 
 
 
 def _measured(metrics: dict) -> str:
-    """'accuracy 0.8392, 7.8 MB, cpu p50 4.20 ms' for a log line."""
+    """'accuracy 0.8392, 7.8 MB, cpu p50 4.20 ms' for a log line (an embedder's: its neighbour overlap)."""
     latency = ", ".join(f"{p} p50 {m['p50_ms']:.2f} ms" for p, m in metrics.get("latency", {}).items())
-    return ", ".join(filter(None, (f"accuracy {metrics['accuracy']:.4f}", f"{metrics['size_bytes'] / 1e6:.1f} MB",
-                                   latency)))
+    primary = metrics.get("primary_metric", "accuracy")
+    score = f"{primary.replace('_', ' ')} {metrics[primary]:.4f}" if primary in metrics else ""
+    return ", ".join(filter(None, (score, f"{metrics['size_bytes'] / 1e6:.1f} MB", latency)))
 
 
 def _computed(state: RunState, stage: StageConfig, method: str, cfg, dst: Path
@@ -393,12 +393,15 @@ def _baseline(state: RunState, model_dir: Path) -> None:
         measured = state.measured_key(baseline=True, scored=state.scored) if state.cache else None
         _, metrics, preds = _cached(state, measured, None, lambda: ({}, *state.measure(model_dir, "baseline")),
                                   "baseline:")
+        metrics = {**metrics, **state.task.baseline(state.data.test, preds["test"])}
         record = {"name": "baseline", "method": "baseline", "status": "passed", "artifact": str(model_dir),
                   "artifact_sha256": state.source_sha256, "kind": "torch", "gates": [], "details": {},
                   "run_id": state.run_id}
         state.run.write_stage(0, "baseline", record, {"reuse": key}, metrics, state.predictions(preds))
     state.baseline, state.baseline_preds, state.previous = metrics, preds, metrics
-    log.info("baseline: %s (accuracy CI [%.4f, %.4f])", _measured(metrics), *metrics["accuracy_ci95"])
+    primary = state.task.primary
+    log.info("baseline: %s (%s CI [%.4f, %.4f])", _measured(metrics), primary.replace("_", " "),
+             *metrics[f"{primary}_ci95"])
 
 
 def _stages(state: RunState) -> tuple[str, Outcome] | None:
@@ -500,7 +503,7 @@ def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_fi
     earlier = not resume and (run.root / "run.json").is_file()
     state = RunState(cfg, run, uuid.uuid4().hex[:12], data, data_sha256, resume=resume and same_data,
                      fit_sha256=data.content_sha256(("train", "validation")),
-                     target=resolve_target(cfg.runtime.target), cache=stage_cache)
+                     target=resolve_target(cfg.runtime.target), cache=stage_cache, task=run_task(cfg))
     try:
         run.prepare([s.name for s in cfg.stages], state.resume)
     except OSError as e:

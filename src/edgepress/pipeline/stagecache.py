@@ -30,6 +30,7 @@ import numpy as np
 from edgepress import __version__
 from edgepress.errors import ConfigError
 from edgepress.files import atomic_dir, read_json, tree_sha256, write_json
+from edgepress.pipeline.rundir import loaded_predictions, stored_predictions
 
 ENTRY = "entry.json"
 
@@ -72,7 +73,7 @@ class StageCache:
         entry = self._entry(key)
         try:
             record = read_json(entry / ENTRY)
-            predictions = {name: np.asarray(p) for name, p in record["predictions"].items()}
+            predictions = loaded_predictions(record["predictions"], entry)
             intact = record["key"] == key and (dst is None or tree_sha256(entry / "model") == record["artifact_sha256"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -98,7 +99,7 @@ class StageCache:
                 shutil.copytree(artifact, tmp / "model")
             write_json(tmp / ENTRY, {"key": key, "artifact_sha256": tree_sha256(tmp / "model") if artifact else None,
                                      "details": details, "metrics": metrics,
-                                     "predictions": {name: p.tolist() for name, p in predictions.items()}})
+                                     "predictions": stored_predictions(predictions, tmp)})
             os.rename(tmp, entry)  # fails when another writer got there first: theirs is the same result
         except OSError:
             pass

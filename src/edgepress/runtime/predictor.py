@@ -33,6 +33,9 @@ MANIFEST = "edgepress.json"
 SESSION_FILE = "ort_session.json"
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# A graph's output names the task it serves: a classifier's logits, or a sentence embedder's vector (pooled, and
+# normalized where the model normalizes, inside the graph)
+OUTPUTS = ("logits", "sentence_embedding")
 LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
           "all": "ORT_ENABLE_ALL"}
 PAD_CANDIDATES = ("[PAD]", "<pad>")
@@ -145,17 +148,23 @@ def session_options(threads: int | None, optimization: str = "all", spinning: bo
 
 
 def check_io(session, path: Path) -> None:
-    """The session must take the classifier inputs edgepress feeds and return `logits`."""
+    """The session must take the encoder inputs edgepress feeds and return `logits` or `sentence_embedding`."""
     inputs = [i.name for i in session.get_inputs()]
     outputs = [o.name for o in session.get_outputs()]
     problems = []
     if not {"input_ids", "attention_mask"} <= set(inputs) or not set(inputs) <= set(MODEL_INPUTS):
         problems.append(f"inputs are {', '.join(inputs)}; expected input_ids, attention_mask[, token_type_ids]")
-    if "logits" not in outputs:
-        problems.append(f"outputs are {', '.join(outputs)}; expected logits")
+    if not set(OUTPUTS) & set(outputs):
+        problems.append(f"outputs are {', '.join(outputs)}; expected {' or '.join(OUTPUTS)}")
     if problems:
-        raise ModelError(f"{path} is not a text-classifier graph: {'; '.join(problems)}. "
-                         f"Fix: export a sequence-classification model with edgepress or optimum")
+        raise ModelError(f"{path} is not a text-classifier or sentence-embedding graph: {'; '.join(problems)}. "
+                         f"Fix: export a sequence-classification or sentence-transformers model with edgepress")
+
+
+def output_name(session) -> str:
+    """The graph's task output (`OUTPUTS`): logits, or sentence_embedding (`check_io` made sure it has one)."""
+    names = {o.name for o in session.get_outputs()}
+    return next(name for name in OUTPUTS if name in names)
 
 
 def disabled_optimizers(path: Path) -> list[str]:
@@ -384,11 +393,7 @@ def read_bundle(bundle: Path) -> tuple[dict, dict]:
     if missing:
         raise ModelError(f"{bundle} is not a model bundle: missing {', '.join(missing)}. Fix: point at the final/ "
                          f"dir of a run, a dir written by `edgepress bundle`, or one written by `edgepress export`")
-    config = json_object(bundle / "config.json")
-    if "id2label" not in config:
-        raise ModelError(f"{bundle}/config.json has no id2label. Fix: export it again with `edgepress export` "
-                         f"(which writes the names), or add id2label to config.json")
-    return config, manifest
+    return json_object(bundle / "config.json"), manifest
 
 
 class Predictor:
@@ -406,17 +411,39 @@ class Predictor:
         if self.max_length > self.limit:
             raise ConfigError(f"max_length {self.max_length} is longer than the model's position limit "
                               f"{self.limit}. Fix: use at most {self.limit}")
-        self.id2label = {int(k): v for k, v in config["id2label"].items()}
         self.session = load_session(self.bundle / model_file(manifest), providers, session_options(threads))
+        self.output = output_name(self.session)
+        if self.output == "logits" and "id2label" not in config:
+            raise ModelError(f"{self.bundle}/config.json has no id2label. Fix: export it again with `edgepress "
+                             f"export` (which writes the names), or add id2label to config.json")
+        self.id2label = {int(k): v for k, v in config.get("id2label", {}).items()}
         self.tokenizer = load_tokenizer(self.bundle, self.max_length)
         self.input_names = tuple(i.name for i in self.session.get_inputs())
 
-    def logits(self, texts: list[str] | tuple[str, ...]) -> np.ndarray:
-        """(len(texts), num_labels) float32 logits, padded to the longest text of the call; empty text is refused."""
+    def outputs(self, texts: list[str] | tuple[str, ...]) -> np.ndarray:
+        """(len(texts), width) float32: the graph's output (logits, or sentence embeddings) for `texts` padded to
+        the longest text of the call; empty text is refused."""
         if not texts:
-            return np.zeros((0, len(self.id2label)), dtype=np.float32)
+            width = next(o.shape[-1] for o in self.session.get_outputs() if o.name == self.output)
+            return np.zeros((0, width if isinstance(width, int) else 0), dtype=np.float32)
         _check_texts(texts)
-        return self.session.run(["logits"], encode(self.tokenizer, texts, self.input_names))[0]
+        return self.session.run([self.output], encode(self.tokenizer, texts, self.input_names))[0]
+
+    def logits(self, texts: list[str] | tuple[str, ...]) -> np.ndarray:
+        """(len(texts), num_labels) float32 logits of a classifier bundle (`outputs`)."""
+        if self.output != "logits":
+            raise ModelError(f"{self.bundle} is a sentence-embedding model: it gives vectors, not labels. Fix: "
+                             f"ask it for embeddings (Predictor.embed)")
+        return self.outputs(texts)
+
+    def embed(self, texts: list[str] | tuple[str, ...]) -> np.ndarray:
+        """(len(texts), dim) float32 sentence embeddings of an embedding bundle, one text per call: each vector
+        independent of the other texts (an int8 graph's activation ranges would otherwise span the batch)."""
+        if self.output != "sentence_embedding":
+            raise ModelError(f"{self.bundle} is a classifier: it gives labels, not sentence embeddings. Fix: bundle "
+                             f"a sentence-transformers model to get embeddings")
+        _check_texts(texts)
+        return np.concatenate([self.outputs([text]) for text in texts]) if texts else self.outputs(texts)
 
     def predict(self, texts: list[str] | tuple[str, ...]) -> list[Prediction]:
         """The most probable label of each text, with the softmax probabilities."""
@@ -442,7 +469,7 @@ class Predictor:
         natural = natural_feeds(self.tokenizer, texts, self.input_names)
 
         def run(feeds: Feeds) -> object:
-            return self.session.run(["logits"], feeds)
+            return self.session.run([self.output], feeds)
 
         return {"fixed": {**time_runner(run, [fixed], warmup, runs), "batch_size": 1, "sequence_length": length},
                 "natural": {**time_runner(run, natural, warmup, max(runs, len(natural))),
@@ -470,9 +497,10 @@ def _texts(args: argparse.Namespace) -> tuple[str, ...]:
 
 def _parser() -> argparse.ArgumentParser:
     here = Path(__file__).resolve().parent
-    parser = argparse.ArgumentParser(prog="predict.py", description="Classify texts with an edgepress bundle "
-                                     "(onnxruntime, tokenizers and numpy only).")
-    parser.add_argument("texts", nargs="*", help="texts to classify")
+    parser = argparse.ArgumentParser(prog="predict.py", description="Classify texts with an edgepress bundle, or "
+                                     "embed them with an embedding model's bundle (one JSON object a text); "
+                                     "onnxruntime, tokenizers and numpy only.")
+    parser.add_argument("texts", nargs="*", help="texts to classify (or embed)")
     parser.add_argument("--file", help="a UTF-8 file of texts, one a line (blank lines skipped); each classified "
                         "alone")
     parser.add_argument("--bundle", type=Path, default=here, help="the bundle dir (default: this file's dir)")
@@ -499,7 +527,7 @@ def _print_bench(result: dict, as_json: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Classify (or time) texts; exit 2 with the error's fix on bad input."""
+    """Classify or embed (or time) texts; exit 2 with the error's fix on bad input."""
     args = _parser().parse_args(argv)
     try:
         if args.runs < 1 or (args.threads is not None and args.threads < 1):
@@ -509,11 +537,24 @@ def main(argv: list[str] | None = None) -> int:
         if args.bench:
             _print_bench(predictor.bench(texts, runs=args.runs), args.json)
             return 0
-        _print_predictions(predictor.predict_each(texts), args.json)
+        if predictor.output == "sentence_embedding":
+            _print_embeddings(texts, predictor.embed(texts))
+        else:
+            _print_predictions(predictor.predict_each(texts), args.json)
     except EdgepressError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     return 0
+
+
+def embedding_json(text: str, vector: np.ndarray) -> str:
+    """A text's vector as one JSON object (with or without --json: a vector is for programs to read)."""
+    return json.dumps({"text": text, "embedding": [round(float(v), 7) for v in vector]})
+
+
+def _print_embeddings(texts: tuple[str, ...], vectors: np.ndarray) -> None:
+    for text, vector in zip(texts, vectors, strict=True):
+        print(embedding_json(text, vector))
 
 
 def _print_predictions(predictions: list[Prediction], as_json: bool) -> None:

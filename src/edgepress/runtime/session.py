@@ -13,6 +13,7 @@ from edgepress.runtime.predictor import (
     captured_stderr,
     disabled_optimizers,
     load_session,
+    output_name,
     provider_names,
     require_providers,
     session_options,
@@ -88,7 +89,7 @@ def cuda_iobinding_runner(session, feeds: list[dict]):
         binding = session.io_binding()
         for name in (i.name for i in session.get_inputs()):
             binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(batch[name], "cuda", 0))
-        binding.bind_output("logits", "cuda")
+        binding.bind_output(output_name(session), "cuda")
         bindings[id(batch)] = binding
 
     def run(batch):

@@ -1,0 +1,129 @@
+"""What differs per task, in one object chosen once per run (`task_of`): what a model gives for a text, how those
+predictions are scored alone and against the baseline's, the metric the `accuracy` gate judges (`primary`), the
+graph's output, and the methods built for the task.
+
+- classification: a label id per text; accuracy against the labels, agreement with the baseline's labels.
+- embedding (a sentence-transformers dir): a sentence vector per text; against the baseline's vectors, each text's
+  cosine to its baseline vector and the overlap of its top-10 neighbours among the test texts with the baseline's
+  (`neighbour_overlap`, the primary metric: the baseline's own is 1, so `accuracy.max_drop: 0.1` allows 90%).
+
+Predictions of an ONNX graph are made one text per call (as a device makes them, and as `predict.py` does): with
+dynamic int8, a padded batch would make each text's result depend on the others.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgepress.data.dataset import TextSet
+from edgepress.errors import ConfigError
+from edgepress.logs import tracked
+
+NEIGHBOURS = 10  # the k of neighbour_overlap
+
+
+@dataclass(frozen=True)
+class Classification:
+    name: str = "classification"
+    output: str = "logits"
+    primary: str = "accuracy"
+    methods: tuple[str, ...] | None = None  # every method
+
+    def torch_predictions(self, model, tokenizer, texts: tuple[str, ...], max_length: int) -> np.ndarray:
+        from edgepress.models.evaluate import predict_logits
+
+        return predict_logits(model, tokenizer, texts, max_length).argmax(axis=1)
+
+    def onnx_predictions(self, predictor, texts: tuple[str, ...], what: str) -> np.ndarray:
+        return np.array([int(predictor.logits([text])[0].argmax()) for text in tracked(texts, len(texts), what)],
+                        dtype=np.int64)
+
+    def scores(self, part: TextSet, preds: np.ndarray) -> dict:
+        """The metrics of `preds` by themselves: accuracy with its CI, macro-F1."""
+        from edgepress.data.metrics import classification_metrics
+
+        return classification_metrics(part.labels, preds)
+
+    def baseline(self, part: TextSet, preds: np.ndarray) -> dict:
+        """What the baseline's own metrics add: nothing (its accuracy is its own)."""
+        return {}
+
+    def versus(self, part: TextSet, base: np.ndarray, preds: np.ndarray) -> dict:
+        """Against the baseline's predictions on the same texts: agreement with its labels (and its CI), and where
+        the texts are labelled, the paired CI of the accuracy drop."""
+        from edgepress.data.metrics import accuracy_ci95, accuracy_drop_ci95
+
+        labelled = bool(len(part)) and bool((part.labels >= 0).all())
+        return {"agreement": float(np.mean(preds == base)), "agreement_ci95": accuracy_ci95(base, preds),
+                **({"accuracy_drop_ci95": accuracy_drop_ci95(part.labels, base, preds)} if labelled else {})}
+
+
+@dataclass(frozen=True)
+class Embedding:
+    name: str = "embedding"
+    output: str = "sentence_embedding"
+    primary: str = "neighbour_overlap"
+    methods: tuple[str, ...] | None = ("export", "optimize", "fp16", "int8-dynamic", "int8-static", "int4")
+
+    def torch_predictions(self, model, tokenizer, texts: tuple[str, ...], max_length: int) -> np.ndarray:
+        from edgepress.models.evaluate import predict_outputs
+
+        return predict_outputs(model, tokenizer, texts, max_length)
+
+    def onnx_predictions(self, predictor, texts: tuple[str, ...], what: str) -> np.ndarray:
+        return np.stack([predictor.embed([text])[0] for text in tracked(texts, len(texts), what)]) if texts else \
+            np.zeros((0, 0), np.float32)
+
+    def scores(self, part: TextSet, preds: np.ndarray) -> dict:
+        """Sentence vectors have no score of their own: their primary metric is measured against the baseline's."""
+        return {"primary_metric": self.primary, "n_test": len(part),
+                "dimension": int(preds.shape[1]) if preds.ndim == 2 else 0}
+
+    def baseline(self, part: TextSet, preds: np.ndarray) -> dict:
+        """The baseline against itself: cosine and neighbour overlap 1 (what a stage's drop is measured from)."""
+        return self.versus(part, preds, preds)
+
+    def versus(self, part: TextSet, base: np.ndarray, preds: np.ndarray) -> dict:
+        """Against the baseline's vectors of the same texts: cosine and neighbour overlap with their CIs; the drop
+        of the overlap from the baseline's own (1) with its CI; `agreement` (what fidelity gates judge) is the
+        neighbour overlap."""
+        from edgepress.data.metrics import embedding_metrics
+
+        if len(part) < 2:
+            return {}
+        figures = embedding_metrics(base, preds, k=min(NEIGHBOURS, len(part) - 1))
+        lo, hi = figures["neighbour_overlap_ci95"]
+        return {**{k: v for k, v in figures.items() if k != "n_test"},
+                "neighbour_overlap_drop_ci95": [1 - hi, 1 - lo],
+                "agreement": figures["neighbour_overlap"], "agreement_ci95": [lo, hi]}
+
+
+CLASSIFICATION, EMBEDDING = Classification(), Embedding()
+TASKS = {task.name: task for task in (CLASSIFICATION, EMBEDDING)}
+
+
+def task_of(model_dir: Path | None, asked: str | None = None):
+    """The task of the model in `model_dir` (None: the demo teacher, a classifier): embedding for a
+    sentence-transformers dir, else classification; `asked` (the config's `task`) must agree."""
+    from edgepress.models.sentence import is_sentence_dir
+
+    found = EMBEDDING if model_dir is not None and is_sentence_dir(model_dir) else CLASSIFICATION
+    if asked is not None and asked != found.name:
+        why = "a sentence-transformers dir (it has modules.json)" if found is EMBEDDING else \
+            "not a sentence-transformers dir (no modules.json)"
+        raise ConfigError(f"task: {asked}, but the model {model_dir} is {why}, so its task is {found.name}. Fix: "
+                          f"task: {found.name}, or leave task out (it is read from the model dir)")
+    return found
+
+
+def check_methods_for(task, stages) -> None:
+    """Every stage method built for `task`; the ConfigError lists each that is not."""
+    if task.methods is None:
+        return
+    wrong = [f"stage '{stage.name}': {method}" for stage in stages for method, _ in stage.attempts
+             if method not in task.methods]
+    if wrong:
+        lines = "\n".join(f"  ✗ {w}" for w in wrong)
+        raise ConfigError(f"these methods are not built for {task.name} models yet:\n{lines}\nFix: use "
+                          f"{', '.join(task.methods)} on a {task.name} model")

@@ -1,0 +1,275 @@
+"""Sentence-transformers model dirs: read from their JSON files, computed in one torch module, exported with pooling
+and normalization inside the graph; every vector checked against sentence-transformers' own `encode`."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from edgepress.errors import ExportParityError, ModelError
+from edgepress.models.sentence import SentenceLayout, is_sentence_dir, load_sentence_encoder, read_layout
+
+
+def st_dir(path, tokenizer, pooling: str, normalize: bool, seed: int = 0):
+    """A sentence-transformers dir written by sentence-transformers itself: a 2-layer, hidden-32 BERT over the
+    real MiniLM vocabulary, then Pooling(`pooling`, "+"-joined modes) (+ Normalize)."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    encoder = path / "encoder"
+    BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=128)).save_pretrained(encoder)
+    tokenizer.save_pretrained(encoder)
+    modes = tuple(pooling.split("+"))
+    modules = [Transformer(str(encoder), max_seq_length=128), Pooling(32, pooling_mode=modes),
+               *([Normalize()] if normalize else [])]
+    SentenceTransformer(modules=modules, device="cpu").save(str(path / "model"))
+    shutil.rmtree(encoder)
+    return path / "model"
+
+
+def st_encode(model_dir, texts):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(model_dir), device="cpu", local_files_only=True).encode(list(texts), batch_size=8)
+
+
+@pytest.fixture(scope="module")
+def sentence_dir(tmp_path_factory, tokenizer):
+    """Mean pooling, normalized: all-MiniLM-L6-v2's layout, on a tiny encoder."""
+    return st_dir(tmp_path_factory.mktemp("st"), tokenizer, "mean", True)
+
+
+@pytest.fixture(scope="module")
+def sentence_onnx(tmp_path_factory, sentence_dir, movie_data):
+    from edgepress.export.onnx import export_onnx
+
+    out = tmp_path_factory.mktemp("st-onnx") / "onnx"
+    return out, export_onnx(sentence_dir, out, movie_data.validation.texts[:200])
+
+
+def test_the_layout_is_read_from_what_sentence_transformers_wrote(sentence_dir):
+    assert is_sentence_dir(sentence_dir)
+    assert read_layout(sentence_dir) == SentenceLayout("", ("mean",), True)  # 6 keeps the length in the tokenizer
+
+
+@pytest.mark.parametrize(("pooling", "normalize"), [("mean", True), ("cls", False), ("max", True),
+                                                    ("mean_sqrt_len_tokens", False), ("max+cls", True)])
+def test_the_torch_sentence_encoder_gives_sentence_transformers_vectors(tmp_path, tokenizer, movie_data, pooling,
+                                                                        normalize):
+    import torch
+
+    from edgepress.models.evaluate import forward_inputs
+
+    model_dir = st_dir(tmp_path, tokenizer, pooling, normalize)
+    texts = movie_data.test.texts[:24]  # padded batches of different lengths: the mask must keep padding out
+    model, tok = load_sentence_encoder(model_dir)
+    assert model.layout.pooling == tuple(pooling.split("+"))
+    batch = tok(list(texts), padding=True, truncation=True, max_length=128, return_tensors="pt")
+    with torch.inference_mode():
+        ours = model(**forward_inputs(model, batch)).numpy()
+    reference = st_encode(model_dir, texts)
+    assert ours.shape == reference.shape == (24, 32 * len(pooling.split("+")))
+    assert np.abs(ours - reference).max() < 1e-5
+    norms = np.linalg.norm(ours, axis=1)
+    assert np.allclose(norms, 1, atol=1e-5) if normalize else not np.allclose(norms, 1, atol=1e-2)
+
+
+def test_the_export_puts_pooling_and_normalization_in_the_graph(sentence_dir, sentence_onnx, movie_data):
+    import onnx
+
+    from edgepress.runtime.predictor import Predictor
+
+    out, details = sentence_onnx
+    graph = onnx.load(str(out / "model.onnx")).graph
+    assert [o.name for o in graph.output] == ["sentence_embedding"]
+    assert details["parity"]["max_abs_diff"] < 1e-4 and details["parity"]["min_cosine"] > 0.9999
+    assert details["parity"]["n_examples"] > 64  # the long passages too
+    assert read_layout(out) == SentenceLayout("", ("mean",), True)  # the ONNX dir says how it pools
+    texts = movie_data.test.texts[:40]
+    vectors = Predictor(out).embed(texts)
+    assert np.abs(vectors - st_encode(sentence_dir, texts)).max() < 1e-5
+
+
+def test_an_embedding_bundle_gives_vectors_not_labels(sentence_onnx, tiny_onnx_dir):
+    from edgepress.runtime.predictor import Predictor
+
+    embedder = Predictor(sentence_onnx[0])
+    with pytest.raises(ModelError, match="sentence-embedding model: it gives vectors, not labels"):
+        embedder.predict(["a fine film"])
+    with pytest.raises(ModelError, match="is a classifier: it gives labels, not sentence embeddings"):
+        Predictor(tiny_onnx_dir).embed(["a fine film"])
+    one = embedder.embed(["a fine film", "dull"])
+    assert one.shape == (2, 32) and np.allclose(one[1], embedder.embed(["dull"])[0])
+
+
+def test_what_edgepress_cannot_compute_exactly_is_refused_with_every_reason(sentence_dir, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(sentence_dir, bad)
+    modules = json.loads((bad / "modules.json").read_text())
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    modules.append({"idx": 4, "name": "4", "path": "../elsewhere", "type": "my_package.Custom"})
+    (bad / "modules.json").write_text(json.dumps(modules))
+    pooling = json.loads((bad / "1_Pooling/config.json").read_text())
+    (bad / "1_Pooling/config.json").write_text(json.dumps({**pooling, "pooling_mode": ["mean", "weightedmean"]}))
+    (bad / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128,
+                                                               "model_args": {"trust_remote_code": True}}))
+    st_config = json.loads((bad / "config_sentence_transformers.json").read_text())
+    (bad / "config_sentence_transformers.json").write_text(json.dumps(
+        {**st_config, "default_prompt_name": "query", "prompts": {"query": "query: "}}))
+    with pytest.raises(ModelError) as refused:
+        load_sentence_encoder(bad)
+    message = str(refused.value)
+    for reason in ("'sentence_transformers.models.Dense' is not one edgepress computes",
+                   "'my_package.Custom' is not one edgepress computes",
+                   "path '../elsewhere' is not a folder inside the model dir",
+                   "pooling weightedmean is not supported",
+                   "model_args.trust_remote_code", "default_prompt_name 'query' puts 'query: ' before every text",
+                   "Fix: give a sentence-transformers dir"):
+        assert reason in message
+
+
+def test_a_config_field_that_loads_code_is_refused_in_a_sentence_dir_too(sentence_dir, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(sentence_dir, bad)
+    config = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModel": "evil.Model"}}))
+    with pytest.raises(ModelError, match="config.json: auto_map"):
+        load_sentence_encoder(bad)
+
+
+def test_embedding_parity_fails_on_vectors_that_turned(sentence_onnx, movie_data):
+    from edgepress.export.parity import ParityConfig, check_parity, input_names, ort_runner, real_feeds
+    from edgepress.runtime.session import SessionConfig, open_session
+
+    out = sentence_onnx[0]
+    session = open_session(out / "model.onnx", SessionConfig(optimization="disable"))
+    run = ort_runner(session)
+    feeds = real_feeds(out, movie_data.test.texts[:40], 64, input_names(session), ParityConfig(n_texts=8))
+    exact = check_parity(run, run, feeds, ParityConfig(), "same", "sentence_embedding")
+    assert exact["max_abs_diff"] == 0 and exact["min_cosine"] > 0.999999
+    with pytest.raises(ExportParityError, match=r"cosine ≥ 0.95 on 0.0000 < 0.9 \(lowest cosine"):
+        check_parity(run, lambda f: -run(f), feeds, ParityConfig(max_abs_diff=5, min_agreement=0.9), "flipped",
+                     "sentence_embedding")
+
+
+def test_embedding_metrics_on_known_cases():
+    from edgepress.data.metrics import embedding_metrics
+
+    rng = np.random.default_rng(0)
+    reference = rng.normal(size=(60, 16))
+    same = embedding_metrics(reference, reference * 3.0, k=10)  # scale changes no cosine and no neighbour
+    assert same["cosine"] == pytest.approx(1) and same["neighbour_overlap"] == 1
+    assert same["neighbour_overlap_ci95"] == [1, 1] and same["n_test"] == 60
+    rotation, _ = np.linalg.qr(rng.normal(size=(16, 16)))
+    turned = embedding_metrics(reference, reference @ rotation, k=10)  # every vector moved, every neighbour kept
+    assert turned["neighbour_overlap"] == 1 and turned["cosine"] < 0.5
+    unrelated = embedding_metrics(reference, rng.normal(size=(60, 16)), k=10)  # chance: k / (n - 1)
+    assert unrelated["neighbour_overlap"] < 0.3
+    lo, hi = unrelated["neighbour_overlap_ci95"]
+    assert lo < unrelated["neighbour_overlap"] < hi
+    # four points on a line: each one's nearest neighbour by cosine, by hand
+    line = np.array([[1, 0.0], [1, 0.1], [1, 0.3], [1, 0.6]])
+    moved = np.array([[1, 0.0], [1, 0.25], [1, 0.3], [1, 0.6]])  # point 1 now nearer 2 than 0
+    few = embedding_metrics(line, moved, k=1)
+    assert few["neighbour_overlap"] == pytest.approx(3 / 4) and np.all(np.isfinite(few["neighbour_overlap_ci95"]))
+
+
+FAST = {"providers": ["cpu"], "threads": 1, "latency": {"warmup": 2, "runs": 5}}
+
+
+def test_an_embedding_run_is_gated_on_the_baselines_neighbours_and_bundles_vectors(tmp_path, sentence_dir):
+    import subprocess
+    import sys
+
+    import yaml
+
+    from edgepress.errors import GateFailed
+    from edgepress.pipeline import runner
+    from edgepress.pipeline.config import load_config
+
+    stages = [{"name": "export", "method": "export"}, {"name": "fuse", "method": "optimize"},
+              {"name": "int8", "method": "int8-dynamic", "params": {"per_channel": True},
+               "gates": {"accuracy": {"max_drop": 0.5}, "fidelity": {"min_agreement": 0.3, "on": ["typos"]}}}]
+    config = tmp_path / "p.yaml"
+    config.write_text(yaml.safe_dump({"model": str(sentence_dir), "runtime": FAST, "stages": stages}))
+    out = tmp_path / "run"
+    report = runner.run_pipeline(load_config(config), out)
+    base = report["baseline"]["metrics"]
+    assert base["primary_metric"] == "neighbour_overlap" and base["neighbour_overlap"] == 1 and base["cosine"] == 1
+    export, _, int8 = (s["metrics"] for s in report["stages"])
+    assert export["neighbour_overlap"] > 0.99 and export["cosine"] > 0.9999  # the graph is the torch model
+    # pooling and normalization leave ONNX Runtime's shape inference intact: attention fuses as in a classifier
+    assert report["stages"][1]["details"]["timing"]["candidates"]["all"]["fused_ops"]["Attention"] == 2
+    assert 0.5 <= int8["neighbour_overlap"] < 1 and int8["cosine"] < export["cosine"]
+    lo, hi = int8["neighbour_overlap_ci95"]
+    assert int8["neighbour_overlap_drop_ci95"] == pytest.approx([1 - hi, 1 - lo])
+    assert "accuracy" not in int8 and int8["sets"]["typos"]["agreement"] > 0.3
+    gates = {(g["kind"], g["rule"]): g for g in report["stages"][2]["gates"]}
+    assert gates["accuracy", "max_drop"]["metric"] == "neighbour_overlap"
+    assert gates["accuracy", "max_drop"]["value"] == pytest.approx(1 - int8["neighbour_overlap"])
+    # the vectors are kept beside predictions.json, read back without pickle
+    stage = out / "stages" / "03-int8"
+    assert json.loads((stage / "predictions.json").read_text())["vectors"] == "predictions.npz"
+    markdown = (out / "report.md").read_text()
+    assert "| stage | status | neighbour overlap [95% CI] | cosine [95% CI] |" in markdown
+    assert "accuracy.max_drop (neighbour_overlap)" in markdown
+    # --resume reuses every stage, vectors and all
+    again = runner.run_pipeline(load_config(config), out, resume=True)
+    assert again["stages"][2]["metrics"]["neighbour_overlap"] == int8["neighbour_overlap"]
+    assert "int8: reused" in (out / "run.log").read_text()
+    # the bundle gives vectors, one JSON object a text, and says what the run measured
+    manifest = json.loads((out / "final" / "edgepress.json").read_text())
+    assert manifest["task"] == "embedding" and "labels" not in manifest
+    assert manifest["metrics"]["neighbour_overlap"] == int8["neighbour_overlap"]
+    shown = subprocess.run([sys.executable, str(out / "final" / "predict.py"), "a gripping film", "dull"],
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    vectors = [json.loads(line) for line in shown]
+    assert [v["text"] for v in vectors] == ["a gripping film", "dull"] and len(vectors[0]["embedding"]) == 32
+    from typer.testing import CliRunner
+
+    from edgepress.cli.app import app
+
+    cli = CliRunner().invoke(app, ["predict", str(out / "final"), "a gripping film", "dull"])
+    assert cli.exit_code == 0 and [json.loads(line) for line in cli.stdout.splitlines()] == vectors
+    # a gate the neighbours miss stops the run (exit 3)
+    stages[2]["gates"] = {"accuracy": {"min": 0.999}}
+    config.write_text(yaml.safe_dump({"model": str(sentence_dir), "runtime": FAST, "stages": stages}))
+    with pytest.raises(GateFailed, match=r"accuracy.min \(neighbour_overlap\)"):
+        runner.run_pipeline(load_config(config), out, resume=True)
+
+
+def test_an_embedding_run_refuses_what_is_not_built_for_it_yet(tmp_path, sentence_dir, tiny_model_dir):
+    import yaml
+
+    from edgepress.errors import ConfigError
+    from edgepress.pipeline.config import load_config
+    from edgepress.pipeline.inputs import check_inputs
+
+    def refused(config: dict) -> str:
+        (tmp_path / "p.yaml").write_text(yaml.safe_dump(config))
+        with pytest.raises(ConfigError) as e:
+            check_inputs(load_config(tmp_path / "p.yaml"), build_teacher=False)
+        return str(e.value)
+
+    message = refused({"model": str(sentence_dir), "stages": [{"name": "d", "method": "distill"},
+                                                               {"name": "export", "method": "export"}]})
+    assert "not built for embedding models yet" in message and "stage 'd': distill" in message
+    assert "export" not in message.split("\n")[1]
+    assert "Fix: use export, optimize" in message
+    message = refused({"model": str(sentence_dir), "task": "classification", "stages": []})
+    assert "is a sentence-transformers dir (it has modules.json), so its task is embedding" in message
+    message = refused({"model": str(tiny_model_dir), "task": "embedding", "stages": []})
+    assert "not a sentence-transformers dir (no modules.json)" in message
+    from edgepress.data import DataConfig
+    from edgepress.pipeline.baseline import evaluate_model
+
+    with pytest.raises(ConfigError, match="is a sentence-embedding model: its vectors are scored against another"):
+        evaluate_model(str(sentence_dir), DataConfig())
+    message = refused({"model": str(sentence_dir), "runtime": {"target": "web"}, "stages": [
+        {"name": "export", "method": "export"}]})
+    assert "target web is not built for embedding models yet" in message
