@@ -236,6 +236,20 @@ def test_an_embedding_run_is_gated_on_the_baselines_neighbours_and_bundles_vecto
 
     cli = CliRunner().invoke(app, ["predict", str(out / "final"), "a gripping film", "dull"])
     assert cli.exit_code == 0 and [json.loads(line) for line in cli.stdout.splitlines()] == vectors
+    # predict.py similar: the corpus's nearest texts by cosine, the query itself first
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(["dull", "a gripping film", "", "the plot drags", "a moving, gripping story"]) + "\n")
+    found = subprocess.run([sys.executable, str(out / "final" / "predict.py"), "similar", "a gripping film",
+                            "--corpus", str(corpus), "--top", "3", "--json"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    hits = [json.loads(line) for line in found]
+    assert [h["rank"] for h in hits] == [1, 2, 3] and hits[0]["text"] == "a gripping film"
+    assert hits[0]["score"] == pytest.approx(1, abs=1e-5) and hits[0]["score"] >= hits[1]["score"] >= hits[2]["score"]
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    refused = subprocess.run([sys.executable, str(out / "final" / "predict.py"), "similar", "x", "--corpus",
+                              str(empty)], capture_output=True, text=True)
+    assert refused.returncode == 2 and "holds no text. Fix: one text a line" in refused.stderr
     # a gate the neighbours miss stops the run (exit 3)
     stages[2]["gates"] = {"accuracy": {"min": 0.999}}
     config.write_text(yaml.safe_dump({"model": str(sentence_dir), "runtime": FAST, "stages": stages}))

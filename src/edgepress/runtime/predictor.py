@@ -8,6 +8,7 @@ shares: the error tree's base, sessions on checked providers, tokenization, the 
     python predict.py "a gripping, funny film" "two hours I will not get back"
     python predict.py --file texts.txt --json
     python predict.py --file texts.txt --bench
+    python predict.py similar "a film about grief" --corpus texts.txt --top 5   # an embedding model's bundle
 """
 
 import argparse
@@ -479,17 +480,19 @@ class Predictor:
 
 # --- `python predict.py`: the bundle's own command line
 
+def _lines(file: str) -> list[str]:
+    """The non-blank lines of a UTF-8 text file (blank lines, a trailing newline, are not texts)."""
+    try:
+        lines = Path(file).read_bytes().decode("utf-8").splitlines()
+    except OSError as e:
+        raise DataError(f"cannot read {file}: {e.strerror}. Fix: pass a readable text file, one text a line") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{file} is not UTF-8 text. Fix: save it in the UTF-8 encoding") from None
+    return [line for line in lines if line.strip()]
+
+
 def _texts(args: argparse.Namespace) -> tuple[str, ...]:
-    texts = list(args.texts)
-    if args.file is not None:
-        try:
-            lines = Path(args.file).read_bytes().decode("utf-8").splitlines()
-        except OSError as e:
-            raise DataError(f"cannot read {args.file}: {e.strerror}. Fix: pass a readable text file, one text a "
-                            f"line") from None
-        except UnicodeDecodeError:
-            raise DataError(f"{args.file} is not UTF-8 text. Fix: save it in the UTF-8 encoding") from None
-        texts += [line for line in lines if line.strip()]  # blank lines (a trailing newline) are not texts
+    texts = list(args.texts) + (_lines(args.file) if args.file is not None else [])
     if not texts:
         raise DataError("no text to classify. Fix: pass texts as arguments or --file FILE (one text a line)")
     return tuple(texts)
@@ -526,8 +529,57 @@ def _print_bench(result: dict, as_json: bool) -> None:
     print(f"{result['cpu']} ({result['machine']}), {', '.join(result['providers_used'])}")
 
 
+def similar(predictor: Predictor, query: str, corpus: tuple[str, ...], top: int) -> list[tuple[float, str]]:
+    """The `top` texts of `corpus` nearest `query` by the cosine of their vectors, nearest first (each text embedded
+    alone, as everywhere)."""
+    if predictor.output != "sentence_embedding":
+        raise ModelError(f"{predictor.bundle} is a classifier: `similar` needs an embedding model's bundle. Fix: "
+                         f"classify with `predict.py TEXT`, or bundle a sentence-transformers model")
+    vectors = predictor.embed(corpus)
+    wanted = predictor.embed([query])[0]
+    norms = np.linalg.norm(vectors, axis=1) * np.linalg.norm(wanted)
+    scores = np.divide(vectors @ wanted, norms, out=np.zeros(len(corpus)), where=norms > 0)
+    order = np.argsort(-scores, kind="stable")[:top]
+    return [(float(scores[i]), corpus[i]) for i in order]
+
+
+def _similar_parser() -> argparse.ArgumentParser:
+    here = Path(__file__).resolve().parent
+    parser = argparse.ArgumentParser(prog="predict.py similar", description="The texts of a corpus nearest a query, "
+                                     "by the cosine of an embedding model's vectors.")
+    parser.add_argument("query", help="the text to search for")
+    parser.add_argument("--corpus", required=True, help="a UTF-8 file of texts, one a line (blank lines skipped)")
+    parser.add_argument("--top", type=int, default=10, help="how many to show (default 10)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per result")
+    parser.add_argument("--bundle", type=Path, default=here, help="the bundle dir (default: this file's dir)")
+    parser.add_argument("--provider", choices=tuple(PROVIDERS), default="cpu", help="execution provider")
+    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ONNX Runtime's)")
+    return parser
+
+
+def _main_similar(argv: list[str]) -> int:
+    args = _similar_parser().parse_args(argv)
+    try:
+        if args.top < 1 or (args.threads is not None and args.threads < 1):
+            raise ConfigError("--top and --threads must be at least 1. Fix: pass a positive number")
+        corpus = tuple(_lines(args.corpus))
+        if not corpus:
+            raise DataError(f"{args.corpus} holds no text. Fix: one text a line")
+        predictor = Predictor(args.bundle, providers=(args.provider,), threads=args.threads)
+        for rank, (score, text) in enumerate(similar(predictor, args.query, corpus, args.top), start=1):
+            print(json.dumps({"rank": rank, "score": score, "text": text}) if args.json else f"{score:.4f}\t{text}")
+    except EdgepressError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Classify or embed (or time) texts; exit 2 with the error's fix on bad input."""
+    """Classify or embed (or time) texts, or (`similar`) search a corpus; exit 2 with the error's fix on bad
+    input."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["similar"]:
+        return _main_similar(argv[1:])
     args = _parser().parse_args(argv)
     try:
         if args.runs < 1 or (args.threads is not None and args.threads < 1):
