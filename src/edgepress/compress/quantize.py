@@ -39,7 +39,7 @@ from edgepress.export.parity import (
 )
 from edgepress.files import atomic_dir
 from edgepress.logs import parity_text, readable
-from edgepress.runtime.predictor import encode, load_tokenizer
+from edgepress.runtime.predictor import encode, fixed_shape_feeds, load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session, session_op_counts
 
 log = logging.getLogger(__name__)
@@ -233,6 +233,16 @@ def float_matmuls(graph) -> list[str]:
     return keep
 
 
+def packed_rows(tokenizer, texts: tuple[str, ...], names: tuple[str, ...], length: int) -> list[dict]:
+    """Rows of `length` real tokens, the texts end to end without padding, one row a feed: ONNX Runtime's histogram
+    calibrators (percentile, entropy) stack every feed's activations into one array, so they must share a shape
+    (one sentence a feed at its natural length crashes them)."""
+    total = sum(len(tokenizer.encode(t).ids) for t in texts)
+    rows = fixed_shape_feeds(tokenizer, texts, max(1, total // length), length, names, length,
+                             "the calibration sentences")
+    return [{name: column[i : i + 1] for name, column in rows.items()} for i in range(len(rows["input_ids"]))]
+
+
 def int8_static(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
                 cfg: Int8StaticConfig = Int8StaticConfig()) -> dict:
     """Calibrated QDQ int8 of `src_dir`/model.onnx into `out_dir`; calibrated on the first `calibration_size`
@@ -245,7 +255,9 @@ def int8_static(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
     initializers = {t.name for t in graph.initializer}
     names = tuple(i.name for i in graph.input if i.name not in initializers)
     tokenizer = load_tokenizer(src_dir, cfg.max_length)
-    feeds = [encode(tokenizer, [t], names) for t in texts[: cfg.calibration_size]]
+    calibration = texts[: cfg.calibration_size]
+    feeds = [encode(tokenizer, [t], names) for t in calibration] if cfg.calibration == "minmax" else \
+        packed_rows(tokenizer, calibration, names, cfg.max_length)
     method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
               "entropy": CalibrationMethod.Entropy}[cfg.calibration]
     excluded = float_matmuls(graph)
