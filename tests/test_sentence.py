@@ -287,3 +287,19 @@ def test_an_embedding_run_refuses_what_is_not_built_for_it_yet(tmp_path, sentenc
     message = refused({"model": str(sentence_dir), "runtime": {"target": "web"}, "stages": [
         {"name": "export", "method": "export"}]})
     assert "target web is not built for embedding models yet" in message
+
+
+@pytest.mark.parametrize("target", ["mobile", "arm64", "x86-avx2"])
+def test_an_embedding_bundle_is_built_for_each_device_target(sentence_onnx, movie_data, tmp_path, target):
+    from edgepress.deploy.bundle import bundle_model
+    from edgepress.runtime.predictor import Predictor
+
+    out = bundle_model(sentence_onnx[0], tmp_path / target, target)
+    manifest = json.loads((out / "edgepress.json").read_text())
+    assert manifest["target"]["name"] == target and (out / "modules.json").is_file()
+    exported = json.loads((sentence_onnx[0] / "config.json").read_text())
+    assert json.loads((out / "config.json").read_text()).get("id2label") == exported.get("id2label")  # none invented
+    texts = movie_data.test.texts[:16]
+    assert np.abs(Predictor(out).embed(texts) - Predictor(sentence_onnx[0]).embed(texts)).max() < 1e-6
+    if target == "mobile":  # the .ort file computes the graph's vectors
+        assert manifest["mobile"]["ort_vs_onnx_max_abs_diff"] < 1e-4
