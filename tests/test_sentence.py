@@ -303,3 +303,27 @@ def test_an_embedding_bundle_is_built_for_each_device_target(sentence_onnx, movi
     assert np.abs(Predictor(out).embed(texts) - Predictor(sentence_onnx[0]).embed(texts)).max() < 1e-6
     if target == "mobile":  # the .ort file computes the graph's vectors
         assert manifest["mobile"]["ort_vs_onnx_max_abs_diff"] < 1e-4
+
+
+def test_init_writes_an_embedding_pipeline_of_the_methods_built_for_it(sentence_dir, movie_data, tmp_path):
+    import csv
+
+    import yaml
+
+    from edgepress.data import DataConfig
+    from edgepress.pipeline.init import write_starter
+
+    data = tmp_path / "texts.csv"
+    with data.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        writer.writerows((text, int(label)) for text, label in zip(movie_data.train.texts[:300],
+                                                                   movie_data.train.labels[:300], strict=True))
+    text = write_starter(str(sentence_dir), DataConfig(source=str(data)), tmp_path / "init.yaml")  # validated
+    config = yaml.safe_load(text)
+    assert [s["method"] for s in config["stages"]] == ["export", "optimize", "int8-dynamic"]
+    assert config["stages"][-1]["gates"]["accuracy"] == {"max_drop": 0.2}
+    said = " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("# "))  # unwrapped
+    assert "sentence vectors (mean pooling, normalized)" in said and "neighbour overlap 0.8)" in said
+    for method in ("distill", "heads", "ffn", "vocab"):
+        assert f"{method} left out: {method} is not built for embedding models yet" in said
