@@ -93,7 +93,16 @@ def default_layer_map(teacher_layers: int, student_layers: int) -> tuple[int, ..
 
 def check_student(teacher, tokenizer, cfg: DistillConfig) -> tuple[int, ...]:
     """The teacher layers the student starts from; a ConfigError when the student does not fit the teacher (also
-    the pre-run check of `distill`: `validate` runs it on the model the config names)."""
+    the pre-run check of `distill`: `validate` runs it on the model the config names). A sentence encoder's student
+    is trained on its vectors alone: the hidden-state styles are refused there."""
+    from edgepress.models.sentence import is_sentence_encoder
+
+    if is_sentence_encoder(teacher):
+        if cfg.style != "hinton":
+            raise ConfigError(f"a sentence-embedding student learns the teacher's sentence vectors (cosine + MSE); "
+                              f"style {cfg.style} adds hidden-state losses not built for it yet. Fix: style hinton "
+                              f"(the default)")
+        teacher = teacher.transformer
     arch = arch_of(teacher)
     teacher_layers = depth(teacher)
     mapping = cfg.layer_map or default_layer_map(teacher_layers, cfg.student_layers)
@@ -276,11 +285,63 @@ def distillation_loss(teacher, train_logits, cfg: DistillConfig, scores: tuple |
     return loss
 
 
+def vector_loss(targets):
+    """A `loss_fn` for a sentence-embedding student: 1 - cosine to the teacher's vectors `targets` (indexed by the
+    batch's `index`), plus their mean squared error (what a model that does not normalize also needs matched)."""
+    import torch.nn.functional as F
+
+    def loss(outputs, batch):
+        wanted = targets[batch["index"].cpu()].to(outputs.device)  # (batch, dim)
+        return (1 - F.cosine_similarity(outputs, wanted, dim=-1)).mean() + F.mse_loss(outputs, wanted)
+
+    return loss
+
+
+def distill_embeddings(src: Path, out: Path, data: DataSplits, cfg: DistillConfig) -> dict:
+    """A `cfg.student_layers`-layer student of the sentence encoder in `src`, its vectors trained to the teacher's
+    (`vector_loss`) on the train texts and any transfer texts (augment's copies, data.unlabeled: an embedder needs no
+    labels); the epoch kept is the one whose validation vectors find most of the teacher's 10 nearest neighbours."""
+    from edgepress.data.metrics import embedding_metrics
+    from edgepress.files import artifact_dir
+    from edgepress.models.evaluate import predict_outputs
+    from edgepress.models.sentence import load_sentence_encoder, save_sentence_encoder, sentence_encoder
+    from edgepress.models.train import train_classifier
+    from edgepress.tasks import NEIGHBOURS
+
+    teacher, tokenizer = load_sentence_encoder(src)
+    check_student(teacher, tokenizer, cfg)  # the style
+    transformer, mapping = make_student(teacher.transformer, cfg)
+    student = sentence_encoder(transformer, teacher.layout)
+    train, targets = transfer_set(src, teacher, tokenizer, data, cfg)  # targets: the teacher's vectors
+    texts = data.validation.texts
+    reference = predict_outputs(teacher, tokenizer, texts, cfg.max_length)
+    k = min(NEIGHBOURS, len(texts) - 1)
+
+    def overlap(model) -> float:
+        return embedding_metrics(reference, predict_outputs(model, tokenizer, texts, cfg.max_length), k)[
+            "neighbour_overlap"]
+
+    with artifact_dir(Path(out)) as tmp:
+        result = train_classifier(student, tokenizer, train, data.validation, cfg, tmp, loss_fn=vector_loss(targets),
+                                  score=("neighbour_overlap", overlap), save=save_sentence_encoder)
+    log.info("distill: %d -> %d layers (from %s), best epoch %d, validation neighbour overlap %.4f",
+             depth(teacher.transformer), cfg.student_layers, list(mapping), result.best_epoch,
+             result.best_val_accuracy)
+    return {"layer_map": list(mapping), "best_epoch": result.best_epoch,
+            "val_neighbour_overlap": result.best_val_accuracy, "history": result.history,
+            "train_seconds": round(result.seconds, 1), "transfer_examples": len(train) - len(data.train)}
+
+
 def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = DistillConfig()) -> dict:
-    """Train a `cfg.student_layers`-layer student of the classifier in `src` into `out` (save_pretrained)."""
+    """Train a `cfg.student_layers`-layer student of the classifier in `src` into `out` (save_pretrained); of a
+    sentence-transformers dir, `distill_embeddings`."""
     from edgepress.files import artifact_dir
     from edgepress.models.loading import load_classifier
+    from edgepress.models.sentence import is_sentence_dir
     from edgepress.models.train import train_classifier
+
+    if is_sentence_dir(src):
+        return distill_embeddings(src, out, data, cfg)
 
     teacher, tokenizer = load_classifier(src)
     student, mapping = make_student(teacher, cfg)

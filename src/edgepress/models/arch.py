@@ -92,7 +92,7 @@ def replace(module, path: str, new) -> None:
 
 def layer_list(model):
     """The model's `nn.ModuleList` of encoder layers."""
-    return part(getattr(model, model.base_model_prefix), arch_of(model).layers)
+    return part(model.base_model, arch_of(model).layers)  # a bare encoder (AutoModel) is its own base model
 
 
 def depth(model) -> int:

@@ -203,6 +203,9 @@ def sentence_encoder(transformer, layout: SentenceLayout):
         def set_attn_implementation(self, attention: str) -> None:  # the exporter traces with eager attention
             self.transformer.set_attn_implementation(attention)
 
+        def get_input_embeddings(self):  # the word table (transfer data's perturbed copies read it)
+            return self.transformer.get_input_embeddings()
+
         def forward(self, input_ids, attention_mask, token_type_ids=None):
             extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
             hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
@@ -224,6 +227,13 @@ def load_sentence_encoder(path: str | Path):
     if missing:
         raise ModelError(f"{path}: the encoder's weights lack {', '.join(sorted(missing)[:4])}. {FIX_DIR}")
     return sentence_encoder(transformer.eval(), layout), tokenizer
+
+
+def save_sentence_encoder(model, out: Path) -> None:
+    """A sentence encoder as a sentence-transformers dir: its encoder (save_pretrained, safetensors) and the files
+    that say how it pools (`save_layout`); the tokenizer is saved beside it by the caller."""
+    model.transformer.save_pretrained(out, safe_serialization=True)
+    save_layout(model.layout, model.config.hidden_size, Path(out))
 
 
 def save_layout(layout: SentenceLayout, dimension: int, out: Path) -> None:

@@ -60,6 +60,7 @@ class TrainResult:
 
 
 LossFn = Callable[[object, dict], object]
+Score = tuple[str, Callable[[object], float]]  # (name, a model's validation score: higher is better)
 StepHook = Callable[[object, int], None]
 EpochWatch = Callable[[list[dict], int], None]
 log = logging.getLogger(__name__)
@@ -119,10 +120,13 @@ def _optimizer(model, cfg: TrainConfig, steps: int):
 
 def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg: TrainConfig, out_dir: Path,
                      loss_fn: LossFn = _default_loss, on_step: StepHook | None = None,
-                     keep_from_epoch: int = 1) -> TrainResult:
-    """Fine-tune `model` on `train`; the epoch with the best validation accuracy is saved to `out_dir` (with the
-    tokenizer) and loaded back into `model`. `on_step(unwrapped model, step)` runs after every optimizer step.
-    Epochs before `keep_from_epoch` are trained and evaluated but never kept (a pruning schedule still under way)."""
+                     keep_from_epoch: int = 1, score: Score | None = None,
+                     save: Callable[[object, Path], None] | None = None) -> TrainResult:
+    """Fine-tune `model` on `train`; the epoch with the best validation accuracy (or `score`, e.g. a sentence
+    encoder's neighbour overlap; best_val_accuracy then holds it) is saved to `out_dir` (with the tokenizer; by
+    `save(model, dir)` for a model that is not a transformers one) and loaded back into `model`. `on_step(unwrapped
+    model, step)` runs after every optimizer step. Epochs before `keep_from_epoch` are trained and evaluated but
+    never kept (a pruning schedule still under way)."""
     from accelerate.utils import set_seed
     from rich.console import Console
     from rich.progress import Progress
@@ -139,22 +143,34 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
                   transient=True) as progress:
         for epoch in range(1, cfg.epochs + 1):
             loss = _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn, progress, epoch, counter)
-            metrics, _ = evaluate_classifier(accelerator.unwrap_model(model), tokenizer, validation, cfg.max_length)
-            history.append({"epoch": epoch, "train_loss": loss, "val_accuracy": metrics["accuracy"]})
-            log.info("epoch %d/%d: train loss %.4f, validation accuracy %.4f", epoch, cfg.epochs, loss,
-                     metrics["accuracy"])
+            name, value = _validation_score(accelerator.unwrap_model(model), tokenizer, validation, cfg, score)
+            history.append({"epoch": epoch, "train_loss": loss, f"val_{name}": value})
+            log.info("epoch %d/%d: train loss %.4f, validation %s %.4f", epoch, cfg.epochs, loss,
+                     name.replace("_", " "), value)
             if _watch.get() is not None and epoch >= keep_from_epoch:  # a schedule under way is not judged
                 _watch.get()(history[keep_from_epoch - 1:], cfg.epochs)
-            if epoch >= keep_from_epoch and (best is None or metrics["accuracy"] > best[1]):
+            if epoch >= keep_from_epoch and (best is None or value > best[1]):
                 state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())
-                best = (epoch, metrics["accuracy"], state)
+                best = (epoch, value, state)
     unwrapped = accelerator.unwrap_model(model)
     unwrapped.load_state_dict(best[2])
     if accelerator.is_main_process:
-        unwrapped.save_pretrained(out_dir, safe_serialization=True)
+        if save is None:
+            unwrapped.save_pretrained(out_dir, safe_serialization=True)
+        else:
+            save(unwrapped, out_dir)
         tokenizer.save_pretrained(out_dir)
     accelerator.wait_for_everyone()
     return TrainResult(best[0], best[1], time.perf_counter() - start, history)
+
+
+def _validation_score(model, tokenizer, validation: TextSet, cfg: TrainConfig, score: Score | None
+                      ) -> tuple[str, float]:
+    """(name, value) of what selects the epoch kept: `score`, else the validation accuracy."""
+    if score is not None:
+        return score[0], float(score[1](model))
+    metrics, _ = evaluate_classifier(model, tokenizer, validation, cfg.max_length)
+    return "accuracy", metrics["accuracy"]
 
 
 def _accelerator(cfg: TrainConfig):
