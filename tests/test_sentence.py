@@ -250,6 +250,9 @@ def test_an_embedding_run_is_gated_on_the_baselines_neighbours_and_bundles_vecto
     hits = [json.loads(line) for line in found]
     assert [h["rank"] for h in hits] == [1, 2, 3] and hits[0]["text"] == "a gripping film"
     assert hits[0]["score"] == pytest.approx(1, abs=1e-5) and hits[0]["score"] >= hits[1]["score"] >= hits[2]["score"]
+    cli = CliRunner().invoke(app, ["predict", str(out / "final"), "a gripping film", "--corpus", str(corpus),
+                                   "--top", "3", "--json"])
+    assert cli.exit_code == 0 and [json.loads(line) for line in cli.stdout.splitlines()] == hits
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
     refused = subprocess.run([sys.executable, str(out / "final" / "predict.py"), "similar", "x", "--corpus",

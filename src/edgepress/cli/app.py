@@ -413,14 +413,23 @@ def predict(
     texts: Annotated[list[str], typer.Argument(help="Texts to classify (or embed).")],
     provider: Annotated[Provider, typer.Option(help="Execution provider.")] = Provider.cpu,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    corpus: Annotated[Path | None, typer.Option(help="An embedding model's bundle: list the texts of this file (one "
+                                                     "a line) nearest each text given, by cosine.")] = None,
+    top: Annotated[int, typer.Option(min=1, help="With --corpus: how many to list per text.")] = 10,
 ) -> None:
     """Classify texts with a bundle, torch-free (onnxruntime, tokenizers and numpy only); an embedding model's
-    bundle gives each text's vector, one JSON object a line."""
+    bundle gives each text's vector, one JSON object a line, or with --corpus the corpus's nearest texts."""
     import json
 
-    from edgepress.runtime.predictor import Predictor, embedding_json
+    from edgepress.runtime.predictor import Predictor, embedding_json, read_corpus, similar, similar_line
 
     predictor = _call(Predictor, bundle, providers=(provider.value,))
+    if corpus is not None:
+        found = _call(similar, predictor, texts, _call(read_corpus, str(corpus)), top)
+        for query, hits in zip(texts, found, strict=True):
+            for rank, (score, text) in enumerate(hits, start=1):
+                out.print(similar_line(query, rank, score, text, as_json), highlight=False, soft_wrap=True)
+        return
     if predictor.output == "sentence_embedding":
         for text, vector in zip(texts, _call(predictor.embed, texts), strict=True):  # one text per call
             out.print(embedding_json(text, vector), highlight=False, soft_wrap=True)

@@ -529,18 +529,33 @@ def _print_bench(result: dict, as_json: bool) -> None:
     print(f"{result['cpu']} ({result['machine']}), {', '.join(result['providers_used'])}")
 
 
-def similar(predictor: Predictor, query: str, corpus: tuple[str, ...], top: int) -> list[tuple[float, str]]:
-    """The `top` texts of `corpus` nearest `query` by the cosine of their vectors, nearest first (each text embedded
-    alone, as everywhere)."""
+def similar(predictor: Predictor, queries: list[str] | tuple[str, ...], corpus: tuple[str, ...], top: int
+            ) -> list[list[tuple[float, str]]]:
+    """For each query, the `top` texts of `corpus` nearest it by the cosine of their vectors, nearest first (every
+    text embedded alone, as everywhere; the corpus once)."""
     if predictor.output != "sentence_embedding":
         raise ModelError(f"{predictor.bundle} is a classifier: `similar` needs an embedding model's bundle. Fix: "
                          f"classify with `predict.py TEXT`, or bundle a sentence-transformers model")
     vectors = predictor.embed(corpus)
-    wanted = predictor.embed([query])[0]
-    norms = np.linalg.norm(vectors, axis=1) * np.linalg.norm(wanted)
-    scores = np.divide(vectors @ wanted, norms, out=np.zeros(len(corpus)), where=norms > 0)
-    order = np.argsort(-scores, kind="stable")[:top]
-    return [(float(scores[i]), corpus[i]) for i in order]
+    found = []
+    for wanted in predictor.embed(queries):
+        norms = np.linalg.norm(vectors, axis=1) * np.linalg.norm(wanted)
+        scores = np.divide(vectors @ wanted, norms, out=np.zeros(len(corpus)), where=norms > 0)
+        found.append([(float(scores[i]), corpus[i]) for i in np.argsort(-scores, kind="stable")[:top]])
+    return found
+
+
+def read_corpus(file: str) -> tuple[str, ...]:
+    """The texts of a corpus file, one a line; an empty one is a DataError."""
+    corpus = tuple(_lines(file))
+    if not corpus:
+        raise DataError(f"{file} holds no text. Fix: one text a line")
+    return corpus
+
+
+def similar_line(query: str, rank: int, score: float, text: str, as_json: bool) -> str:
+    return json.dumps({"query": query, "rank": rank, "score": score, "text": text}) if as_json else \
+        f"{score:.4f}\t{text}"
 
 
 def _similar_parser() -> argparse.ArgumentParser:
@@ -562,12 +577,10 @@ def _main_similar(argv: list[str]) -> int:
     try:
         if args.top < 1 or (args.threads is not None and args.threads < 1):
             raise ConfigError("--top and --threads must be at least 1. Fix: pass a positive number")
-        corpus = tuple(_lines(args.corpus))
-        if not corpus:
-            raise DataError(f"{args.corpus} holds no text. Fix: one text a line")
+        corpus = read_corpus(args.corpus)
         predictor = Predictor(args.bundle, providers=(args.provider,), threads=args.threads)
-        for rank, (score, text) in enumerate(similar(predictor, args.query, corpus, args.top), start=1):
-            print(json.dumps({"rank": rank, "score": score, "text": text}) if args.json else f"{score:.4f}\t{text}")
+        for rank, (score, text) in enumerate(similar(predictor, [args.query], corpus, args.top)[0], start=1):
+            print(similar_line(args.query, rank, score, text, args.json))
     except EdgepressError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
