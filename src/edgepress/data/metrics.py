@@ -63,6 +63,11 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
     return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
 
 
+def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cosine similarity of two (n, dim) arrays, in float64 (0 for a zero row)."""
+    return np.sum(unit_rows(a) * unit_rows(b), axis=1)
+
+
 def _mean_ci95(values: np.ndarray) -> list[float]:
     """BCa 95% bootstrap interval of the mean of `values` ([v, v] when they are all equal; the percentile interval
     where a few values leave BCa's jackknife degenerate)."""
@@ -96,7 +101,7 @@ def embedding_metrics(reference: np.ndarray, vectors: np.ndarray, k: int = 10) -
     if reference.shape[0] != vectors.shape[0] or reference.shape[0] <= k:
         raise ValueError(f"embedding_metrics needs the same n > k={k} texts on both sides: got {reference.shape[0]} "
                          f"and {vectors.shape[0]}")
-    cosine = np.sum(unit_rows(reference) * unit_rows(vectors), axis=1)
+    cosine = row_cosines(reference, vectors)
     ours, theirs = top_neighbours(vectors, k), top_neighbours(reference, k)
     overlap = np.array([len(np.intersect1d(a, b)) / k for a, b in zip(ours, theirs, strict=True)])
     return {"cosine": float(cosine.mean()), "cosine_ci95": _mean_ci95(cosine),

@@ -82,17 +82,11 @@ def real_feeds(directory: Path, texts, max_length: int, input_names: tuple[str, 
 COSINE_AGREES = 0.95
 
 
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise cosine similarity of two (n, dim) arrays, in float64 (0 for a zero row)."""
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return np.divide(np.sum(a * b, axis=1), norms, out=np.zeros(len(a)), where=norms > 0)
-
-
 def check_parity(reference: Runner, candidate: Runner, feeds: list[Feeds], cfg: ParityConfig, what: str,
                  output: str = "logits") -> dict:
     """Compare two runners on `feeds`; returns max_abs_diff and agreement (the same argmax; of `output`
     sentence_embedding: cosine ≥ COSINE_AGREES, and min_cosine), raises ExportParityError on a miss."""
+    from edgepress.data.metrics import row_cosines
     diffs, agree, total, worst, low = [], 0, 0, (0.0, 0, 0), 1.0
     embedding = output == "sentence_embedding"
     for k, batch in enumerate(feeds):
@@ -104,7 +98,7 @@ def check_parity(reference: Runner, candidate: Runner, feeds: list[Feeds], cfg: 
             worst = (diff, k, int(batch["input_ids"].shape[1]))
         diffs.append(diff)
         if embedding:
-            similar = cosines(ref, got)
+            similar = row_cosines(ref, got)
             agree, low = agree + int(np.sum(similar >= COSINE_AGREES)), min(low, float(similar.min()))
         else:
             agree += int(np.sum(ref.argmax(-1) == got.argmax(-1)))

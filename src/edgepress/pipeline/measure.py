@@ -77,8 +77,5 @@ def measure_scored(artifact: Path, data: DataSplits, max_length: int, providers:
     metrics, test = measure_artifact(artifact, data, max_length, providers, threads, latency, task)
     others = {name: part for name, part in data.scored().items() if name != "test"}
     preds = {"test": test, **set_predictions(artifact, others, max_length, threads, task)}
-    labelled = task.name == "classification"
-    metrics["sets"] = {name: {"n": len(part), **({"accuracy": float(np.mean(preds[name] == part.labels))}
-                                                 if labelled and len(part) and (part.labels >= 0).all() else {})}
-                       for name, part in others.items()}
+    metrics["sets"] = {name: {"n": len(part), **task.set_scores(part, preds[name])} for name, part in others.items()}
     return metrics, preds

@@ -23,6 +23,11 @@ from edgepress.logs import tracked
 NEIGHBOURS = 10  # the k of neighbour_overlap
 
 
+def _labelled(part: TextSet) -> bool:
+    """Every text of `part` has a label (a fidelity set may come without)."""
+    return bool(len(part)) and bool((part.labels >= 0).all())
+
+
 @dataclass(frozen=True)
 class Classification:
     name: str = "classification"
@@ -49,14 +54,17 @@ class Classification:
         """What the baseline's own metrics add: nothing (its accuracy is its own)."""
         return {}
 
+    def set_scores(self, part: TextSet, preds: np.ndarray) -> dict:
+        """A fidelity set's own figures: its accuracy where the set has labels."""
+        return {"accuracy": float(np.mean(preds == part.labels))} if _labelled(part) else {}
+
     def versus(self, part: TextSet, base: np.ndarray, preds: np.ndarray) -> dict:
         """Against the baseline's predictions on the same texts: agreement with its labels (and its CI), and where
         the texts are labelled, the paired CI of the accuracy drop."""
         from edgepress.data.metrics import accuracy_ci95, accuracy_drop_ci95
 
-        labelled = bool(len(part)) and bool((part.labels >= 0).all())
         return {"agreement": float(np.mean(preds == base)), "agreement_ci95": accuracy_ci95(base, preds),
-                **({"accuracy_drop_ci95": accuracy_drop_ci95(part.labels, base, preds)} if labelled else {})}
+                **({"accuracy_drop_ci95": accuracy_drop_ci95(part.labels, base, preds)} if _labelled(part) else {})}
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,10 @@ class Embedding:
     def baseline(self, part: TextSet, preds: np.ndarray) -> dict:
         """The baseline against itself: cosine and neighbour overlap 1 (what a stage's drop is measured from)."""
         return self.versus(part, preds, preds)
+
+    def set_scores(self, part: TextSet, preds: np.ndarray) -> dict:
+        """A fidelity set's own figures: none (vectors are scored against the baseline's, in `versus`)."""
+        return {}
 
     def versus(self, part: TextSet, base: np.ndarray, preds: np.ndarray) -> dict:
         """Against the baseline's vectors of the same texts: cosine and neighbour overlap with their CIs; the drop
