@@ -85,6 +85,23 @@ def test_gates_compare_each_limit():
     assert not results["parity", "max_abs_diff"]["passed"] and results["parity", "min_agreement"]["passed"]
 
 
+def test_natural_speedup_gate_divides_natural_p50s():
+    """min_natural_speedup: the natural-length p50s (each stage's own timing, or the side-by-side one when there is
+    one), never the fixed shape's."""
+    gates = Gates.model_validate({"latency": {"min_natural_speedup": 3}})
+    baseline = {"latency": {"cpu": {"p50_ms": 12.0, "natural": {"p50_ms": 6.0}}}}
+    stage = {"latency": {"cpu": {"p50_ms": 6.0, "natural": {"p50_ms": 1.5}}}}
+    [own] = evaluate_gates(gates, stage, baseline, baseline, None)
+    assert own["rule"] == "min_natural_speedup" and own["value"] == 4.0 and own["passed"]
+    paired = {"speedup": 2.5, "baseline_p50_ms": 5.0, "p50_ms": 2.0, "rounds": 3, "natural": True}
+    stage["latency"]["cpu"]["side_by_side_natural"] = paired
+    [side] = evaluate_gates(gates, stage, baseline, baseline, None)
+    assert side["value"] == 2.5 and not side["passed"] and side["side_by_side"] == paired
+    from edgepress.pipeline.report import gate_text
+
+    assert gate_text(side).startswith("latency.min_natural_speedup: 2.5, timed side by side at natural lengths")
+
+
 def test_strict_accuracy_gate_holds_the_upper_end_of_the_drop_ci():
     baseline, stage = {"accuracy": 0.85}, {"accuracy": 0.845, "accuracy_drop_ci95": [-0.004, 0.016]}
     loose, strict = ({"accuracy": {"max_drop": 0.01, **extra}} for extra in ({}, {"strict": True}))

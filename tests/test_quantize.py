@@ -132,3 +132,60 @@ def test_keep_float_refuses_what_it_cannot_keep(tiny_onnx_dir, tmp_path, movie_d
     with pytest.raises(ConfigError, match=message):
         int8_dynamic(tiny_onnx_dir, tmp_path / "q", movie_data.validation.texts, Int8DynamicConfig(keep_float=keep))
     assert not (tmp_path / "q").exists()
+
+
+def outlier_graph(weight: np.ndarray):
+    """x (1, T, 8) -> MatMul by `weight` (8, 4) -> y: the smallest graph a weighted product makes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="product")], "outlier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, None, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None, 4])],
+        [numpy_helper.from_array(weight, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_smoothing_moves_an_activation_outlier_into_the_weights(tmp_path):
+    """One channel 100x the others (what a transformer's residual stream has): dynamic int8 gives the other channels
+    a few levels of one per-tensor scale; smoothed (SmoothQuant), the same product in float, int8 keeps them."""
+    import onnxruntime
+    from onnx import numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from edgepress.compress.smooth import smooth_graph
+
+    rng = np.random.default_rng(0)
+    weight = rng.normal(size=(8, 4)).astype(np.float32)
+    feeds = [{"x": (rng.normal(size=(1, 16, 8)) * ([100] + [1] * 7)).astype(np.float32)} for _ in range(8)]
+    plain, smoothed = outlier_graph(weight), outlier_graph(weight)
+    done = smooth_graph(smoothed, feeds, alpha=0.85)
+    assert done["tensors"] == 1 and [n.op_type for n in smoothed.graph.node] == ["Mul", "MatMul"]
+    rows = numpy_helper.to_array(next(t for t in smoothed.graph.initializer if t.name == "w")) / weight
+    assert rows[0, 0] > 10 * rows[1:, 0].max()  # the outlier channel's weight row took the scale
+
+    def outputs(model, quantized: bool) -> list[np.ndarray]:
+        onnx.save(model, tmp_path / "f.onnx")
+        path = tmp_path / "f.onnx"
+        if quantized:
+            quantize_dynamic(path, tmp_path / "q.onnx", weight_type=QuantType.QInt8, per_channel=True)
+            path = tmp_path / "q.onnx"
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return [session.run(None, f)[0] for f in feeds]
+
+    reference = outputs(plain, False)
+    assert max(np.abs(a - b).max() for a, b in zip(reference, outputs(smoothed, False))) < 1e-3  # same function
+    error = {name: np.mean([np.abs(a - b).mean() for a, b in zip(reference, outputs(model, True))])
+             for name, model in (("plain", plain), ("smoothed", smoothed))}
+    assert error["smoothed"] < 0.5 * error["plain"], error
+
+
+def test_smoothed_int8_keeps_the_integer_kernels_and_matches_the_float_graph(fused_dir, tmp_path, movie_data):
+    result = int8_dynamic(fused_dir, tmp_path / "q", movie_data.validation.texts,
+                          Int8DynamicConfig(per_channel=True, smooth=0.5))
+    # per layer: the attention's input, the attention output's, the FFN's in and out
+    assert result["smooth"]["tensors"] == 2 * 4 and result["smooth"]["alpha"] == 0.5
+    graph = onnx.load(str(tmp_path / "q" / "model.onnx")).graph
+    assert sum(n.op_type == "Mul" and n.name.startswith("edgepress_smooth_") for n in graph.node) == 2 * 4
+    assert result["ort_kernels"] == {"DynamicQuantizeMatMul": 8, "QAttention": 2}
+    assert result["parity"]["agreement"] >= 0.9  # against the unsmoothed float graph

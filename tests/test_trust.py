@@ -621,11 +621,25 @@ def test_a_speedup_gate_times_the_stage_beside_the_baseline(monkeypatch, tmp_pat
     assert "timed side by side: baseline" in (tmp_path / "run" / "report.md").read_text()
 
 
+def test_a_natural_speedup_gate_times_natural_lengths_beside_the_baseline(tmp_path, tiny_model_dir):
+    """min_natural_speedup judges the two timed in turn at the test texts' natural lengths, not the fixed shape."""
+    stages = [*STAGES[:2], {"name": "int8", "method": "int8-dynamic",
+                            "gates": {"latency": {"min_natural_speedup": 1000}}}]
+    with pytest.raises(GateFailed, match="latency.min_natural_speedup"):
+        runner.run_pipeline(load_config(write_config(tmp_path / "p.yaml", tiny_model_dir, stages)), tmp_path / "run")
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    [gate] = report["stages"][-1]["gates"]
+    paired = gate["side_by_side"]
+    assert not gate["passed"] and gate["value"] == paired["speedup"] == paired["baseline_p50_ms"] / paired["p50_ms"]
+    assert paired["natural"] and "side_by_side" not in report["stages"][-1]["metrics"]["latency"]["cpu"]
+    assert "timed side by side at natural lengths: baseline" in (tmp_path / "run" / "report.md").read_text()
+
+
 def test_a_resumed_stage_is_timed_again_for_its_speedup_gate(monkeypatch, earlier, tmp_path, tiny_model_dir):
     """--resume reuses a stage only if its speedup, timed again beside the baseline now, still passes: the earlier
     run's figures (here: timed apart) are not the verdict."""
     slower = {"speedup": 0.5, "baseline_p50_ms": 1.0, "p50_ms": 2.0, "rounds": 3}
-    monkeypatch.setattr(runner, "side_by_side_speedup", lambda *args: slower)
+    monkeypatch.setattr(runner, "side_by_side_speedup", lambda *args, **kwargs: slower)
     stages = [*STAGES[:2], {**STAGES[2], "gates": {"latency": {"min_speedup": 1.0}}}]
     with pytest.raises(GateFailed, match=r"latency.min_speedup 0.5 vs limit 1"):
         runner.run_pipeline(load_config(write_config(tmp_path / "p.yaml", tiny_model_dir, stages)), earlier,

@@ -26,6 +26,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from edgepress.compress.smooth import smooth_activations
 from edgepress.errors import ConfigError
 from edgepress.export.parity import (
     LOOSE_PARITY,
@@ -138,17 +139,31 @@ class Int8DynamicConfig(BaseModel):
     per_channel: bool = Field(False, description="one scale per output channel of each weight")
     reduce_range: bool = Field(False, description="7-bit weights, for CPUs without VNNI that saturate otherwise")
     keep_float: KeepFloat = KEEP_FLOAT
+    smooth: float | None = Field(None, gt=0, le=1, description="SmoothQuant's migration strength α: each weighted "
+                                 "product's input channels divided by max|x|^α / max|W|^(1−α), measured on "
+                                 "validation sentences, and its weight rows multiplied by it (the same function in "
+                                 "float; the activations' outliers move into the per-channel weights). None: off")
     max_length: int = Field(128, ge=8, description=PARITY_LENGTH)
     parity: ParityConfig = Field(ParityConfig(max_abs_diff=1.5, min_agreement=0.9), description=LOOSE_PARITY)
 
 
 def int8_dynamic(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
                  cfg: Int8DynamicConfig = Int8DynamicConfig()) -> dict:
-    """Quantize `src_dir`/model.onnx dynamically to int8 into `out_dir`; returns the quantized op counts and parity."""
+    """Quantize `src_dir`/model.onnx dynamically to int8 into `out_dir` (smoothed first when `cfg.smooth`);
+    returns the quantized op counts, the smoothing and parity against the graph as it came."""
+    with tempfile.TemporaryDirectory(prefix="edgepress-smooth-") as scratch:
+        src, smoothing = Path(src_dir) / ONNX_FILE, {}
+        if cfg.smooth is not None:
+            smoothing = smooth_activations(src, Path(scratch) / ONNX_FILE, texts, cfg.smooth, cfg.max_length)
+            src = Path(scratch) / ONNX_FILE
+        return {**_int8_dynamic(src, Path(src_dir), Path(out_dir), texts, cfg),
+                **({"smooth": smoothing} if smoothing else {})}
+
+
+def _int8_dynamic(src: Path, src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Int8DynamicConfig) -> dict:
+    """`src` (the graph of `src_dir`, or its smoothed copy) quantized into `out_dir`; parity against `src_dir`'s."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    src = Path(src_dir) / ONNX_FILE
 
     def quantize(out: Path, only: list[str] | None = None, exclude: list[str] | None = None) -> None:
         quantize_dynamic(src, out, weight_type=QuantType.QInt8, per_channel=cfg.per_channel,
@@ -158,17 +173,18 @@ def int8_dynamic(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
     candidates = _weighted(onnx.load(str(src), load_external_data=False).graph,
                            ("MatMul", "Gemm", "Attention", "Gather", "EmbedLayerNormalization"))
     keep, ranking = kept_float(cfg.keep_float, candidates,
-                               lambda: rank_sensitivity(Path(src_dir), candidates, quantize, texts, cfg.max_length))
-    with atomic_dir(Path(out_dir)) as tmp:
+                               lambda: rank_sensitivity(src_dir, candidates, quantize, texts, cfg.max_length))
+    with atomic_dir(out_dir) as tmp:
         quantize(tmp / ONNX_FILE, exclude=keep)
-        copy_side_files(Path(src_dir), tmp)
+        copy_side_files(src_dir, tmp)
         counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
         ops = {op: counts[op] for op in INT8_OPS if counts[op]}
-        parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the int8 graph",
+        parity = check_graph_change(src_dir, tmp, texts, cfg.max_length, cfg.parity, "the int8 graph",
                                     SessionConfig())
         kernels = low_bit_kernels(tmp / ONNX_FILE)
-    log.info("int8-dynamic: %s; %d node(s) kept float; ONNX Runtime runs %s; parity: %s", readable(ops), len(keep),
-             readable(kernels), parity_text(parity))
+    log.info("int8-dynamic: %s; %d node(s) kept float%s; ONNX Runtime runs %s; parity: %s", readable(ops), len(keep),
+             f"; smoothed (α {cfg.smooth:g})" if cfg.smooth is not None else "", readable(kernels),
+             parity_text(parity))
     return {"quantized_ops": ops, "ort_kernels": kernels, "kept_float": keep, "sensitivity": ranking,
             "parity": parity}
 

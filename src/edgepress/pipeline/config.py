@@ -43,7 +43,8 @@ class AccuracyGate(BaseModel):
 
 class LatencyGate(BaseModel):
     """Latency limits on one provider at the runtime's fixed shape; `min_speedup` is baseline p50 / stage p50, timed
-    side by side so that a load on the machine falls on both."""
+    side by side so that a load on the machine falls on both; `min_natural_speedup` the same at the test texts'
+    natural lengths, one text a call (as a device embeds or labels them)."""
 
     model_config = Strict
     provider: Literal["cpu", "cuda"] = Field("cpu", description="whose latency is judged (one of "
@@ -54,6 +55,9 @@ class LatencyGate(BaseModel):
                                                               "again side by side, in turns, when the stage is "
                                                               "measured (cpu only: the torch baseline is timed on "
                                                               "cpu)")
+    min_natural_speedup: float | None = Field(None, gt=0, description="smallest baseline p50 / stage p50 at the "
+                                              "test texts' natural lengths, one text a call, timed side by side "
+                                              "as min_speedup is (cpu only)")
 
 
 class SizeGate(BaseModel):
@@ -262,6 +266,11 @@ def stage_order_problems(stages: list[StageConfig]) -> list[str]:
     return problems
 
 
+def _speedup_rule(gate: LatencyGate) -> str | None:
+    """The first speedup rule `gate` sets (min_speedup, min_natural_speedup), None when it sets neither."""
+    return next((rule for rule in ("min_speedup", "min_natural_speedup") if getattr(gate, rule) is not None), None)
+
+
 def latency_gate_problems(stages: list[StageConfig], providers: tuple[str, ...]) -> list[str]:
     """A latency gate must be on a provider the run measures; torch artifacts (and so the baseline, which
     `min_speedup` divides by) are timed on cpu only."""
@@ -277,10 +286,10 @@ def latency_gate_problems(stages: list[StageConfig], providers: tuple[str, ...])
             problems.append(f"stage '{stage.name}': its latency gate is on {gate.provider}, which runtime.providers "
                             f"({', '.join(providers)}) does not measure. Fix: add {gate.provider} to "
                             f"runtime.providers or set the gate's provider to one of them")
-        elif gate.provider != "cpu" and gate.min_speedup is not None:
-            problems.append(f"stage '{stage.name}': min_speedup on {gate.provider} divides by the baseline's "
+        elif gate.provider != "cpu" and (rule := _speedup_rule(gate)):
+            problems.append(f"stage '{stage.name}': {rule} on {gate.provider} divides by the baseline's "
                             f"{gate.provider} latency, but the baseline (torch) is timed on cpu only. Fix: use "
-                            f"max_p50_ms / max_p90_ms on {gate.provider}, or min_speedup on cpu")
+                            f"max_p50_ms / max_p90_ms on {gate.provider}, or {rule} on cpu")
         elif gate.provider != "cpu" and kinds & set(TORCH):
             problems.append(f"stage '{stage.name}' gives a torch model, timed on cpu only; its latency gate is on "
                             f"{gate.provider}. Fix: gate latency on {gate.provider} after the export stage")

@@ -81,10 +81,23 @@ def speedup_of(now: dict | None, base: dict | None) -> float | None:
     return base["p50_ms"] / now["p50_ms"] if now and base else None
 
 
-def _min_speedup(limit: float, now: dict | None, base: dict | None) -> dict:
-    """The speedup gate (`speedup_of`), with the side-by-side timings beside the value when there are any."""
-    paired = {"side_by_side": now["side_by_side"]} if now and "side_by_side" in now else {}
-    return {**_check("latency", "min_speedup", limit, speedup_of(now, base), False), **paired}
+def natural_speedup_of(now: dict | None, base: dict | None) -> float | None:
+    """Baseline p50 / stage p50 at natural lengths: as timed side by side for a natural speedup gate
+    (`side_by_side_natural`), else each as its stage timed it; None where either was not timed."""
+    if now and "side_by_side_natural" in now:
+        return now["side_by_side_natural"]["speedup"]
+    timed = now and base and "natural" in now and "natural" in base
+    return base["natural"]["p50_ms"] / now["natural"]["p50_ms"] if timed else None
+
+
+def _min_speedup(rule: str, limit: float, now: dict | None, base: dict | None) -> dict:
+    """A speedup gate (`speedup_of`; min_natural_speedup: `natural_speedup_of`), with the side-by-side timings
+    beside the value when there are any."""
+    natural = rule == "min_natural_speedup"
+    key = "side_by_side_natural" if natural else "side_by_side"
+    paired = {"side_by_side": now[key]} if now and key in now else {}
+    value = natural_speedup_of(now, base) if natural else speedup_of(now, base)
+    return {**_check("latency", rule, limit, value, False), **paired}
 
 
 def gate_name(gate: dict) -> str:
@@ -115,7 +128,9 @@ def evaluate_gates(gates: Gates, metrics: dict, baseline: dict, previous: dict, 
         if g.max_p90_ms is not None:
             results.append(_check("latency", "max_p90_ms", g.max_p90_ms, now and now["p90_ms"], True))
         if g.min_speedup is not None:
-            results.append(_min_speedup(g.min_speedup, now, base))
+            results.append(_min_speedup("min_speedup", g.min_speedup, now, base))
+        if g.min_natural_speedup is not None:
+            results.append(_min_speedup("min_natural_speedup", g.min_natural_speedup, now, base))
     if (s := gates.size) is not None:
         if s.max_mb is not None:
             results.append(_check("size", "max_mb", s.max_mb, metrics["size_bytes"] / 1e6, True))

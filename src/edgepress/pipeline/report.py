@@ -151,8 +151,9 @@ def gate_text(gate: dict) -> str:
         estimate = "not measured" if gate["point_estimate"] is None else f"{gate['point_estimate']:.4g}"
         value += f", {end} 95% CI (point estimate {estimate})"
     if paired := gate.get("side_by_side"):
-        value += (f", timed side by side: baseline {paired['baseline_p50_ms']:.2f} ms, stage {paired['p50_ms']:.2f} ms,"
-                  f" median of {paired['rounds']} rounds")
+        where = " at natural lengths" if paired.get("natural") else ""
+        value += (f", timed side by side{where}: baseline {paired['baseline_p50_ms']:.2f} ms, stage "
+                  f"{paired['p50_ms']:.2f} ms, median of {paired['rounds']} rounds")
     return f"{gate_name(gate)}: {value} (limit {gate['limit']:g})"
 
 

@@ -1,0 +1,123 @@
+"""SmoothQuant (Xiao et al. 2023, "SmoothQuant: Accurate and Efficient Post-Training Quantization for Large Language
+Models", §4) for ONNX graphs, ahead of dynamic int8.
+
+Dynamic int8 quantizes each activation tensor with one scale per call, so a few channels of large magnitude (the
+residual stream of a transformer has them) leave the other channels a handful of levels. Smoothing divides each
+input channel j of a weighted product by s_j and multiplies row j of its weight by s_j: x W = (x / s)(s W), the same
+function in float, with the range moved from the activation (quantized per call, per tensor) to the weight
+(quantized ahead of time, per channel). s_j = max|x_j|^α / max|W_j|^(1−α) (eq. 4), α the migration strength.
+
+In a post-LayerNorm encoder the tensor a product reads is also read by the residual Add, so the division cannot be
+folded into the LayerNorm before it: a `Mul(x, 1/s)` goes in front of the products alone (the readers of one tensor
+share one Mul and one s, taken over all their weights), and the residual keeps reading x.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from edgepress.export.parity import parity_feeds
+from edgepress.runtime.predictor import load_tokenizer
+
+SMOOTH_TEXTS = 128  # validation sentences the activation maxima are measured on
+SMOOTH_BATCH = 8  # ... alone and in padded batches of this size: padding positions carry outliers of their own
+READERS = ("MatMul", "Attention")  # ops whose input 0 is the activation and input 1 a weight of (in, out) rows
+
+
+def smoothable(graph) -> dict[str, list]:
+    """Activation tensor -> the weighted MatMul / Attention nodes reading it as their input 0, for the tensors
+    whose readers' weights are 2-D, read by no other node, and agree on the channel count."""
+    weights = {t.name: t for t in graph.initializer}
+    uses: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            uses[name] = uses.get(name, 0) + 1
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        if node.op_type in READERS and len(node.input) > 1 and node.input[0] not in weights \
+                and node.input[1] in weights:
+            readers.setdefault(node.input[0], []).append(node)
+
+    def fits(nodes) -> bool:
+        dims = [tuple(weights[n.input[1]].dims) for n in nodes]
+        return all(len(d) == 2 and d[0] == dims[0][0] and uses[n.input[1]] == 1 for d, n in zip(dims, nodes))
+
+    return {tensor: nodes for tensor, nodes in readers.items() if fits(nodes)}
+
+
+def channel_maxima(model, tensors: list[str], feeds: list[dict]) -> dict[str, np.ndarray]:
+    """max |x_j| over every token of every feed, for each channel j (the last axis) of each of `tensors`, from the
+    float graph `model` run with those tensors as its outputs."""
+    import onnx
+    import onnxruntime
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in tensors)
+    session = onnxruntime.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    maxima = {t: np.zeros(0, np.float32) for t in tensors}
+    for feed in feeds:
+        for tensor, value in zip(tensors, session.run(tensors, feed)):
+            channels = np.abs(value).reshape(-1, value.shape[-1]).max(axis=0)
+            maxima[tensor] = channels if not maxima[tensor].size else np.maximum(maxima[tensor], channels)
+    return maxima
+
+
+def smoothing_scales(x_max: np.ndarray, w_max: np.ndarray, alpha: float) -> np.ndarray:
+    """s_j = max|x_j|^α / max|W_j|^(1−α); 1 for a channel that is zero on either side (nothing to move)."""
+    live = (x_max > 0) & (w_max > 0)
+    s = np.ones_like(x_max, dtype=np.float64)
+    s[live] = x_max[live].astype(np.float64) ** alpha / w_max[live].astype(np.float64) ** (1 - alpha)
+    return s
+
+
+def smooth_activations(src: Path, dst: Path, texts: tuple[str, ...], alpha: float, max_length: int) -> dict:
+    """The graph at `src` smoothed (`smooth_graph`) into `dst`, the channel maxima measured on the first
+    SMOOTH_TEXTS of `texts`, alone and in padded batches; returns what `smooth_graph` did, and the texts."""
+    import onnx
+
+    model = onnx.load(str(src))
+    weights = {t.name for t in model.graph.initializer}
+    names = tuple(i.name for i in model.graph.input if i.name not in weights)
+    tokenizer = load_tokenizer(Path(src).parent, max_length)
+    done = smooth_graph(model, parity_feeds(tokenizer, list(texts[:SMOOTH_TEXTS]), names, SMOOTH_BATCH), alpha)
+    onnx.save(model, str(dst))
+    return {**done, "texts": min(len(texts), SMOOTH_TEXTS)}
+
+
+def smooth_graph(model, feeds: list[dict], alpha: float) -> dict:
+    """Smooth the float graph `model` in place (module docstring), the channel maxima measured on `feeds`;
+    returns α, the number of tensors smoothed and the range of the scales."""
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    weights = {t.name: t for t in graph.initializer}
+    readers = smoothable(graph)
+    maxima = channel_maxima(model, list(readers), feeds)
+    first = {}  # tensor -> the position of its first reader in the graph's (topological) node order
+    for position, node in enumerate(graph.node):
+        if node.input and node.input[0] in readers:
+            first.setdefault(node.input[0], position)
+    muls, scales = {}, []
+    for i, (tensor, nodes) in enumerate(readers.items()):
+        arrays = [numpy_helper.to_array(weights[n.input[1]]) for n in nodes]
+        s = smoothing_scales(maxima[tensor], np.max([np.abs(a).max(axis=1) for a in arrays], axis=0), alpha)
+        smoothed, inverse = f"{tensor}_smoothed", f"edgepress_smooth_{i}_inverse_scale"
+        graph.initializer.append(numpy_helper.from_array((1 / s).astype(np.float32), inverse))
+        for node, array in zip(nodes, arrays):
+            weights[node.input[1]].CopyFrom(numpy_helper.from_array((array * s[:, None]).astype(array.dtype),
+                                                                    node.input[1]))
+            node.input[0] = smoothed
+        muls[first[tensor]] = helper.make_node("Mul", [tensor, inverse], [smoothed], name=f"edgepress_smooth_{i}")
+        scales.append(s)
+    ordered = []
+    for position, node in enumerate(graph.node):  # each Mul right before its first reader: still topological
+        if position in muls:
+            ordered.append(muls[position])
+        ordered.append(node)
+    del graph.node[:]
+    graph.node.extend(ordered)
+    every = np.concatenate(scales) if scales else np.ones(1)
+    return {"alpha": alpha, "tensors": len(readers), "scale_min": float(every.min()),
+            "scale_max": float(every.max())}
