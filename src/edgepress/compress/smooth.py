@@ -40,7 +40,8 @@ def smoothable(graph) -> dict[str, list]:
 
     def fits(nodes) -> bool:
         dims = [tuple(weights[n.input[1]].dims) for n in nodes]
-        return all(len(d) == 2 and d[0] == dims[0][0] and uses[n.input[1]] == 1 for d, n in zip(dims, nodes, strict=False))
+        return all(len(d) == 2 and d[0] == dims[0][0] and uses[n.input[1]] == 1
+                   for d, n in zip(dims, nodes, strict=True))
 
     return {tensor: nodes for tensor, nodes in readers.items() if fits(nodes)}
 
@@ -58,7 +59,7 @@ def channel_maxima(model, tensors: list[str], feeds: list[dict]) -> dict[str, np
     session = onnxruntime.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
     maxima = {t: np.zeros(0, np.float32) for t in tensors}
     for feed in feeds:
-        for tensor, value in zip(tensors, session.run(tensors, feed), strict=False):
+        for tensor, value in zip(tensors, session.run(tensors, feed), strict=True):
             channels = np.abs(value).reshape(-1, value.shape[-1]).max(axis=0)
             maxima[tensor] = channels if not maxima[tensor].size else np.maximum(maxima[tensor], channels)
     return maxima
@@ -105,7 +106,7 @@ def smooth_graph(model, feeds: list[dict], alpha: float) -> dict:
         s = smoothing_scales(maxima[tensor], np.max([np.abs(a).max(axis=1) for a in arrays], axis=0), alpha)
         smoothed, inverse = f"{tensor}_smoothed", f"edgepress_smooth_{i}_inverse_scale"
         graph.initializer.append(numpy_helper.from_array((1 / s).astype(np.float32), inverse))
-        for node, array in zip(nodes, arrays, strict=False):
+        for node, array in zip(nodes, arrays, strict=True):
             weights[node.input[1]].CopyFrom(numpy_helper.from_array((array * s[:, None]).astype(array.dtype),
                                                                     node.input[1]))
             node.input[0] = smoothed
