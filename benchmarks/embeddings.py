@@ -1,11 +1,15 @@
 """A sentence-embedding model compressed, side by side in one process: all-MiniLM-L6-v2 (the demo's encoder package,
 a real sentence-transformers model) in torch, its exported and fused ONNX graphs, and int8 (dynamic, per channel)
-with 0, 6 and 10 of its most sensitive nodes left float (`keep_float`); then a 3-layer student distilled from it
-(`distill`: its vectors trained to the teacher's on the demo's train texts, 3 epochs), fused, and int8 with 0 and 6
-nodes float.
+with 0, 6 and 10 of its most sensitive nodes left float (`keep_float`), and smoothed (`smooth: 0.85`, SmoothQuant)
+with 0 and 3; then a 3-layer student distilled from it (`distill`: its vectors trained to the teacher's on the demo's
+train texts, 3 epochs), fused, and int8. Beside them the peers users pick today, built from the same encoder
+(benchmarks/embedding_peers.py): sentence-transformers' own ONNX int8 and model2vec's static model.
 
+    make peer-env m2v-env
     .venv/bin/python benchmarks/embeddings.py [--work runs/embeddings] [--rounds 5]
-    # writes benchmarks/results/embeddings.{json,md}; about 20 minutes on 2 cores (what is built is kept in --work)
+    # writes benchmarks/results/embeddings.{json,md}; about 30 minutes on 2 cores (what is built is kept in --work)
+
+int8 weights are 7-bit (`reduce_range`) where the CPU has no VNNI, as a pipeline's x86-avx2 target sets them.
 
 Quality is measured against the torch model's vectors of the demo's 1,057 test texts, each ONNX candidate embedding
 one text per call (as a device and predict.py do): the share of each text's 10 nearest test texts that a candidate
@@ -22,16 +26,20 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from compare import Candidate, latency_row, prepare, time_round  # noqa: E402
+from compare import NATURAL, Candidate, latency_row, prepare, time_round  # noqa: E402
+from embedding_peers import built, st_runner  # noqa: E402
 
 TORCH = "torch-fp32"
 STUDENT = {"student_layers": 3, "epochs": 3, "learning_rate": 1e-4, "max_length": 128}
+SMOOTH = 0.85
+ST_INT8, M2V = "sentence-transformers-int8", "model2vec-256d"
 
 
-def onnx_chain(source: Path, work: Path, texts: tuple[str, ...], keep_float: tuple[int, ...], prefix: str = ""
-               ) -> dict[str, Path]:
+def onnx_chain(source: Path, work: Path, texts: tuple[str, ...], keep_float: tuple[int, ...], prefix: str = "",
+               smooth_keep: tuple[int, ...] = (), reduce_range: bool = False) -> dict[str, Path]:
     """{candidate: its dir}: `source` (a sentence-transformers dir) exported, fused, and int8 per channel with each
-    of `keep_float` nodes left float, each made once into `work` (work/kept.json remembers what each left float)."""
+    of `keep_float` nodes left float, and smoothed (SMOOTH) with each of `smooth_keep`, each made once into `work`
+    (work/kept.json remembers what each left float)."""
     from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
     from edgepress.export.onnx import export_onnx
     from edgepress.export.optimize import OptimizeConfig, optimize_onnx
@@ -45,12 +53,13 @@ def onnx_chain(source: Path, work: Path, texts: tuple[str, ...], keep_float: tup
         optimize_onnx(exported, fused, texts, OptimizeConfig(threads=2,
                                                              quantized_with=Int8DynamicConfig(per_channel=True)))
     kept = read_json(work / "kept.json") if (work / "kept.json").is_file() else {}
-    for keep in keep_float:
-        name = f"{prefix}int8" if keep == 0 else f"{prefix}int8-keep{keep}"
+    variants = [(keep, None) for keep in keep_float] + [(keep, SMOOTH) for keep in smooth_keep]
+    for keep, smooth in variants:
+        name = f"{prefix}int8" + ("-smooth" if smooth else "") + (f"-keep{keep}" if keep else "")
         made[name] = work / name
         if not made[name].is_dir() or name not in kept:
-            details = int8_dynamic(fused, made[name], texts, Int8DynamicConfig(per_channel=True, keep_float=keep))
-            kept[name] = details["kept_float"]
+            cfg = Int8DynamicConfig(per_channel=True, keep_float=keep, smooth=smooth, reduce_range=reduce_range)
+            kept[name] = int8_dynamic(fused, made[name], texts, cfg)["kept_float"]
             write_json(work / "kept.json", kept)
     return made
 
@@ -67,20 +76,43 @@ def student(encoder: Path, work: Path, data) -> Path:
     return out
 
 
-def quality(candidates: list[Candidate], texts: tuple[str, ...], max_length: int) -> dict[str, dict]:
-    """Each candidate's neighbour overlap and cosine against the torch candidate's vectors of `texts`."""
-    from edgepress.data.metrics import embedding_metrics
-    from edgepress.models.evaluate import predict_outputs
-    from edgepress.models.sentence import load_sentence_encoder
-    from edgepress.runtime.predictor import Predictor
+def open_m2v(candidate: Candidate, texts: tuple[str, ...]) -> None:
+    """model2vec's static model as a candidate: a runner over lists of texts, its feeds texts (b1: the 128-token text
+    the ONNX candidates' fixed shape holds, decoded; natural: each text; b32: 32 of the 128-token text)."""
+    from model2vec import StaticModel
 
-    vectors = {}
-    for candidate in candidates:
-        if candidate.onnx:
-            vectors[candidate.name] = Predictor(candidate.path, threads=2, max_length=max_length).embed(texts)
-        else:
-            model, tokenizer = load_sentence_encoder(candidate.path)
-            vectors[candidate.name] = predict_outputs(model, tokenizer, texts, max_length)
+    from edgepress.runtime.predictor import fixed_shape_feeds, load_tokenizer
+
+    model = StaticModel.from_pretrained(str(candidate.path))
+    tokenizer = load_tokenizer(candidate.path, 128)
+    ids = fixed_shape_feeds(tokenizer, texts, 1, 128, ("input_ids", "attention_mask"), 128)["input_ids"][0]
+    long = tokenizer.decode(ids.tolist(), skip_special_tokens=True)
+    candidate.runner = model.encode
+    candidate.feeds = {"fixed": [[long]], "natural": [[t] for t in texts[:NATURAL]], "batch32": [[long] * 32]}
+
+
+def open_candidate(candidate: Candidate, texts: tuple[str, ...]) -> list:
+    """Open `candidate` for timing (its runner and feeds: compare.prepare, or a peer's own); returns a feed for each
+    of `texts`, one text a call, for its vectors."""
+    if candidate.name == M2V:
+        open_m2v(candidate, texts)
+        return [[t] for t in texts]
+    from edgepress.runtime.predictor import load_tokenizer, natural_feeds
+
+    prepare(candidate, texts, 2)
+    if candidate.name == ST_INT8:
+        from edgepress.runtime.session import SessionConfig, open_session
+
+        candidate.runner = st_runner(open_session(candidate.path / "model.onnx", SessionConfig(threads=2)))
+    names = tuple(candidate.feeds["natural"][0])
+    return natural_feeds(load_tokenizer(candidate.path, 128), texts, names)
+
+
+def quality(vectors: dict[str, object]) -> dict[str, dict]:
+    """Each candidate's neighbour overlap and cosine against the torch candidate's vectors (a vector of another
+    dimension: its overlap alone)."""
+    from edgepress.data.metrics import embedding_metrics
+
     return {name: embedding_metrics(vectors[TORCH], v) for name, v in vectors.items()}
 
 
@@ -94,10 +126,11 @@ def markdown(result: dict) -> str:
              "(per round) | vs torch | p50 ms natural | vs torch | b32×s128 sentences/s |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, c in rows.items():
-        (olo, ohi), (clo, chi) = c["neighbour_overlap_ci95"], c["cosine_ci95"]
-        fixed, natural = c["fixed"], c["natural"]
-        lines.append(f"| {name} | {c['neighbour_overlap']:.4f} [{olo:.4f}, {ohi:.4f}] | {c['cosine']:.4f} "
-                     f"[{clo:.4f}, {chi:.4f}] | {c['size_bytes'] / 1e6:.1f} | {fixed['p50_ms']:.2f} "
+        (olo, ohi), fixed, natural = c["neighbour_overlap_ci95"], c["fixed"], c["natural"]
+        cosine = "–" if c["cosine"] is None else f"{c['cosine']:.4f} [{c['cosine_ci95'][0]:.4f}, " \
+                                                   f"{c['cosine_ci95'][1]:.4f}]"
+        lines.append(f"| {name} | {c['neighbour_overlap']:.4f} [{olo:.4f}, {ohi:.4f}] | {cosine} "
+                     f"| {c['size_bytes'] / 1e6:.1f} | {fixed['p50_ms']:.2f} "
                      f"({min(fixed['round_p50_ms']):.2f}–{max(fixed['round_p50_ms']):.2f}) | "
                      f"{base['fixed']['p50_ms'] / fixed['p50_ms']:.1f}x | {natural['p50_ms']:.2f} | "
                      f"{base['natural']['p50_ms'] / natural['p50_ms']:.1f}x | "
@@ -108,12 +141,18 @@ def markdown(result: dict) -> str:
                   f"(cosine + MSE to the teacher's vectors); epoch {taught['best_epoch']} kept (validation "
                   f"neighbour overlap {taught['val_neighbour_overlap']:.4f}).",
               "", "Nodes left float: " + "; ".join(f"{name}: {', '.join(nodes)}" for name, nodes in kept.items()
-                                                  if nodes)]
+                                                  if nodes),
+              "", f"int8 weights 7-bit (reduce_range): {result['reduce_range']}. Peers: " + "; ".join(
+                  f"{name}: {', '.join(f'{k} {v}' for k, v in said.items())}"
+                  for name, said in result["peers"].items())]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
+    import numpy as np
+
     from edgepress.data import DataConfig, load_data
+    from edgepress.deploy.targets import detect_target
     from edgepress.files import read_json, write_json
     from edgepress.models.introspect import size_metrics
     from edgepress.models.teacher import encoder_dir
@@ -124,18 +163,28 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("runs/embeddings"))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "embeddings.json")
+    parser.add_argument("--peer-python", type=Path, default=Path(".venv-peer/bin/python"))
+    parser.add_argument("--m2v-python", type=Path, default=Path(".venv-m2v/bin/python"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")  # progress, to stderr
     data, encoder = load_data(DataConfig()), encoder_dir()
-    texts = data.validation.texts  # parity, sensitivity, fusion timing: never the test split
-    made = onnx_chain(encoder, args.work, texts, (0, 6, 10))
+    texts = data.validation.texts  # parity, sensitivity, smoothing, fusion timing: never the test split
+    reduce_range = detect_target() == "x86-avx2"
+    made = onnx_chain(encoder, args.work, texts, (0, 6, 10), smooth_keep=(0, 3), reduce_range=reduce_range)
     distilled = student(encoder, args.work, data)
-    made |= {"student-torch": distilled, **onnx_chain(distilled, args.work, texts, (0, 6), "student-")}
+    made |= {"student-torch": distilled,
+             **onnx_chain(distilled, args.work, texts, (0,), "student-", reduce_range=reduce_range)}
+    preset = "avx2" if reduce_range else "avx512_vnni"
+    peers = {ST_INT8: built("st", args.peer_python, encoder, args.work / "st-int8", "--preset", preset),
+             M2V: built("m2v", args.m2v_python, encoder, args.work / "m2v")}
+    made |= {ST_INT8: args.work / "st-int8", M2V: args.work / "m2v"}
     candidates = [Candidate(TORCH, encoder, False),
                   *(Candidate(name, path, (path / "model.onnx").is_file()) for name, path in made.items())]
-    rows = quality(candidates, data.test.texts, 128)
-    for candidate in candidates:
-        prepare(candidate, data.test.texts, 2)
+    vectors = {}
+    for candidate in candidates:  # vectors one text a call, as a device embeds them
+        every = open_candidate(candidate, data.test.texts)
+        vectors[candidate.name] = np.concatenate([np.asarray(candidate.runner(feed)) for feed in every])
+    rows = quality(vectors)
     for r in range(args.rounds + 1):  # round 0 warms every candidate up
         time_round(candidates, keep=r > 0)
     for candidate in candidates:
@@ -143,8 +192,8 @@ def main() -> None:
         rows[candidate.name].update(**size_metrics(graph), **latency_row(candidate))
     result = {"cpu": cpu_model(), "rounds": args.rounds, "environment": environment(2), "data": data.source,
               "n_test": len(data.test), "command": "python benchmarks/embeddings.py " + " ".join(sys.argv[1:]),
-              "student": {**STUDENT, **read_json(args.work / "student.json")},
-              "kept_float": read_json(args.work / "kept.json"), "candidates": rows}
+              "student": {**STUDENT, **read_json(args.work / "student.json")}, "reduce_range": reduce_range,
+              "peers": peers, "kept_float": read_json(args.work / "kept.json"), "candidates": rows}
     write_json(args.out, result)
     args.out.with_suffix(".md").write_text(markdown(result))
     print(markdown(result))

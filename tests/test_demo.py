@@ -30,7 +30,7 @@ def tiny_demo(monkeypatch, tiny_model_dir, tmp_path):
     fast = RuntimeConfig(threads=1, latency=LatencyConfig(warmup=2, runs=10))
     tiny = cfg.model_copy(update={"model": str(tiny_model_dir), "runtime": fast,
                                   "stages": [tiny_stage(s) for s in cfg.stages]})
-    monkeypatch.setattr(demo, "demo_config", lambda: tiny)
+    monkeypatch.setattr(demo, "demo_config", lambda task="classification": tiny)
     return tmp_path / "run"
 
 

@@ -16,7 +16,7 @@ from edgepress.registry import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted([*(p for p in ROOT.glob("examples/*.yaml") if not p.name.startswith("search-")),
-                  ROOT / "src/edgepress/pipeline/demo.yaml"])  # search configs: tests/test_search.py
+                  *ROOT.glob("src/edgepress/pipeline/demo*.yaml")])  # search configs: tests/test_search.py
 FAST_RUNTIME = {"threads": 1, "latency": {"warmup": 1, "runs": 5}}
 
 

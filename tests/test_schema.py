@@ -14,7 +14,7 @@ from edgepress.schema import KINDS, schema
 from tests.test_trust import invoke
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIGS = sorted(ROOT.glob("examples/*.yaml")) + [ROOT / "src/edgepress/pipeline/demo.yaml"]
+CONFIGS = sorted(ROOT.glob("examples/*.yaml")) + sorted(ROOT.glob("src/edgepress/pipeline/demo*.yaml"))
 
 
 @pytest.mark.parametrize("kind", KINDS)

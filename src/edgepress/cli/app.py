@@ -38,6 +38,11 @@ class Provider(StrEnum):
     cuda = "cuda"
 
 
+class DemoTask(StrEnum):  # the keys of pipeline.demo.DEMOS (not imported here: the CLI starts without the runner)
+    classification = "classification"
+    embedding = "embedding"
+
+
 Split = StrEnum("Split", {name: name for name in ("test", "validation", "train", "all")})
 Target = StrEnum("Target", {name.replace("-", "_"): name for name in ("x86-vnni", "x86-avx2", "arm64", "cuda",
                                                                       "mobile", "web")})
@@ -84,21 +89,26 @@ def demo(
                                                         "test split stay the same.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Reuse the stages of an earlier demo in --out that ran "
                                                           "with exactly the same inputs and config.")] = False,
+    task: Annotated[DemoTask, typer.Option(help="classification: the MiniLM teacher fine-tuned on the snippets; "
+                                                "embedding: the MiniLM sentence encoder (all-MiniLM-L6-v2), gated "
+                                                "on its neighbours among the test texts.")] = "classification",
 ) -> None:
-    """Run the embedded default end to end: movie-review snippets, the MiniLM teacher (built and cached on first
-    use), distill -> heads -> ffn -> vocab -> export -> fuse -> int8 with gates, the report and the final bundle."""
+    """Run an embedded default end to end on movie-review snippets, with gates, the report and the final bundle.
+    classification: the MiniLM teacher (built and cached on first use), distill -> heads -> ffn -> vocab -> export
+    -> fuse -> int8. embedding: all-MiniLM-L6-v2, export -> fuse -> smoothed int8."""
     from edgepress.pipeline.demo import run_demo
 
-    _summary(_call(run_demo, out_dir, quick=quick, resume=resume), out_dir)
+    _summary(_call(run_demo, out_dir, quick=quick, resume=resume, task=DemoTask(task).value), out_dir)
 
 
 def _summary(report: dict, out_dir: Path) -> None:
-    """One line per stage: status, accuracy, size, CPU p50."""
+    """One line per stage: status, its primary metric (accuracy; an embedder's neighbour overlap), size, CPU p50."""
     rows = [("baseline", "passed", report["baseline"]["metrics"])]
     rows += [(s["name"], s["status"], s["metrics"]) for s in report["stages"]]
+    primary = report["baseline"]["metrics"].get("primary_metric", "accuracy")
     for name, status, m in rows:
         cpu = m.get("latency", {}).get("cpu", {})
-        out.print(f"{name:<12} {status:<7} accuracy {m.get('accuracy', float('nan')):.4f}  "
+        out.print(f"{name:<12} {status:<7} {primary.replace('_', ' ')} {m.get(primary, float('nan')):.4f}  "
                   f"size {m.get('size_bytes', 0) / 1e6:6.1f} MB  cpu p50 {cpu.get('p50_ms', float('nan')):7.2f} ms",
                   highlight=False)
     out.print(f"report: {out_dir / 'report.md'}", highlight=False)

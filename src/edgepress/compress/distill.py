@@ -299,37 +299,54 @@ def vector_loss(targets):
 
 def distill_embeddings(src: Path, out: Path, data: DataSplits, cfg: DistillConfig) -> dict:
     """A `cfg.student_layers`-layer student of the sentence encoder in `src`, its vectors trained to the teacher's
-    (`vector_loss`) on the train texts and any transfer texts (augment's copies, data.unlabeled: an embedder needs no
-    labels); the epoch kept is the one whose validation vectors find most of the teacher's 10 nearest neighbours."""
-    from edgepress.data.metrics import embedding_metrics
-    from edgepress.files import artifact_dir
-    from edgepress.models.evaluate import predict_outputs
-    from edgepress.models.sentence import load_sentence_encoder, save_sentence_encoder, sentence_encoder
-    from edgepress.models.train import train_classifier
-    from edgepress.tasks import NEIGHBOURS
+    (`vector_training`) on the train texts and any transfer texts (augment's copies, data.unlabeled: an embedder
+    needs no labels)."""
+    from edgepress.models.sentence import load_sentence_encoder, sentence_encoder
 
     teacher, tokenizer = load_sentence_encoder(src)
     check_student(teacher, tokenizer, cfg)  # the style
     transformer, mapping = make_student(teacher.transformer, cfg)
     student = sentence_encoder(transformer, teacher.layout)
     train, targets = transfer_set(src, teacher, tokenizer, data, cfg)  # targets: the teacher's vectors
-    texts = data.validation.texts
-    reference = predict_outputs(teacher, tokenizer, texts, cfg.max_length)
-    k = min(NEIGHBOURS, len(texts) - 1)
-
-    def overlap(model) -> float:
-        return embedding_metrics(reference, predict_outputs(model, tokenizer, texts, cfg.max_length), k)[
-            "neighbour_overlap"]
-
-    with artifact_dir(Path(out)) as tmp:
-        result = train_classifier(student, tokenizer, train, data.validation, cfg, tmp, loss_fn=vector_loss(targets),
-                                  score=("neighbour_overlap", overlap), save=save_sentence_encoder)
+    reference = validation_vectors(teacher, tokenizer, data, cfg)
+    result = vector_training(student, tokenizer, train, targets, reference, data, cfg, Path(out))
     log.info("distill: %d -> %d layers (from %s), best epoch %d, validation neighbour overlap %.4f",
              depth(teacher.transformer), cfg.student_layers, list(mapping), result.best_epoch,
              result.best_val_accuracy)
     return {"layer_map": list(mapping), "best_epoch": result.best_epoch,
             "val_neighbour_overlap": result.best_val_accuracy, "history": result.history,
             "train_seconds": round(result.seconds, 1), "transfer_examples": len(train) - len(data.train)}
+
+
+def validation_vectors(teacher, tokenizer, data: DataSplits, cfg):
+    """The sentence encoder `teacher`'s vectors of the validation texts: what `vector_training` keeps an epoch by."""
+    from edgepress.models.evaluate import predict_outputs
+
+    return predict_outputs(teacher, tokenizer, data.validation.texts, cfg.max_length)
+
+
+def vector_training(model, tokenizer, train: TextSet, targets, reference, data: DataSplits, cfg, out: Path):
+    """Train the sentence encoder `model` to the vectors `targets` of `train` (`vector_loss`), saved to `out` as a
+    sentence-transformers dir; the epoch kept is the one whose validation vectors find most of the 10 nearest
+    neighbours the vectors `reference` find (`validation_vectors`): what distill and the structured methods'
+    recovery share."""
+    from edgepress.data.metrics import embedding_metrics
+    from edgepress.files import artifact_dir
+    from edgepress.models.evaluate import predict_outputs
+    from edgepress.models.sentence import save_sentence_encoder
+    from edgepress.models.train import train_classifier
+    from edgepress.tasks import NEIGHBOURS
+
+    texts = data.validation.texts
+    k = min(NEIGHBOURS, len(texts) - 1)
+
+    def overlap(trained) -> float:
+        return embedding_metrics(reference, predict_outputs(trained, tokenizer, texts, cfg.max_length), k)[
+            "neighbour_overlap"]
+
+    with artifact_dir(out) as tmp:
+        return train_classifier(model, tokenizer, train, data.validation, cfg, tmp, loss_fn=vector_loss(targets),
+                                score=("neighbour_overlap", overlap), save=save_sentence_encoder)
 
 
 def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = DistillConfig()) -> dict:

