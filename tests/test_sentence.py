@@ -454,3 +454,13 @@ def test_structured_pruning_keeps_a_sentence_encoders_neighbours(trained_teacher
     kept = embedding_metrics(predict_outputs(teacher, words, texts, 64), predict_outputs(pruned, words, texts, 64))
     # chance is 10 of 63; measured 0.84 (heads) and 0.87 (ffn) after 2 epochs on 320 texts
     assert kept["neighbour_overlap"] > 0.5 and details["val_neighbour_overlap"] > 0.5
+
+
+def test_search_refuses_a_sentence_encoder_naming_init(sentence_dir):
+    from edgepress.search.config import SearchConfig
+    from edgepress.search.study import check_search
+
+    cfg = SearchConfig.model_validate({"model": str(sentence_dir), "constraints": {"accuracy": {"max_drop": 0.1}}})
+    with pytest.raises(ConfigError, match=r"is a model of task embedding; edgepress search covers classifiers so far. "
+                                          r"Fix: `edgepress init .* DATA` writes a pipeline"):
+        check_search(cfg, build_teacher=False)

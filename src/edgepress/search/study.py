@@ -180,8 +180,14 @@ def check_search(cfg: SearchConfig, build_teacher: bool = True) -> tuple[Path | 
     search makes before it writes anything: the model loads, every point of the space is a pipeline it takes, the
     data loads and fits it. `edgepress validate` runs it without building the demo teacher."""
     from edgepress.models.arch import depth as depth_of
+    from edgepress.models.teacher import TEACHER, resolve_model
     from edgepress.pipeline.inputs import check_inputs, check_model
+    from edgepress.tasks import CLASSIFICATION, task_of
 
+    task = task_of(None if cfg.model == TEACHER else resolve_model(cfg.model))
+    if task is not CLASSIFICATION:
+        raise ConfigError(f"{cfg.model} is a model of task {task.name}; edgepress search covers classifiers so far. "
+                          f"Fix: `edgepress init {cfg.model} DATA` writes a pipeline that fits it, for `edgepress run`")
     model_dir, loaded = check_model(cfg.model, build_teacher)
     depth = depth_of(loaded[0]) if loaded else demo_depth()
     space = cfg.space.filled(depth)
