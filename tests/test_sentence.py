@@ -278,11 +278,11 @@ def test_an_embedding_run_refuses_what_is_not_built_for_it_yet(tmp_path, sentenc
             check_inputs(load_config(tmp_path / "p.yaml"), build_teacher=False)
         return str(e.value)
 
-    message = refused({"model": str(sentence_dir), "stages": [{"name": "v", "method": "vocab"},
+    message = refused({"model": str(sentence_dir), "stages": [{"name": "m", "method": "magnitude"},
                                                                {"name": "export", "method": "export"}]})
-    assert "not built for embedding models yet" in message and "stage 'v': vocab" in message
+    assert "not built for embedding models yet" in message and "stage 'm': magnitude" in message
     assert "export" not in message.split("\n")[1]
-    assert "Fix: use distill, heads, ffn, export, optimize" in message
+    assert "Fix: use distill, heads, ffn, vocab, export, optimize" in message
     message = refused({"model": str(sentence_dir), "stages": [
         {"name": "h", "method": "heads", "params": {"teacher": str(tiny_model_dir)}}]})
     assert "is not a sentence-transformers dir (no modules.json): a sentence encoder's recovery" in message
@@ -332,12 +332,13 @@ def test_init_writes_an_embedding_pipeline_of_the_methods_built_for_it(sentence_
                                                                    movie_data.train.labels[:300], strict=True))
     text = write_starter(str(sentence_dir), DataConfig(source=str(data)), tmp_path / "init.yaml")  # validated
     config = yaml.safe_load(text)
-    assert [s["method"] for s in config["stages"]] == ["distill", "heads", "ffn", "export", "optimize",
+    assert [s["method"] for s in config["stages"]] == ["distill", "heads", "ffn", "vocab", "export", "optimize",
                                                         "int8-dynamic"]
     assert config["stages"][-1]["gates"]["accuracy"] == {"max_drop": 0.2}
+    assert config["stages"][-1]["params"] == {"per_channel": True, "smooth": 0.85}
     said = " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("# "))  # unwrapped
     assert "sentence vectors (mean pooling, normalized)" in said and "neighbour overlap 0.8)" in said
-    assert "vocab left out: vocab is not built for embedding models yet" in said
+    assert "left out" not in said
 
 
 def test_distill_trains_a_shallower_sentence_encoder_to_the_teachers_vectors(trained_teacher, tokenizer, small_data,
@@ -464,3 +465,22 @@ def test_search_refuses_a_sentence_encoder_naming_init(sentence_dir):
     with pytest.raises(ConfigError, match=r"is a model of task embedding; edgepress search covers classifiers so far. "
                                           r"Fix: `edgepress init .* DATA` writes a pipeline"):
         check_search(cfg, build_teacher=False)
+
+
+def test_vocab_shrinks_a_sentence_encoders_word_table_and_keeps_its_vectors(sentence_dir, movie_data, tmp_path):
+    """vocab on a sentence-transformers dir: its Transformer's word table loses the rows the train split never uses,
+    the dir stays a sentence-transformers dir, and a text whose pieces were all kept gets the very same vector."""
+    from edgepress.compress.vocab import VocabConfig, encode_ids, tokenizer_spec, vocab_prune
+    from edgepress.models.evaluate import predict_outputs
+
+    details = vocab_prune(sentence_dir, tmp_path / "vocab", movie_data, VocabConfig())
+    before, words = load_sentence_encoder(sentence_dir)
+    after, pruned_words = load_sentence_encoder(tmp_path / "vocab")
+    assert is_sentence_dir(tmp_path / "vocab") and after.layout == before.layout
+    assert details["rows_after"] == after.transformer.get_input_embeddings().num_embeddings < details["rows_before"]
+    spec, vocab = tokenizer_spec(words, sentence_dir), set(pruned_words.get_vocab())
+    texts, tokens = movie_data.test.texts[:300], {i: t for t, i in words.get_vocab().items()}
+    whole = [t for t, ids in zip(texts, encode_ids(spec, texts), strict=True) if all(tokens[i] in vocab for i in ids)]
+    assert len(whole) > 100
+    np.testing.assert_allclose(predict_outputs(after, pruned_words, whole, 64),
+                               predict_outputs(before, words, whole, 64), atol=1e-5)

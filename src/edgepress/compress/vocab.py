@@ -77,7 +77,7 @@ def tokenizer_spec(tokenizer, src: Path) -> dict:
 
 def check_vocab(model, tokenizer, cfg: VocabConfig) -> None:
     """The pre-run check of `vocab`: the model's tokenizer is one it can prune."""
-    tokenizer_spec(tokenizer, Path(model.name_or_path))
+    tokenizer_spec(tokenizer, Path(getattr(model, "transformer", model).name_or_path))
 
 
 def plain_tokenizer(spec: dict, limit: int | None = None):
@@ -320,14 +320,17 @@ def check_ids(model, tokens: dict[int, str], src: Path) -> None:
 
 
 def vocab_prune(src: Path, out: Path, data: DataSplits, cfg: VocabConfig = VocabConfig()) -> dict:
-    """Drop the word-embedding rows of tokens the train split does not use from the classifier in `src`; write the
-    smaller model and its renumbered tokenizer to `out`. Nothing is written unless every check passes."""
+    """Drop the word-embedding rows of tokens the train split does not use from the classifier in `src` (of a
+    sentence-transformers dir: from its Transformer module); write the smaller model and its renumbered tokenizer to
+    `out`. Nothing is written unless every check passes."""
     from edgepress.files import atomic_dir
     from edgepress.models.introspect import param_counts
     from edgepress.models.loading import load_classifier
+    from edgepress.models.sentence import is_sentence_dir, load_sentence_encoder, save_sentence_encoder
     from edgepress.runtime.predictor import position_limit
 
-    model, tokenizer = load_classifier(src)
+    whole, tokenizer = load_sentence_encoder(src) if is_sentence_dir(src) else load_classifier(src)
+    model = getattr(whole, "transformer", whole)  # the Hugging Face model whose word table shrinks
     spec = tokenizer_spec(tokenizer, src)
     rows, before = model.get_input_embeddings().num_embeddings, param_counts(model)["params"]
     tokens = tokens_by_id(spec)
@@ -338,7 +341,10 @@ def vocab_prune(src: Path, out: Path, data: DataSplits, cfg: VocabConfig = Vocab
     kept = kept_ids(spec, tokenizer, model, counts, cfg, chars)
     shrink_embeddings(model, kept)
     with atomic_dir(Path(out)) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
+        if whole is model:
+            model.save_pretrained(tmp, safe_serialization=True)
+        else:
+            save_sentence_encoder(whole, tmp)
         write_tokenizer(tokenizer, tmp, [tokens[i] for i in kept])
         check_tokenizers(tmp, spec, data.validation.texts, position_limit(model.config.to_dict()))
     details = {"rows_before": rows, "rows_after": len(kept), "rows_removed_share": round(1 - len(kept) / rows, 6),
