@@ -330,11 +330,21 @@ def vector_training(model, tokenizer, train: TextSet, targets, reference, data: 
     sentence-transformers dir; the epoch kept is the one whose validation vectors find most of the 10 nearest
     neighbours the vectors `reference` find (`validation_vectors`): what distill and the structured methods'
     recovery share."""
-    from edgepress.data.metrics import embedding_metrics
     from edgepress.files import artifact_dir
+    from edgepress.models.train import train_classifier
+
+    with artifact_dir(out) as tmp:
+        return train_classifier(model, tokenizer, train, data.validation, cfg, tmp, loss_fn=vector_loss(targets),
+                                **vector_scoring(reference, tokenizer, data, cfg))
+
+
+def vector_scoring(reference, tokenizer, data: DataSplits, cfg) -> dict:
+    """What the training loop takes besides for a sentence encoder: its validation `score`, the share of the 10
+    nearest neighbours the vectors `reference` find (`validation_vectors`) that its vectors find, and `save`, as a
+    sentence-transformers dir."""
+    from edgepress.data.metrics import embedding_metrics
     from edgepress.models.evaluate import predict_outputs
     from edgepress.models.sentence import save_sentence_encoder
-    from edgepress.models.train import train_classifier
     from edgepress.tasks import NEIGHBOURS
 
     texts = data.validation.texts
@@ -344,9 +354,7 @@ def vector_training(model, tokenizer, train: TextSet, targets, reference, data: 
         return embedding_metrics(reference, predict_outputs(trained, tokenizer, texts, cfg.max_length), k)[
             "neighbour_overlap"]
 
-    with artifact_dir(out) as tmp:
-        return train_classifier(model, tokenizer, train, data.validation, cfg, tmp, loss_fn=vector_loss(targets),
-                                score=("neighbour_overlap", overlap), save=save_sentence_encoder)
+    return {"score": ("neighbour_overlap", overlap), "save": save_sentence_encoder}
 
 
 def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = DistillConfig()) -> dict:

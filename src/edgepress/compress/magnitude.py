@@ -15,6 +15,10 @@ zero through training, and the saved dir is a plain Hugging Face model whose wei
   the first training); train again; `rounds` times, then the last ticket is trained and kept. `control: random`
   trains, each round, a ticket whose mask is random at the same sparsity, rewound the same way (the paper's control).
 
+A sentence encoder (a sentence-transformers dir; `magnitude` so far) has its Transformer's encoder Linears pruned, and
+its fine-tune learns the unpruned model's sentence vectors (`distill.vector_loss`), the epoch kept by validation
+neighbour overlap.
+
 ONNX Runtime runs zeros at dense speed: these methods buy a smaller compressed download (gzip), not latency.
 """
 
@@ -111,7 +115,7 @@ def _part(module, in_encoder: bool, in_base: bool) -> str | None:
 def prunable_weights(model, include: tuple[str, ...] = ()) -> dict:
     """name -> weight Parameter of everything the methods prune: the encoder layers' Linear weights, and the parts
     `include` names."""
-    base = getattr(model, model.base_model_prefix)
+    base = getattr(model, model.base_model_prefix, model)  # an encoder without a head (AutoModel) is its own base
     if arch_for(model.config.model_type) is None:
         raise ConfigError(f"unstructured pruning supports the encoder families edgepress knows "
                           f"({', '.join(sorted(ARCHS))}); got {model.config.model_type}. Fix: a model of one of "
@@ -203,13 +207,28 @@ def _overall(model, weights: dict) -> dict:
 
 
 def load_with_kd_targets(src: Path, data: DataSplits, cfg):
-    """The model, its tokenizer, the splits its fine-tune trains on (train: the transfer set) and the hinton loss on
-    the unpruned model's logits (the recovery's distillation targets)."""
-    from edgepress.compress.distill import kd_training
-    from edgepress.models.loading import load_classifier
+    """The model, its tokenizer, the splits its fine-tune trains on (train: the transfer set), the loss on the
+    unpruned model's outputs (the recovery's distillation targets: a classifier's logits by the hinton loss, a
+    sentence encoder's vectors by `vector_loss`) and what the training loop takes besides (a sentence encoder's
+    score and save)."""
+    import dataclasses
 
+    from edgepress.compress.distill import kd_training, transfer_set, validation_vectors, vector_loss, vector_scoring
+    from edgepress.models.loading import load_classifier
+    from edgepress.models.sentence import is_sentence_dir, load_sentence_encoder
+
+    if is_sentence_dir(src):
+        model, tokenizer = load_sentence_encoder(src)
+        train, targets = transfer_set(src, model, tokenizer, data, cfg)
+        scoring = vector_scoring(validation_vectors(model, tokenizer, data, cfg), tokenizer, data, cfg)
+        return model, tokenizer, dataclasses.replace(data, train=train), vector_loss(targets), scoring
     model, tokenizer = load_classifier(src)
-    return model, tokenizer, *kd_training(src, model, tokenizer, data, cfg)
+    return model, tokenizer, *kd_training(src, model, tokenizer, data, cfg), {}
+
+
+def _pruned_of(model):
+    """The Hugging Face model whose weights are pruned: the model, or a sentence encoder's Transformer."""
+    return getattr(model, "transformer", model)
 
 
 def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = MagnitudeConfig()) -> dict:
@@ -218,9 +237,9 @@ def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = Mag
     from edgepress.files import artifact_dir
     from edgepress.models.train import train_classifier
 
-    model, tokenizer, data, loss = load_with_kd_targets(src, data, cfg)
+    model, tokenizer, data, loss, scoring = load_with_kd_targets(src, data, cfg)
     check_sparse(model, tokenizer, cfg)
-    weights = prunable_weights(model, cfg.include)
+    weights = prunable_weights(_pruned_of(model), cfg.include)
     masks = Masks(weights, {n: w.new_ones(w.shape, dtype=bool) for n, w in weights.items()})
     per_epoch = _steps_per_epoch(data, cfg)
     ramp = max(1, round(cfg.prune_fraction * cfg.epochs * per_epoch))
@@ -232,13 +251,14 @@ def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = Mag
     first = 1 if cfg.schedule == "oneshot" else math.ceil(ramp / per_epoch)
     with artifact_dir(Path(out)) as tmp:
         result = train_classifier(model, tokenizer, data.train, data.validation, cfg, tmp, loss_fn=loss,
-                                  on_step=on_step, keep_from_epoch=first)
+                                  on_step=on_step, keep_from_epoch=first, **scoring)
     counts = _overall(model, weights)
-    log.info("magnitude: %.1f%% of %d pruned weights zero (%.1f%% of all params), validation accuracy %.4f",
+    score = scoring["score"][0] if scoring else "accuracy"  # what the kept epoch was chosen by
+    log.info("magnitude: %.1f%% of %d pruned weights zero (%.1f%% of all params), validation %s %.4f",
              100 * counts["pruned_weights_sparsity"], counts["pruned_weights"], 100 * counts["all_params_sparsity"],
-             result.best_val_accuracy)
+             score.replace("_", " "), result.best_val_accuracy)
     return {"sparsity": counts, "pruned": sorted(weights), "schedule_steps": ramp if cfg.schedule == "cubic" else 0,
-            "val_accuracy": result.best_val_accuracy, "history": result.history,
+            f"val_{score}": result.best_val_accuracy, "history": result.history,
             "train_seconds": round(result.seconds, 1)}
 
 
@@ -251,7 +271,7 @@ def check_sparse(model, tokenizer, cfg: _Sparse) -> None:
     """The pre-run check of `magnitude` and `lottery`: the model has weights they prune, and every pruning (each of
     lottery's rounds) sets at least one more of them to zero. Run on the config's model, it can only pass what the
     stage's smaller input (after a distill or a structured prune) would refuse, never refuse what it would pass."""
-    sizes = [w.numel() for w in prunable_weights(model, cfg.include).values()]
+    sizes = [w.numel() for w in prunable_weights(_pruned_of(model), cfg.include).values()]
     groups = [sum(sizes)] if getattr(cfg, "scope", "global") == "global" else sizes
     targets = round_sparsities(cfg.sparsity, cfg.rounds) if isinstance(cfg, LotteryConfig) else [cfg.sparsity]
     for r, (before, after) in enumerate(pairwise([0.0, *targets]), start=1):
@@ -312,7 +332,7 @@ def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = Lottery
 
     from edgepress.files import artifact_dir
 
-    model, tokenizer, data, loss = load_with_kd_targets(src, data, cfg)  # train: + transfer examples, if any
+    model, tokenizer, data, loss, _ = load_with_kd_targets(src, data, cfg)  # train: + transfer examples, if any
     steps = cfg.epochs * _steps_per_epoch(data, cfg)
     if cfg.rewind_step > steps:
         raise ConfigError(f"rewind_step {cfg.rewind_step} is past the {steps} optimizer steps of the first "

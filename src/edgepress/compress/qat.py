@@ -58,7 +58,7 @@ def qat(src: Path, out: Path, data: DataSplits, cfg: QatConfig = QatConfig()) ->
     from edgepress.models.fakequant import QAT_FILE, attach, detach
     from edgepress.models.train import train_classifier
 
-    model, tokenizer, data, loss = load_with_kd_targets(src, data, cfg)
+    model, tokenizer, data, loss, _ = load_with_kd_targets(src, data, cfg)
     names = quantized_linears(model)
     qmax = 64 if cfg.reduce_range else 127  # onnxruntime.quantization's symmetric int8 range, reduced or not
     attach(model, names, momentum=cfg.momentum, weight_qmax=qmax)

@@ -73,7 +73,7 @@ class Embedding:
     name: str = "embedding"
     output: str = "sentence_embedding"
     primary: str = "neighbour_overlap"
-    methods: tuple[str, ...] | None = ("distill", "heads", "ffn", "vocab", "export", "optimize", "fp16",
+    methods: tuple[str, ...] | None = ("distill", "heads", "ffn", "vocab", "magnitude", "export", "optimize", "fp16",
                                        "int8-dynamic", "int8-static", "int4")
     # smoothing: all-MiniLM-L6-v2's int8 neighbours 0.84 -> 0.91 on a VNNI CPU (benchmarks/embeddings.py)
     int8_params: tuple[tuple[str, object], ...] = (("smooth", 0.85),)
