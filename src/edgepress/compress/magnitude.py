@@ -38,6 +38,7 @@ from edgepress.configs import changed
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
 from edgepress.models.arch import ARCHS, arch_for, layer_list
+from edgepress.models.sentence import encoder_of
 from edgepress.models.train import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -226,10 +227,6 @@ def load_with_kd_targets(src: Path, data: DataSplits, cfg):
     return model, tokenizer, *kd_training(src, model, tokenizer, data, cfg), {}
 
 
-def _pruned_of(model):
-    """The Hugging Face model whose weights are pruned: the model, or a sentence encoder's Transformer."""
-    return getattr(model, "transformer", model)
-
 
 def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = MagnitudeConfig()) -> dict:
     """Prune the smallest weights of the classifier in `src` to `cfg.sparsity`, fine-tune with the masks held, save
@@ -239,7 +236,7 @@ def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = Mag
 
     model, tokenizer, data, loss, scoring = load_with_kd_targets(src, data, cfg)
     check_sparse(model, tokenizer, cfg)
-    weights = prunable_weights(_pruned_of(model), cfg.include)
+    weights = prunable_weights(encoder_of(model), cfg.include)
     masks = Masks(weights, {n: w.new_ones(w.shape, dtype=bool) for n, w in weights.items()})
     per_epoch = _steps_per_epoch(data, cfg)
     ramp = max(1, round(cfg.prune_fraction * cfg.epochs * per_epoch))
@@ -271,7 +268,7 @@ def check_sparse(model, tokenizer, cfg: _Sparse) -> None:
     """The pre-run check of `magnitude` and `lottery`: the model has weights they prune, and every pruning (each of
     lottery's rounds) sets at least one more of them to zero. Run on the config's model, it can only pass what the
     stage's smaller input (after a distill or a structured prune) would refuse, never refuse what it would pass."""
-    sizes = [w.numel() for w in prunable_weights(_pruned_of(model), cfg.include).values()]
+    sizes = [w.numel() for w in prunable_weights(encoder_of(model), cfg.include).values()]
     groups = [sum(sizes)] if getattr(cfg, "scope", "global") == "global" else sizes
     targets = round_sparsities(cfg.sparsity, cfg.rounds) if isinstance(cfg, LotteryConfig) else [cfg.sparsity]
     for r, (before, after) in enumerate(pairwise([0.0, *targets]), start=1):

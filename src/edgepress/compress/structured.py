@@ -27,6 +27,7 @@ from edgepress.data import DataSplits
 from edgepress.errors import ConfigError, missing
 from edgepress.models.arch import arch_of, keep_neurons, layer_list, neurons_of, part
 from edgepress.models.heads import remove_heads
+from edgepress.models.sentence import encoder_of, is_sentence_dir
 from edgepress.models.train import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -68,15 +69,14 @@ def check_structured(model, tokenizer, cfg: _Recovery) -> None:
     exists and names the model's labels with the same ids (its logits are the recovery's targets, position by
     position). A sentence encoder's teacher must be a sentence encoder (its vectors are the targets)."""
     from edgepress.models.loading import label2id_of
-    from edgepress.models.sentence import is_sentence_dir
 
-    arch_of(_encoder(model))
+    arch_of(encoder_of(model))
     if cfg.teacher is None or str(cfg.teacher) == BASELINE:
         return
     if not cfg.teacher.exists():
         raise ConfigError(f"teacher {missing(cfg.teacher)}. Fix: the model dir the student was distilled from, or "
                           f"teacher: baseline (the run's model)")
-    if _encoder(model) is not model:
+    if encoder_of(model) is not model:
         if not is_sentence_dir(cfg.teacher):
             raise ConfigError(f"teacher {cfg.teacher} is not a sentence-transformers dir (no modules.json): a "
                               f"sentence encoder's recovery learns a sentence encoder's vectors. Fix: a "
@@ -100,7 +100,7 @@ def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str
     from edgepress.models.arch import head_size, heads_of
     from edgepress.models.train import train_loader
 
-    arch, layers = arch_of(_encoder(model)), layer_list(_encoder(model))
+    arch, layers = arch_of(encoder_of(model)), layer_list(encoder_of(model))
     if what == "heads":
         units, size, path = heads_of(arch, layers[0]), head_size(arch, layers[0]), arch.attn_out
 
@@ -126,13 +126,6 @@ def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str
     finally:
         for hook in hooks:
             hook.remove()
-
-
-def _encoder(model):
-    """The Hugging Face encoder whose layers are pruned: the model itself, or a sentence encoder's Transformer."""
-    from edgepress.models.sentence import is_sentence_encoder
-
-    return model.transformer if is_sentence_encoder(model) else model
 
 
 def _gated_importance(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str, loss_of=None) -> np.ndarray:
@@ -170,11 +163,9 @@ def prune_ffn(model, keep: list[list[int]]) -> int:
 
 def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, what: str) -> dict:
     """Prune `what` (heads, ffn) of the model in `src` by importance and recover it into `out`."""
-    from edgepress.compress.distill import kd_training
-    from edgepress.models.sentence import is_sentence_dir
-
     if is_sentence_dir(src):
         return _prune_embedder(src, out, data, cfg, what)
+    from edgepress.compress.distill import kd_training
     from edgepress.files import artifact_dir
     from edgepress.models.introspect import param_counts
     from edgepress.models.loading import load_classifier

@@ -77,7 +77,9 @@ def tokenizer_spec(tokenizer, src: Path) -> dict:
 
 def check_vocab(model, tokenizer, cfg: VocabConfig) -> None:
     """The pre-run check of `vocab`: the model's tokenizer is one it can prune."""
-    tokenizer_spec(tokenizer, Path(getattr(model, "transformer", model).name_or_path))
+    from edgepress.models.sentence import encoder_of
+
+    tokenizer_spec(tokenizer, Path(encoder_of(model).name_or_path))
 
 
 def plain_tokenizer(spec: dict, limit: int | None = None):
@@ -326,11 +328,11 @@ def vocab_prune(src: Path, out: Path, data: DataSplits, cfg: VocabConfig = Vocab
     from edgepress.files import atomic_dir
     from edgepress.models.introspect import param_counts
     from edgepress.models.loading import load_classifier
-    from edgepress.models.sentence import is_sentence_dir, load_sentence_encoder, save_sentence_encoder
+    from edgepress.models.sentence import encoder_of, is_sentence_dir, load_sentence_encoder, save_sentence_encoder
     from edgepress.runtime.predictor import position_limit
 
     whole, tokenizer = load_sentence_encoder(src) if is_sentence_dir(src) else load_classifier(src)
-    model = getattr(whole, "transformer", whole)  # the Hugging Face model whose word table shrinks
+    model = encoder_of(whole)  # the Hugging Face model whose word table shrinks
     spec = tokenizer_spec(tokenizer, src)
     rows, before = model.get_input_embeddings().num_embeddings, param_counts(model)["params"]
     tokens = tokens_by_id(spec)

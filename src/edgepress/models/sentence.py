@@ -46,6 +46,12 @@ def is_sentence_encoder(model) -> bool:
     return isinstance(getattr(model, "layout", None), SentenceLayout)
 
 
+def encoder_of(model):
+    """The Hugging Face model whose layers and weights the methods change: a sentence encoder's Transformer module,
+    or the model itself."""
+    return model.transformer if is_sentence_encoder(model) else model
+
+
 def is_sentence_dir(path: Path) -> bool:
     """A sentence-transformers model dir (it has modules.json)."""
     return (Path(path) / MODULES_FILE).is_file()
