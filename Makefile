@@ -49,7 +49,7 @@ $(M2V)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(M2V)
 	$(M2V)/bin/python -m pip install -q --upgrade pip
 	$(M2V)/bin/python -m pip install -q torch==2.13.0
-	$(M2V)/bin/python -m pip install -q 'model2vec[distill]==0.10.0'
+	$(M2V)/bin/python -m pip install -q 'model2vec[distill,quantization]==0.10.0'
 	touch $@
 
 m2v-env: $(M2V)/.installed

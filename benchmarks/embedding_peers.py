@@ -39,13 +39,14 @@ def build_st(model: Path, out: Path, preset: str) -> dict:
     export_dynamic_quantized_onnx_model(SentenceTransformer(str(saved), backend="onnx", device="cpu"), preset,
                                         str(saved), push_to_hub=False)
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copy(saved / "onnx" / f"model_qint8_{preset}.onnx", out / "model.onnx")
+    [graph] = (saved / "onnx").glob(f"model_q*int8_{preset}.onnx")  # qint8, or quint8 weights (the avx2 preset's)
+    shutil.copy(graph, out / "model.onnx")
     for name in ST_FILES:
         if (saved / name).is_file():
             shutil.copy(saved / name, out / name)
     import sentence_transformers
 
-    return {"preset": preset, "sentence_transformers": sentence_transformers.__version__}
+    return {"preset": preset, "graph": graph.name, "sentence_transformers": sentence_transformers.__version__}
 
 
 def build_m2v(model: Path, out: Path) -> dict:

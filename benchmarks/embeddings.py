@@ -99,13 +99,29 @@ def open_candidate(candidate: Candidate, texts: tuple[str, ...]) -> list:
         return [[t] for t in texts]
     from edgepress.runtime.predictor import load_tokenizer, natural_feeds
 
-    prepare(candidate, texts, 2)
     if candidate.name == ST_INT8:
-        from edgepress.runtime.session import SessionConfig, open_session
-
-        candidate.runner = st_runner(open_session(candidate.path / "model.onnx", SessionConfig(threads=2)))
+        return open_st(candidate, texts)
+    prepare(candidate, texts, 2)
     names = tuple(candidate.feeds["natural"][0])
     return natural_feeds(load_tokenizer(candidate.path, 128), texts, names)
+
+
+def open_st(candidate: Candidate, texts: tuple[str, ...]) -> list:
+    """sentence-transformers' graph (token embeddings out: edgepress's predictor refuses it as a bundle) in a session
+    made as every other candidate's is (2 threads, no spinning), pooled by `st_runner`; feeds as compare.prepare
+    builds them."""
+    import onnxruntime
+
+    from edgepress.runtime.predictor import fixed_shape_feeds, load_tokenizer, natural_feeds, session_options
+
+    session = onnxruntime.InferenceSession(str(candidate.path / "model.onnx"), session_options(2),
+                                           providers=["CPUExecutionProvider"])
+    names, tokenizer = tuple(i.name for i in session.get_inputs()), load_tokenizer(candidate.path, 128)
+    candidate.runner = st_runner(session)
+    candidate.feeds = {"fixed": [fixed_shape_feeds(tokenizer, texts, 1, 128, names, 128)],
+                       "natural": natural_feeds(tokenizer, texts[:NATURAL], names),
+                       "batch32": [fixed_shape_feeds(tokenizer, texts, 32, 128, names, 128)]}
+    return natural_feeds(tokenizer, texts, names)
 
 
 def quality(vectors: dict[str, object]) -> dict[str, dict]:

@@ -182,6 +182,10 @@ def test_embedding_metrics_on_known_cases():
     moved = np.array([[1, 0.0], [1, 0.25], [1, 0.3], [1, 0.6]])  # point 1 now nearer 2 than 0
     few = embedding_metrics(line, moved, k=1)
     assert few["neighbour_overlap"] == pytest.approx(3 / 4) and np.all(np.isfinite(few["neighbour_overlap_ci95"]))
+    # another model's vectors, of another dimension (model2vec's 256 against 384): no cosine, the overlap alone
+    projected = embedding_metrics(reference, reference @ rng.normal(size=(16, 32)), k=10)
+    assert projected["cosine"] is None and projected["cosine_ci95"] is None and projected["n_test"] == 60
+    assert 0.3 < projected["neighbour_overlap"] <= 1
 
 
 FAST = {"providers": ["cpu"], "threads": 1, "latency": {"warmup": 2, "runs": 5}}

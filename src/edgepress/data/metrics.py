@@ -108,4 +108,4 @@ def embedding_metrics(reference: np.ndarray, vectors: np.ndarray, k: int = 10) -
     return {"cosine": None if cosine is None else float(cosine.mean()),
             "cosine_ci95": None if cosine is None else _mean_ci95(cosine),
             "neighbour_overlap": float(overlap.mean()), "neighbour_overlap_ci95": _mean_ci95(overlap),
-            "neighbours_k": k, "n_test": int(len(cosine))}
+            "neighbours_k": k, "n_test": int(len(overlap))}
