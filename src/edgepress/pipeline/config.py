@@ -95,7 +95,8 @@ class Gates(BaseModel):
 
     model_config = Strict
     accuracy: AccuracyGate | None = Field(None, description="on the test split, with CIs")
-    latency: LatencyGate | None = Field(None, description="at runtime.latency's fixed shape")
+    latency: LatencyGate | None = Field(None, description="at runtime.latency's fixed shape (min_natural_speedup: at "
+                                                          "the test texts' natural lengths)")
     size: SizeGate | None = Field(None, description="of the stage's weight files")
     parity: ParityGate | None = Field(None, description="of an ONNX artifact with the model it came from")
     fidelity: FidelityGate | None = Field(None, description="agreement with the baseline's labels on the test "
