@@ -93,7 +93,7 @@ def demo(
                                                 "embedding: the MiniLM sentence encoder (all-MiniLM-L6-v2), gated "
                                                 "on its neighbours among the test texts.")] = "classification",
 ) -> None:
-    """Run an embedded default end to end on movie-review snippets, with gates, the report and the final bundle.
+    """Run the embedded default end to end on movie-review snippets, with gates, the report and the final bundle.
     classification: the MiniLM teacher (built and cached on first use), distill -> heads -> ffn -> vocab -> export
     -> fuse -> int8. embedding: all-MiniLM-L6-v2, export -> fuse -> smoothed int8."""
     from edgepress.pipeline.demo import run_demo
