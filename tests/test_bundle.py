@@ -250,13 +250,15 @@ def web_missing() -> str | None:
 
 
 web = pytest.mark.skipif(web_missing() is not None, reason=str(web_missing()))
+chromium = pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="chromium is not installed (apt-get "
+                              "install chromium)")
 
 
-def transformers_js(bundle_dir: Path, texts: list[str], tmp_path: Path) -> dict:
+def transformers_js(bundle_dir: Path, texts: list[str], tmp_path: Path, script: str = "classify.mjs") -> dict:
     """web/classify.mjs (transformers.js's text-classification pipeline under node) on `texts`, one at a time:
-    {dtype, predictions: [{label, score}]}."""
+    {dtype, predictions: [{label, score}]}; or another script of web/ (embed.mjs: {dtype, options, vectors})."""
     (tmp_path / "texts.json").write_text(json.dumps(texts))
-    script = Path(__file__).resolve().parents[1] / "web" / "classify.mjs"
+    script = Path(__file__).resolve().parents[1] / "web" / script
     done = subprocess.run(["node", str(script), str(bundle_dir), str(tmp_path / "texts.json")], capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr
@@ -268,6 +270,7 @@ def test_transformers_js_under_node_gives_the_predictors_labels(int8_dirs, movie
     out = bundle_model(int8_dirs["reduced"], tmp_path / "web-bundle", "web")
     manifest = json.loads((out / "edgepress.json").read_text())
     assert manifest["web"]["dtype"] == "q8" and manifest["model_file"] == "onnx/model_quantized.onnx"
+    assert manifest["web"]["pipeline"] == "text-classification" and "options" not in manifest["web"]
     assert (out / "onnx" / "model_quantized.onnx").is_file() and not (out / "model.onnx").exists()
     assert json.loads((out / "tokenizer_config.json").read_text())["model_max_length"] == 128
     texts = list(movie_data.test.texts[:200])
@@ -277,29 +280,34 @@ def test_transformers_js_under_node_gives_the_predictors_labels(int8_dirs, movie
     assert [p["label"] for p in result["predictions"]] == [python.predict([t])[0].label for t in texts]
 
 
-@web
-@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="chromium is not installed (apt-get install "
-                    "chromium)")
-def test_the_page_classifies_a_typed_sentence_in_headless_chromium(int8_dirs, tmp_path):
+def open_page(site: Path, text: str, screenshot: Path) -> dict:
+    """web/page.mjs on the bundle `site` served on 127.0.0.1 (headless Chromium types `text`, presses the button
+    and saves `screenshot`): {result, shown, requests}."""
     import http.server
     import threading
     from functools import partial
 
-    out = bundle_model(int8_dirs["reduced"], tmp_path / "site", "web")
-    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    text = "a gripping, funny and beautifully acted film"
     try:
         script = Path(__file__).resolve().parents[1] / "web" / "page.mjs"
         done = subprocess.run(["node", str(script), f"http://127.0.0.1:{server.server_port}/index.html", text,
-                               str(tmp_path / "page.png")], capture_output=True, text=True, timeout=600)
+                               str(screenshot)], capture_output=True, text=True, timeout=600)
     finally:
         server.shutdown()
     assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["label"] == predictor.Predictor(out).predict([text])[0].label
-    assert result["shown"].startswith(result["label"])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@web
+@chromium
+def test_the_page_classifies_a_typed_sentence_in_headless_chromium(int8_dirs, tmp_path):
+    out = bundle_model(int8_dirs["reduced"], tmp_path / "site", "web")
+    text = "a gripping, funny and beautifully acted film"
+    result = open_page(out, text, tmp_path / "page.png")
+    assert result["result"] == predictor.Predictor(out).predict([text])[0].label
+    assert result["shown"].startswith(result["result"])
     assert all(url.startswith("http://127.0.0.1:") for url in result["requests"])  # nothing from the network
     assert (tmp_path / "page.png").stat().st_size > 1000
 

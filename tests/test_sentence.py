@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from edgepress.errors import ConfigError, ExportParityError, ModelError
-from edgepress.models.sentence import SentenceLayout, is_sentence_dir, load_sentence_encoder, read_layout
+from edgepress.models.sentence import (
+    TOKEN_OUTPUT,
+    SentenceLayout,
+    is_sentence_dir,
+    load_sentence_encoder,
+    read_layout,
+)
+from tests.test_bundle import chromium, open_page, transformers_js, web
 
 
 def st_dir(path, tokenizer, pooling: str, normalize: bool, seed: int = 0, encoder=None):
@@ -92,6 +99,10 @@ def test_the_export_puts_pooling_and_normalization_in_the_graph(sentence_dir, se
     out, details = sentence_onnx
     graph = onnx.load(str(out / "model.onnx")).graph
     assert [o.name for o in graph.output] == ["sentence_embedding"]
+    # the token vectors the pooling reads carry a name of their own (a web bundle gives them to transformers.js):
+    # the last layer's norm makes them, mean pooling's product with the mask reads them
+    assert [n.op_type for n in graph.node if TOKEN_OUTPUT in n.output] == ["LayerNormalization"]
+    assert [n.op_type for n in graph.node if TOKEN_OUTPUT in n.input] == ["Mul"]
     assert details["parity"]["max_abs_diff"] < 1e-4 and details["parity"]["min_cosine"] > 0.9999
     assert details["parity"]["n_examples"] > 64  # the long passages too
     assert read_layout(out) == SentenceLayout("", ("mean",), True)  # the ONNX dir says how it pools
@@ -299,25 +310,152 @@ def test_an_embedding_run_refuses_what_is_not_built_for_it_yet(tmp_path, sentenc
 
     with pytest.raises(ConfigError, match="is a sentence-embedding model: its vectors are scored against another"):
         evaluate_model(str(sentence_dir), DataConfig())
-    message = refused({"model": str(sentence_dir), "runtime": {"target": "web"}, "stages": [
+    concatenated = pooled_with(sentence_dir, ["mean", "cls"], tmp_path / "mean-cls")
+    message = refused({"model": str(concatenated), "runtime": {"target": "web"}, "stages": [
         {"name": "export", "method": "export"}]})
-    assert "target web is not built for embedding models yet" in message
+    assert (f"target web: {concatenated} pools its token vectors with mean + cls, and transformers.js's "
+            f"feature-extraction pipeline pools with mean or cls only. Fix: another target (x86-vnni, x86-avx2, "
+            f"arm64, mobile, cuda: their predict.py pools inside the graph)") in message
 
 
-@pytest.mark.parametrize("target", ["mobile", "arm64", "x86-avx2"])
+@web
+def test_an_embedding_run_for_the_web_ends_in_a_feature_extraction_bundle(tmp_path, sentence_dir):
+    import onnx
+
+    from edgepress.pipeline import runner
+    from edgepress.pipeline.config import PipelineConfig
+
+    cfg = PipelineConfig.model_validate({"model": str(sentence_dir), "runtime": {**FAST, "target": "web"},
+                                         "stages": [{"name": "export", "method": "export"}]})
+    runner.run_pipeline(cfg, tmp_path / "run")
+    final = tmp_path / "run" / "final"
+    manifest = json.loads((final / "edgepress.json").read_text())
+    assert manifest["target"]["name"] == "web" and manifest["task"] == "embedding"
+    assert manifest["web"]["pipeline"] == "feature-extraction" and read_layout(final) == read_layout(sentence_dir)
+    outputs = onnx.load(str(final / manifest["model_file"])).graph.output
+    assert [o.name for o in outputs] == ["sentence_embedding", TOKEN_OUTPUT]
+    stage = onnx.load(str(tmp_path / "run" / "stages" / "01-export" / "model" / "model.onnx")).graph.output
+    assert [o.name for o in stage] == ["sentence_embedding"]  # the run's own graph is left as it was
+
+
+def pooled_with(model_dir, modes, out):
+    """A copy of the sentence-transformers (or exported) dir `model_dir` whose Pooling config says `modes`."""
+    shutil.copytree(model_dir, out)
+    config = json.loads((out / "1_Pooling/config.json").read_text())
+    (out / "1_Pooling/config.json").write_text(json.dumps({**config, "pooling_mode": modes}))
+    return out
+
+
+@pytest.mark.parametrize("target", ["mobile", "arm64", "x86-avx2", pytest.param("web", marks=web)])
 def test_an_embedding_bundle_is_built_for_each_device_target(sentence_onnx, movie_data, tmp_path, target):
+    import onnx
+
     from edgepress.deploy.bundle import bundle_model
     from edgepress.runtime.predictor import Predictor
 
     out = bundle_model(sentence_onnx[0], tmp_path / target, target)
     manifest = json.loads((out / "edgepress.json").read_text())
     assert manifest["target"]["name"] == target and (out / "modules.json").is_file()
+    assert read_layout(out) == read_layout(sentence_onnx[0])  # how it pools travels with it (1_Pooling/)
     exported = json.loads((sentence_onnx[0] / "config.json").read_text())
     assert json.loads((out / "config.json").read_text()).get("id2label") == exported.get("id2label")  # none invented
     texts = movie_data.test.texts[:16]
     assert np.abs(Predictor(out).embed(texts) - Predictor(sentence_onnx[0]).embed(texts)).max() < 1e-6
     if target == "mobile":  # the .ort file computes the graph's vectors
         assert manifest["mobile"]["ort_vs_onnx_max_abs_diff"] < 1e-4
+    if target == "web":  # the token vectors too, and how transformers.js is to pool them as the model does
+        assert manifest["web"]["pipeline"] == "feature-extraction" and manifest["model_file"] == "onnx/model.onnx"
+        assert manifest["web"]["options"] == {"pooling": "mean", "normalize": True}
+        assert {"domain": "ai.onnx", "op_type": "Cast"} in manifest["operators"]  # the bundled graph's own facts
+        again = bundle_model(out, tmp_path / "again", "web")  # a web bundle bundled again gives them once
+        for site in (out, again):
+            outputs = onnx.load(str(site / manifest["model_file"])).graph.output
+            assert [o.name for o in outputs] == ["sentence_embedding", TOKEN_OUTPUT]
+        assert np.abs(Predictor(again).embed(texts) - Predictor(out).embed(texts)).max() == 0
+
+
+@web
+@pytest.mark.parametrize("graph", ["fp32", "int8"])
+def test_transformers_js_under_node_gives_the_predictors_vectors(sentence_onnx, movie_data, tmp_path, graph):
+    from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+    from edgepress.deploy.bundle import bundle_model
+    from edgepress.export.optimize import OptimizeConfig, optimize_onnx
+    from edgepress.runtime.predictor import Predictor
+
+    source = sentence_onnx[0]
+    if graph == "int8":  # fused, then int8 with 7-bit weights per channel: as a run ships it for x86 without VNNI
+        calibration = movie_data.validation.texts[:64]
+        optimize_onnx(source, tmp_path / "fused", calibration, OptimizeConfig(fusions="all"))
+        int8_dynamic(tmp_path / "fused", tmp_path / "int8", calibration,
+                     Int8DynamicConfig(per_channel=True, reduce_range=True))
+        source = tmp_path / "int8"
+    out = bundle_model(source, tmp_path / "site", "web")
+    texts = list(movie_data.test.texts[:200])
+    result = transformers_js(out, texts, tmp_path, "embed.mjs")
+    assert result["dtype"] == {"fp32": "fp32", "int8": "q8"}[graph]
+    assert result["options"] == {"pooling": "mean", "normalize": True}
+    vectors, expected = np.array(result["vectors"], dtype=np.float32), Predictor(out).embed(texts)
+    # Both run the same graph file on ONNX Runtime's native CPU kernels (onnxruntime-node under node, onnxruntime
+    # here), so the token vectors agree to float32 rounding, the int8 graph's too (measured: identical with cls
+    # pooling). What differs is the pooling: inside the graph in float32 for predict.py, in JavaScript in float64
+    # for transformers.js. Measured on these 200 sentences: max |Δ| 1.2e-7 (fp32) and 1.5e-7 (int8), float32
+    # rounding of unit vectors whose components average 0.14 in size; 1e-5 leaves room for other CPUs' kernels,
+    # and a vector pooled otherwise is far outside it (cls for mean: max |Δ| 0.19 or more on every sentence).
+    assert vectors.shape == expected.shape == (200, 32) and np.abs(vectors - expected).max() < 1e-5
+
+
+@web
+@chromium
+def test_the_page_ranks_lines_by_the_cosine_of_their_vectors_in_headless_chromium(sentence_onnx, tmp_path):
+    from edgepress.deploy.bundle import bundle_model
+    from edgepress.runtime.predictor import Predictor
+
+    out = bundle_model(sentence_onnx[0], tmp_path / "site", "web")
+    query = "a gripping, funny and beautifully acted film"
+    result = open_page(out, query, tmp_path / "page.png")
+    ranked = json.loads(result["result"])  # the page's own lines, nearest the query first
+    scores = np.array([r["score"] for r in ranked])
+    python = Predictor(out)
+    vectors, wanted = python.embed([r["text"] for r in ranked]), python.embed([query])[0]
+    cosines = vectors @ wanted / np.linalg.norm(vectors, axis=1) / np.linalg.norm(wanted)
+    # onnxruntime-web's WebAssembly kernels against native ones on an fp32 graph: float32 summation order only
+    # (measured max |Δ| 1.2e-7 on these 5 cosines)
+    assert len(ranked) == 5 and np.abs(scores - cosines).max() < 1e-5 and (np.diff(scores) <= 0).all()
+    assert result["shown"] == f"nearest: {ranked[0]['text']}"
+    assert all(url.startswith("http://127.0.0.1:") for url in result["requests"])  # nothing from the network
+    assert (tmp_path / "page.png").stat().st_size > 1000
+
+
+def test_a_pooling_transformers_js_lacks_is_refused_for_the_web_before_anything_is_written(sentence_onnx,
+                                                                                          tmp_path):
+    from typer.testing import CliRunner
+
+    from edgepress.cli.app import app
+
+    maxed = pooled_with(sentence_onnx[0], "max", tmp_path / "max")
+    site = tmp_path / "site"
+    result = CliRunner().invoke(app, ["bundle", str(maxed), "--out", str(site), "--target", "web"])
+    assert result.exit_code == 2 and not site.exists()
+    assert (f"target web: {maxed} pools its token vectors with max, and transformers.js's feature-extraction "
+            f"pipeline pools with mean or cls only. Fix: another target") in " ".join(result.output.split())
+
+
+@web
+def test_a_graph_that_does_not_name_its_token_vectors_is_refused_for_the_web(sentence_onnx, tmp_path):
+    import onnx
+
+    from edgepress.deploy.bundle import bundle_model
+
+    older = tmp_path / "older"  # as an export before the name: the last layer norm's tensor named by the exporter
+    shutil.copytree(sentence_onnx[0], older)
+    model = onnx.load(str(older / "model.onnx"))
+    for node in model.graph.node:
+        node.input[:] = ["hidden" if name == TOKEN_OUTPUT else name for name in node.input]
+        node.output[:] = ["hidden" if name == TOKEN_OUTPUT else name for name in node.output]
+    onnx.save(model, str(older / "model.onnx"))
+    with pytest.raises(ModelError, match=r"has no tensor named token_embeddings .* Fix: export the model again"):
+        bundle_model(older, tmp_path / "site", "web")
+    assert not (tmp_path / "site").exists()
 
 
 def test_init_writes_an_embedding_pipeline_of_the_methods_built_for_it(sentence_dir, movie_data, tmp_path):

@@ -1,5 +1,7 @@
 // node web/page.mjs URL TEXT SCREENSHOT.png: open the bundle's page in headless Chromium (Debian's `chromium`, or
-// $CHROMIUM), wait for the model, type TEXT, press Classify, save a screenshot; prints {label, scores, requests}.
+// $CHROMIUM), wait for the model, type TEXT, press the button (Classify, or Rank for an embedding model's page), save
+// a screenshot; prints {result, shown, requests}: what the page left in body's data-result (a label, or the ranked
+// lines as JSON) and showed.
 import puppeteer from "puppeteer-core";
 
 const [url, text, screenshot] = process.argv.slice(2);
@@ -15,11 +17,11 @@ try {
   await page.waitForSelector("body[data-ready]", { timeout: 120000 });
   await page.type("#text", text);
   await page.click("#go");
-  await page.waitForSelector("body[data-classified]", { timeout: 60000 });
-  const label = await page.$eval("body", (b) => b.dataset.classified);
+  await page.waitForSelector("body[data-result]", { timeout: 60000 });
+  const result = await page.$eval("body", (b) => b.dataset.result);
   const shown = await page.$eval("#result", (e) => e.textContent);
   await page.screenshot({ path: screenshot });
-  console.log(JSON.stringify({ label, shown, requests }));
+  console.log(JSON.stringify({ result, shown, requests }));
 } finally {
   await browser.close();
 }

@@ -76,14 +76,20 @@ EXAMPLE = ("a", "the film is a gorgeous, moving piece of work")
 def write_onnx(model, tokenizer, path: Path, opset: int, dynamo: bool = False, attention: str = "eager",
                example_texts: tuple[str, ...] = EXAMPLE) -> None:
     """`model` -> ONNX file `path`: inputs as `model_inputs`, output `logits` (a sentence encoder:
-    `sentence_embedding`), batch and sequence axes dynamic.
+    `sentence_embedding`, and the token vectors its pooling reads named `token_embeddings` inside the graph), batch
+    and sequence axes dynamic.
     Exported with eager attention (the graph ONNX Runtime fuses); `dynamo=True` (torch's newer exporter), other
     attentions and other example batches are what benchmarks/exporters.py compares it with."""
     import torch
 
+    from edgepress.models.sentence import TOKEN_OUTPUT, is_sentence_encoder, with_token_output
+
     names, output = model_inputs(model, tokenizer), output_of(model)
     example = tokenizer(list(example_texts), padding=True, return_tensors="pt")
     feeds = {name: example[name] for name in names}
+    # A sentence encoder is traced giving its token vectors too: the exporter names a graph output's tensor after it,
+    # and that name stays on the tensor (the pooling's input) once the output is dropped again below
+    traced, extra = (with_token_output(model), (TOKEN_OUTPUT,)) if is_sentence_encoder(model) else (model, ())
 
     before = model.config._attn_implementation
     model.set_attn_implementation(attention)
@@ -91,15 +97,30 @@ def write_onnx(model, tokenizer, path: Path, opset: int, dynamo: bool = False, a
         shapes = {"dynamic_shapes": {name: {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
                                      for name in names}}
     else:
-        axes = {name: {0: "batch_size", 1: "sequence_length"} for name in names} | {output: {0: "batch_size"}}
+        axes = {name: {0: "batch_size", 1: "sequence_length"} for name in (*names, *extra)} | \
+            {output: {0: "batch_size"}}
         shapes = {"dynamic_axes": axes, "do_constant_folding": True}
     try:
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice; tracer warnings
-            torch.onnx.export(model.eval(), (), str(path), kwargs=feeds, input_names=list(names),
-                              output_names=[output], opset_version=opset, dynamo=dynamo, **shapes)
+            torch.onnx.export(traced.eval(), (), str(path), kwargs=feeds, input_names=list(names),
+                              output_names=[output, *extra], opset_version=opset, dynamo=dynamo, **shapes)
     finally:
         model.set_attn_implementation(before)
+    if extra:
+        keep_outputs(path, (output,))
+
+
+def keep_outputs(path: Path, outputs: tuple[str, ...]) -> None:
+    """The graph at `path` with only `outputs` as its outputs (the tensors of the others stay, by their names,
+    where something inside the graph reads them); external weights are left where they are."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    for i in reversed(range(len(model.graph.output))):
+        if model.graph.output[i].name not in outputs:
+            del model.graph.output[i]
+    onnx.save(model, str(path))
 
 
 def pin_head_counts(path: Path) -> int:

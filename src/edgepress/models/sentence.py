@@ -3,9 +3,10 @@
 `modules.json` lists the modules run in order: a Transformer (the Hugging Face encoder: the dir itself or a
 subfolder), a Pooling (its config.json says which token vectors make the sentence vector), and optionally a Normalize
 (unit length). `SentenceEncoder` computes what sentence-transformers computes from those three, in one torch module,
-so that the export puts pooling and normalization inside the graph (output `sentence_embedding`). A module of any
-other type (Dense, a custom class, a Router) is refused with its name: edgepress would otherwise silently compute
-another vector than the user's model does.
+so that the export puts pooling and normalization inside the graph (output `sentence_embedding`; the token vectors
+the pooling reads are the tensor named `token_embeddings`). A module of any other type (Dense, a custom class, a
+Router) is refused with its name: edgepress would otherwise silently compute another vector than the user's model
+does.
 """
 
 import json
@@ -21,6 +22,9 @@ POOLING_FILE = "config.json"  # inside the Pooling module's folder
 POOLING_MODES = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens",
                  "mean": "pooling_mode_mean_tokens", "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens"}
 MODULE_TYPES = ("Transformer", "Pooling", "Normalize")
+# The graph's name for the encoder's token vectors (batch, seq, dim), the pooling's input: the export names it so
+# (`with_token_output`), and a web bundle gives it as an output for transformers.js to pool
+TOKEN_OUTPUT = "token_embeddings"
 FIX_SENTENCE = ("Fix: give a sentence-transformers dir of Transformer + Pooling (+ Normalize) modules, as "
                 "SentenceTransformer.save(DIR) writes it")
 
@@ -174,6 +178,17 @@ def read_layout(path: Path) -> SentenceLayout:
     return SentenceLayout(transformer, pooling, kinds[2:] == ["Normalize"], length)
 
 
+def module_folders(path: Path) -> list[Path]:
+    """The folders inside the sentence-transformers dir `path` that its modules other than the encoder name
+    (1_Pooling, ...), those that exist: the files saying how it pools, which travel beside modules.json with every
+    ONNX artifact and bundle."""
+    path = Path(path)
+    entries = _json(path / MODULES_FILE)
+    folders = [_folder(path, entry, []) for entry in entries if isinstance(entry, dict)] \
+        if isinstance(entries, list) else []
+    return [folder for folder in folders if folder is not None and folder != path and folder.is_dir()]
+
+
 def pool(hidden, mask, modes: tuple[str, ...], normalize: bool):
     """sentence-transformers' Pooling (+ Normalize) in torch ops an ONNX export keeps: `hidden` (batch, seq, dim)
     token vectors, `mask` (batch, seq) 1 for real tokens -> (batch, dim x len(modes))."""
@@ -196,9 +211,10 @@ def pool(hidden, mask, modes: tuple[str, ...], normalize: bool):
     return embedding / norm.clamp(min=1e-12)
 
 
-def sentence_encoder(transformer, layout: SentenceLayout):
+def sentence_encoder(transformer, layout: SentenceLayout, token_output: bool = False):
     """A torch module computing the sentence vector of `layout` over the Hugging Face encoder `transformer`:
-    forward(input_ids, attention_mask[, token_type_ids]) -> (batch, dim), and `.config` the encoder's."""
+    forward(input_ids, attention_mask[, token_type_ids]) -> (batch, dim) (with `token_output`, and the token
+    vectors it pools (batch, seq, hidden)), and `.config` the encoder's."""
     import torch
 
     class SentenceEncoder(torch.nn.Module):
@@ -215,9 +231,16 @@ def sentence_encoder(transformer, layout: SentenceLayout):
         def forward(self, input_ids, attention_mask, token_type_ids=None):
             extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
             hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
-            return pool(hidden, attention_mask, layout.pooling, layout.normalize)
+            embedding = pool(hidden, attention_mask, layout.pooling, layout.normalize)
+            return (embedding, hidden) if token_output else embedding
 
     return SentenceEncoder().eval()
+
+
+def with_token_output(model):
+    """The sentence encoder `model` (the same encoder, not a copy) giving the token vectors it pools beside the
+    sentence vector: what the export traces, so that the graph names that tensor `TOKEN_OUTPUT`."""
+    return sentence_encoder(model.transformer, model.layout, token_output=True)
 
 
 def load_sentence_encoder(path: str | Path):

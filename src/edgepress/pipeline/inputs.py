@@ -7,7 +7,7 @@ from pathlib import Path
 from edgepress.data import DataConfig, DataSplits, load_data
 from edgepress.data.augment import check_augment
 from edgepress.data.movie import ID2LABEL as DEMO_LABELS
-from edgepress.deploy.bundle import web_modules
+from edgepress.deploy.bundle import web_modules, web_pipeline
 from edgepress.errors import ConfigError, EdgepressError
 from edgepress.files import check_apart, check_owned, check_writable
 from edgepress.models.loading import label2id_of, load_classifier, read_model_config
@@ -136,10 +136,9 @@ def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bo
     check_providers(cfg.runtime.providers)
     task = run_task(cfg)
     check_methods_for(task, cfg.stages)
-    if task is EMBEDDING and cfg.runtime.target == "web":
-        raise ConfigError("target web is not built for embedding models yet (transformers.js feature-extraction "
-                          "bundles come next). Fix: another target (x86-vnni, x86-avx2, arm64, mobile, cuda)")
     if cfg.runtime.target == "web":
+        if task is EMBEDDING:  # the model's pooling, which transformers.js computes in a web bundle
+            web_pipeline(resolve_model(cfg.model))
         web_modules()
     model_dir, loaded = check_model(cfg.model, build_teacher, task)
     if model_dir is not None:
