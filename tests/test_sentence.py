@@ -557,7 +557,7 @@ def test_the_embedding_demo_runs_on_a_sentence_encoder(monkeypatch, tmp_path, se
     cfg = demo.demo_config("embedding")
     assert cfg.model == ENCODER and resolve_model(ENCODER) == encoder_dir() and task_of(encoder_dir()) is EMBEDDING
     int8 = cfg.stages[-1]
-    assert int8.params["smooth"] == 0.85 and int8.gates.latency.min_natural_speedup == 4
+    assert int8.params["smooth"] == 0.85 and int8.params["gptq"] and int8.gates.latency.min_natural_speedup == 4
     tiny = cfg.model_copy(update={"model": str(sentence_dir), "runtime": RuntimeConfig.model_validate(FAST),
                                   "stages": [*cfg.stages[:-1], int8.model_copy(update={"gates": int8.gates.model_copy(
                                       update={"latency": None})})]})
@@ -567,7 +567,8 @@ def test_the_embedding_demo_runs_on_a_sentence_encoder(monkeypatch, tmp_path, se
     assert "neighbour overlap 1.0000" in result.output and "accuracy nan" not in result.output
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert [s["name"] for s in report["stages"]] == ["export", "fuse", "int8"]
-    assert report["stages"][-1]["details"]["smooth"]["alpha"] == 0.85
+    details = report["stages"][-1]["details"]
+    assert details["smooth"]["alpha"] == 0.85 and details["gptq"]["weights"] == 2 * 4
     bad = CliRunner().invoke(app, ["demo", "--task", "ner", "--out", str(tmp_path / "other")])
     assert bad.exit_code == 2 and not (tmp_path / "other").exists()
 

@@ -162,3 +162,66 @@ def write_nbits(model, linears: dict, exclude: list[str], accuracy_level: int, s
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     return model
+
+
+def _inc_gptq():
+    """neural-compressor's GPTQ solver (the class its torch GPTQ runs on each Linear), imported quietly."""
+    try:
+        from neural_compressor.common.utils.logger import Logger
+
+        Logger()
+        with collected("neural_compressor"):
+            from neural_compressor.torch.algorithms.weight_only.gptq import GPTQ
+    except ImportError as e:
+        raise ConfigError("int8-dynamic gptq needs neural-compressor's torch half. Fix: pip install "
+                          "'edgepress[int4]' (neural-compressor-pt)") from e
+    return GPTQ
+
+
+def gptq_rounding(float_path: Path, int8_path: Path, feeds: list[dict], reduce_range: bool) -> dict:
+    """Re-round the int8 weights of the dynamically quantized graph at `int8_path` (in place) by GPTQ on the
+    activations of its float graph `float_path` for `feeds`, on the grid quantize_dynamic chose: each weight's own
+    per-channel scales, zero points 0, the same integer range. Returns how many weights, and the share of their
+    integers GPTQ moved off nearest rounding."""
+    import onnx
+    import torch
+    from onnx import numpy_helper
+    from onnxruntime.quantization.quant_utils import get_qmin_qmax_for_qType
+
+    from edgepress.compress.smooth import READERS, activations
+
+    model, quantized = onnx.load(str(float_path)), onnx.load(str(int8_path))
+    floats = {t.name: t for t in model.graph.initializer}
+    ints = {t.name: t for t in quantized.graph.initializer}
+    targets = [n for n in model.graph.node if n.op_type in READERS and len(n.input) > 1 and n.input[1] in floats
+               and len(floats[n.input[1]].dims) == 2 and f"{n.input[1]}_quantized" in ints
+               and ints[f"{n.input[1]}_quantized"].data_type == onnx.TensorProto.INT8
+               and f"{n.input[1]}_zero_point" in ints and f"{n.input[1]}_scale" in ints
+               and not numpy_helper.to_array(ints[f"{n.input[1]}_zero_point"]).any()]
+    tensors = sorted({n.input[0] for n in targets})
+    solver, qmax = _inc_gptq(), int(get_qmin_qmax_for_qType(onnx.TensorProto.INT8, reduce_range, True)[1])
+    solvers = {}
+    for n in targets:
+        weight = numpy_helper.to_array(floats[n.input[1]])  # (in, out): a torch Linear's weight transposed
+        solvers[n.input[1]] = solver(torch.nn.Linear(*weight.shape, bias=False), torch.as_tensor(weight.T.copy()))
+    readers = {t: [n.input[1] for n in targets if n.input[0] == t] for t in tensors}
+    for values in activations(model, tensors, feeds):
+        for tensor, value in zip(tensors, values, strict=True):
+            x = torch.as_tensor(value.reshape(1, -1, value.shape[-1]))
+            for name in readers[tensor]:
+                solvers[name].add_batch(x, None)
+    moved = total = 0
+    with collected("neural_compressor"):
+        for name, gptq in solvers.items():
+            scale = numpy_helper.to_array(ints[f"{name}_scale"]).astype(np.float32)
+            gptq.quantizer.dtype, gptq.quantizer.maxq = "int", 2 * qmax  # integers q - qmax in [-qmax, qmax]
+            gptq.quantizer.scale = torch.as_tensor(scale).reshape(-1, 1)
+            gptq.quantizer.zero = torch.full_like(gptq.quantizer.scale, qmax)
+            weight = torch.as_tensor(numpy_helper.to_array(floats[name]).T.copy())
+            rounded = gptq.fasterquant(weight, blocksize=128, percdamp=0.01, act_order=True)[3].numpy().T
+            new = np.clip(np.round(rounded / scale), -qmax, qmax).astype(np.int8)
+            old = numpy_helper.to_array(ints[f"{name}_quantized"])
+            moved, total = moved + int((new != old).sum()), total + old.size
+            ints[f"{name}_quantized"].CopyFrom(numpy_helper.from_array(new, f"{name}_quantized"))
+    onnx.save(quantized, str(int8_path))
+    return {"weights": len(solvers), "moved": moved / max(total, 1)}

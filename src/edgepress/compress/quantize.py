@@ -26,7 +26,8 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from edgepress.compress.smooth import smooth_activations
+from edgepress.compress.gptq import gptq_rounding
+from edgepress.compress.smooth import SMOOTH_TEXTS, smooth_activations
 from edgepress.errors import ConfigError
 from edgepress.export.parity import (
     LOOSE_PARITY,
@@ -40,7 +41,7 @@ from edgepress.export.parity import (
 )
 from edgepress.files import atomic_dir
 from edgepress.logs import parity_text, readable
-from edgepress.runtime.predictor import encode, fixed_shape_feeds, load_tokenizer
+from edgepress.runtime.predictor import encode, fixed_shape_feeds, load_tokenizer, natural_feeds
 from edgepress.runtime.session import SessionConfig, open_session, session_op_counts
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,10 @@ class Int8DynamicConfig(BaseModel):
                                  "product's input channels divided by max|x|^α / max|W|^(1−α), measured on "
                                  "validation sentences, and its weight rows multiplied by it (the same function in "
                                  "float; the activations' outliers move into the per-channel weights). None: off")
+    gptq: bool = Field(False, description="round the int8 weights by GPTQ (Frantar et al. 2023) on validation "
+                       "sentences' activations instead of to nearest: each weight's rounding error compensated in "
+                       "its rows not yet rounded, on the same scales (the same kernels and speed). Needs "
+                       "neural-compressor (edgepress[int4])")
     max_length: int = Field(128, ge=8, description=PARITY_LENGTH)
     parity: ParityConfig = Field(ParityConfig(max_abs_diff=1.5, min_agreement=0.9), description=LOOSE_PARITY)
 
@@ -176,17 +181,27 @@ def _int8_dynamic(src: Path, src_dir: Path, out_dir: Path, texts: tuple[str, ...
                                lambda: rank_sensitivity(src_dir, candidates, quantize, texts, cfg.max_length))
     with atomic_dir(out_dir) as tmp:
         quantize(tmp / ONNX_FILE, exclude=keep)
+        rounding = gptq_rounding(src, tmp / ONNX_FILE, calibration_feeds(src, src_dir, texts, cfg.max_length),
+                                 cfg.reduce_range) if cfg.gptq else None
         copy_side_files(src_dir, tmp)
         counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
         ops = {op: counts[op] for op in INT8_OPS if counts[op]}
         parity = check_graph_change(src_dir, tmp, texts, cfg.max_length, cfg.parity, "the int8 graph",
                                     SessionConfig())
         kernels = low_bit_kernels(tmp / ONNX_FILE)
-    log.info("int8-dynamic: %s; %d node(s) kept float%s; ONNX Runtime runs %s; parity: %s", readable(ops), len(keep),
-             f"; smoothed (α {cfg.smooth:g})" if cfg.smooth is not None else "", readable(kernels),
-             parity_text(parity))
+    log.info("int8-dynamic: %s; %d node(s) kept float%s%s; ONNX Runtime runs %s; parity: %s", readable(ops),
+             len(keep), f"; smoothed (α {cfg.smooth:g})" if cfg.smooth is not None else "",
+             f"; GPTQ moved {rounding['moved']:.0%} of {rounding['weights']} weights' integers" if rounding else "",
+             readable(kernels), parity_text(parity))
     return {"quantized_ops": ops, "ort_kernels": kernels, "kept_float": keep, "sensitivity": ranking,
-            "parity": parity}
+            "parity": parity, **({"gptq": rounding} if rounding else {})}
+
+
+def calibration_feeds(src: Path, src_dir: Path, texts: tuple[str, ...], max_length: int) -> list[dict]:
+    """The first SMOOTH_TEXTS of `texts` (validation sentences), one a feed at its own length, for the graph `src`
+    (tokenized as `src_dir`'s model): what GPTQ measures the activations of the weights' inputs on."""
+    names = tuple(i.name for i in open_session(src, SessionConfig()).get_inputs())
+    return natural_feeds(load_tokenizer(src_dir, max_length), texts[:SMOOTH_TEXTS], names)
 
 
 class Int8StaticConfig(BaseModel):

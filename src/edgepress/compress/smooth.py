@@ -46,9 +46,9 @@ def smoothable(graph) -> dict[str, list]:
     return {tensor: nodes for tensor, nodes in readers.items() if fits(nodes)}
 
 
-def channel_maxima(model, tensors: list[str], feeds: list[dict]) -> dict[str, np.ndarray]:
-    """max |x_j| over every token of every feed, for each channel j (the last axis) of each of `tensors`, from the
-    float graph `model` run with those tensors as its outputs."""
+def activations(model, tensors: list[str], feeds: list[dict]):
+    """For each feed, the values of `tensors` (float tensors inside the graph `model`): the graph run with them as
+    its outputs."""
     import onnx
     import onnxruntime
 
@@ -57,9 +57,16 @@ def channel_maxima(model, tensors: list[str], feeds: list[dict]) -> dict[str, np
     del probe.graph.output[:]
     probe.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in tensors)
     session = onnxruntime.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-    maxima = {t: np.zeros(0, np.float32) for t in tensors}
     for feed in feeds:
-        for tensor, value in zip(tensors, session.run(tensors, feed), strict=True):
+        yield session.run(tensors, feed)
+
+
+def channel_maxima(model, tensors: list[str], feeds: list[dict]) -> dict[str, np.ndarray]:
+    """max |x_j| over every token of every feed, for each channel j (the last axis) of each of `tensors`, from the
+    float graph `model` run with those tensors as its outputs."""
+    maxima = {t: np.zeros(0, np.float32) for t in tensors}
+    for values in activations(model, tensors, feeds):
+        for tensor, value in zip(tensors, values, strict=True):
             channels = np.abs(value).reshape(-1, value.shape[-1]).max(axis=0)
             maxima[tensor] = channels if not maxima[tensor].size else np.maximum(maxima[tensor], channels)
     return maxima
