@@ -3,9 +3,10 @@ CPU's integer kernels (on x86 without VNNI, ONNX Runtime's u8 x s8 products satu
 7-bit), so the graphs benchmarks/embeddings.py built here are measured there too, against this machine's float
 vectors of the same texts, and timed beside a torch encoder of the same shape at natural lengths.
 
-    # here: the graphs (int8 per channel, and smoothed with 0.85; 8-bit weights, as a VNNI target builds them),
-    # the float graph's vectors of the demo's test texts, the texts and the encoder's config into DIR (~47 MB)
-    .venv/bin/python benchmarks/embedding_isa.py prepare --work runs/embeddings --dir isa
+    # here: the graphs (int8 per channel; smoothed with 0.85; smoothed, GPTQ-rounded, word table float: the embedding
+    # demo's; 8-bit weights, as a VNNI target builds them), the float graph's vectors of the demo's test texts, the
+    # texts and the encoder's config into DIR (23 MB a graph, 59 MB the demo's)
+    .venv/bin/python benchmarks/embedding_isa.py prepare --work runs/embeddings --dir isa [--graphs NAME ...]
     # there (onnxruntime, tokenizers, numpy; torch and transformers for the timing), 2 threads:
     python3 benchmarks/embedding_isa.py measure --dir isa --out RESULT.json
 
@@ -24,10 +25,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # runtime/ alone: no torch, no pydantic
-GRAPHS = ("int8", "int8-smooth")
+# name -> int8-dynamic's params (per channel; 8-bit weights, as a VNNI target builds them); --graphs picks some
+GRAPHS = {"int8": {}, "int8-smooth": {"smooth": 0.85},
+          "int8-smooth-gptq-table": {"smooth": 0.85, "gptq": True, "keep_float": ("EmbedLayerNormalization_0",)}}
 
 
-def prepare(work: Path, out: Path) -> None:
+def prepare(work: Path, out: Path, names: list[str]) -> None:
     """The graphs (built here with 8-bit weights), the float graph's vectors of the test texts, the texts."""
     from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
     from edgepress.data import DataConfig, load_data
@@ -35,10 +38,10 @@ def prepare(work: Path, out: Path) -> None:
     from edgepress.runtime.predictor import Predictor
 
     data = load_data(DataConfig())
-    for name, smooth in zip(GRAPHS, (None, 0.85), strict=True):
+    for name in names:
         if not (out / name).is_dir():
             int8_dynamic(work / "fuse", out / name, data.validation.texts,
-                         Int8DynamicConfig(per_channel=True, smooth=smooth))
+                         Int8DynamicConfig(per_channel=True, **GRAPHS[name]))
     fused = Predictor(work / "fuse", threads=2)
     np.save(out / "reference.npy", np.stack([fused.embed([t])[0] for t in data.test.texts]).astype(np.float32))
     (out / "texts.json").write_text(json.dumps(list(data.test.texts)))
@@ -51,7 +54,7 @@ def neighbours(vectors: np.ndarray, k: int = 10) -> np.ndarray:
     return np.argsort(-similar, axis=1, kind="stable")[:, :k]
 
 
-def torch_encoder(directory: Path, texts: list[str]):
+def torch_encoder(directory: Path, texts: list[str], graph: str):
     """A runner over pre-tokenized texts: the encoder's shape with random weights, mean pooling, unit length."""
     import torch
     from tokenizers import Tokenizer
@@ -59,7 +62,7 @@ def torch_encoder(directory: Path, texts: list[str]):
 
     torch.set_num_threads(2)
     model = BertModel(BertConfig.from_json_file(directory / "encoder_config.json"), add_pooling_layer=False).eval()
-    tokenizer = Tokenizer.from_file(str(directory / GRAPHS[0] / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(directory / graph / "tokenizer.json"))
     tokenizer.no_padding()
     tokenizer.enable_truncation(128)
     feeds = []
@@ -85,7 +88,7 @@ def measure(directory: Path, out: Path, rounds: int = 3, timed: int = 300) -> di
 
     texts = json.loads((directory / "texts.json").read_text())
     reference = np.load(directory / "reference.npy")
-    predictors = {name: Predictor(directory / name, threads=2) for name in GRAPHS}
+    predictors = {name: Predictor(directory / name, threads=2) for name in GRAPHS if (directory / name).is_dir()}
     result = {"cpu": cpu_model(), "vnni": bool(cpu_flags() & {"avx512_vnni", "avx_vnni"}),
               "onnxruntime": onnxruntime.__version__, "n_test": len(texts), "candidates": {}}
     for name, predictor in predictors.items():
@@ -94,7 +97,7 @@ def measure(directory: Path, out: Path, rounds: int = 3, timed: int = 300) -> di
         overlap = [len(np.intersect1d(a, b)) / 10
                    for a, b in zip(neighbours(vectors), neighbours(reference), strict=True)]
         result["candidates"][name] = {"neighbour_overlap": float(np.mean(overlap)), "cosine": float(cosine.mean())}
-    run_torch, result["torch"] = torch_encoder(directory, texts[:timed])
+    run_torch, result["torch"] = torch_encoder(directory, texts[:timed], next(iter(predictors)))
     runners = {"torch-fp32": run_torch,
                **{name: (lambda i, p=p: p.embed([texts[i]])) for name, p in predictors.items()}}
     seconds = {name: [] for name in runners}
@@ -123,10 +126,11 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--work", type=Path, default=Path("runs/embeddings"))
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--graphs", nargs="+", choices=list(GRAPHS), default=list(GRAPHS))
     args = parser.parse_args()
     if args.step == "prepare":
         args.dir.mkdir(parents=True, exist_ok=True)
-        prepare(args.work, args.dir)
+        prepare(args.work, args.dir, args.graphs)
     else:
         print(json.dumps(measure(args.dir, args.out or args.dir / "result.json"), indent=1))
 
