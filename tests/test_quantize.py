@@ -184,10 +184,12 @@ def test_smoothing_moves_an_activation_outlier_into_the_weights(tmp_path):
 def test_smoothed_int8_keeps_the_integer_kernels_and_matches_the_float_graph(fused_dir, tmp_path, movie_data):
     result = int8_dynamic(fused_dir, tmp_path / "q", movie_data.validation.texts,
                           Int8DynamicConfig(per_channel=True, smooth=0.5))
-    # per layer: the attention's input, the attention output's, the FFN's in and out
+    # per layer: the attention's input, the attention output's (folded into V: per-channel weights), the FFN's in
+    # and out
     assert result["smooth"]["tensors"] == 2 * 4 and result["smooth"]["alpha"] == 0.5
+    assert result["smooth"]["folded"] == 2
     graph = onnx.load(str(tmp_path / "q" / "model.onnx")).graph
-    assert sum(n.op_type == "Mul" and n.name.startswith("edgepress_smooth_") for n in graph.node) == 2 * 4
+    assert sum(n.op_type == "Mul" and n.name.startswith("edgepress_smooth_") for n in graph.node) == 2 * 3
     assert result["ort_kernels"] == {"DynamicQuantizeMatMul": 8, "QAttention": 2}
     assert result["parity"]["agreement"] >= 0.9  # against the unsmoothed float graph
 
@@ -241,3 +243,27 @@ def test_gptq_rounding_compensates_the_error_where_the_inputs_are_correlated(tmp
     out = {name: np.concatenate([run.run(None, f)[0] for f in held_out]) for name, run in runs.items()}
     error = {name: np.abs(out[name] - out["f"]).mean() for name in ("nearest", "gptq")}
     assert error["gptq"] < 0.8 * error["nearest"], error  # measured: 0.131 against 0.196
+
+
+def test_smoothing_folded_into_the_attentions_values_is_the_same_function(fused_dir, movie_data):
+    """The attention output's smoothing divides V's weight columns and bias instead of adding a Mul: the context is
+    linear in V, so in float the graph computes what it did."""
+    import onnxruntime
+
+    from edgepress.compress.smooth import smooth_graph
+    from edgepress.runtime.predictor import encode, load_tokenizer
+
+    model = onnx.load(str(fused_dir / "model.onnx"))
+    names = tuple(i.name for i in model.graph.input)
+    tokenizer = load_tokenizer(fused_dir, 64)
+    feeds = [encode(tokenizer, list(movie_data.validation.texts[i : i + 8]), names) for i in range(0, 64, 8)]
+
+    def logits(graph) -> np.ndarray:
+        session = onnxruntime.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+        return np.concatenate([session.run(None, f)[0] for f in feeds])
+
+    before = logits(model)
+    done = smooth_graph(model, feeds, alpha=0.85, fold_attention=True)
+    assert done["folded"] == 2 and done["scale_max"] > 1.5  # the values took real scales, not ones
+    assert sum(n.op_type == "Mul" and n.name.startswith("edgepress_smooth_") for n in model.graph.node) == 2 * 3
+    assert np.abs(logits(model) - before).max() < 1e-4

@@ -159,7 +159,8 @@ def int8_dynamic(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
     with tempfile.TemporaryDirectory(prefix="edgepress-smooth-") as scratch:
         src, smoothing = Path(src_dir) / ONNX_FILE, {}
         if cfg.smooth is not None:
-            smoothing = smooth_activations(src, Path(scratch) / ONNX_FILE, texts, cfg.smooth, cfg.max_length)
+            smoothing = smooth_activations(src, Path(scratch) / ONNX_FILE, texts, cfg.smooth, cfg.max_length,
+                                           fold_attention=cfg.per_channel)
             src = Path(scratch) / ONNX_FILE
         return {**_int8_dynamic(src, Path(src_dir), Path(out_dir), texts, cfg),
                 **({"smooth": smoothing} if smoothing else {})}

@@ -9,7 +9,10 @@ function in float, with the range moved from the activation (quantized per call,
 
 In a post-LayerNorm encoder the tensor a product reads is also read by the residual Add, so the division cannot be
 folded into the LayerNorm before it: a `Mul(x, 1/s)` goes in front of the products alone (the readers of one tensor
-share one Mul and one s, taken over all their weights), and the residual keeps reading x.
+share one Mul and one s, taken over all their weights), and the residual keeps reading x. The one place it folds: the
+output of a fused `Attention` that only the products read (the attention's context, softmax(QK) V, is linear in V):
+V's weight columns and bias are divided by s instead, one Mul fewer a layer. Only where the weights are quantized per
+output channel (`fold_attention`): a column scaled by 1/s then keeps its relative precision.
 """
 
 from pathlib import Path
@@ -80,7 +83,8 @@ def smoothing_scales(x_max: np.ndarray, w_max: np.ndarray, alpha: float) -> np.n
     return s
 
 
-def smooth_activations(src: Path, dst: Path, texts: tuple[str, ...], alpha: float, max_length: int) -> dict:
+def smooth_activations(src: Path, dst: Path, texts: tuple[str, ...], alpha: float, max_length: int,
+                       fold_attention: bool = False) -> dict:
     """The graph at `src` smoothed (`smooth_graph`) into `dst`, the channel maxima measured on the first
     SMOOTH_TEXTS of `texts`, alone and in padded batches; returns what `smooth_graph` did, and the texts."""
     import onnx
@@ -89,36 +93,76 @@ def smooth_activations(src: Path, dst: Path, texts: tuple[str, ...], alpha: floa
     weights = {t.name for t in model.graph.initializer}
     names = tuple(i.name for i in model.graph.input if i.name not in weights)
     tokenizer = load_tokenizer(Path(src).parent, max_length)
-    done = smooth_graph(model, parity_feeds(tokenizer, list(texts[:SMOOTH_TEXTS]), names, SMOOTH_BATCH), alpha)
+    done = smooth_graph(model, parity_feeds(tokenizer, list(texts[:SMOOTH_TEXTS]), names, SMOOTH_BATCH), alpha,
+                        fold_attention)
     onnx.save(model, str(dst))
     return {**done, "texts": min(len(texts), SMOOTH_TEXTS)}
 
 
-def smooth_graph(model, feeds: list[dict], alpha: float) -> dict:
+def _value_columns(node, tensor: str, weights: dict, uses: dict, width: int) -> list[str]:
+    """The weight and bias of the fused Attention `node` making `tensor` (its context), whose V columns (the last
+    `width`) can take a division; [] where they cannot (not an Attention's context, Q, K and V of other widths, a
+    weight or bias shared)."""
+    if node is None or node.op_type != "Attention" or node.domain != "com.microsoft" or node.output[0] != tensor:
+        return []
+    names = [name for name in node.input[1:3] if name]
+    sizes = next((list(a.ints) for a in node.attribute if a.name == "qkv_hidden_sizes"), None)
+    total = weights[node.input[1]].dims[-1] if node.input[1] in weights else 0
+    if not all(name in weights and uses[name] == 1 for name in names) or (sizes and sizes[-1] != width) or \
+            (not sizes and total != 3 * width):
+        return []
+    return names
+
+
+def _divide_columns(weights: dict, names: list[str], s: np.ndarray) -> None:
+    """Divide the last len(s) columns of each of the initializers `names` by s."""
+    from onnx import numpy_helper
+
+    for name in names:
+        array = numpy_helper.to_array(weights[name]).copy()
+        array[..., -len(s):] = array[..., -len(s):] / s
+        weights[name].CopyFrom(numpy_helper.from_array(array.astype(np.float32), name))
+
+
+def smooth_graph(model, feeds: list[dict], alpha: float, fold_attention: bool = False) -> dict:
     """Smooth the float graph `model` in place (module docstring), the channel maxima measured on `feeds`;
-    returns α, the number of tensors smoothed and the range of the scales."""
+    returns α, the number of tensors smoothed, how many of them were folded into their Attention's V, and the
+    range of the scales."""
     from onnx import helper, numpy_helper
 
     graph = model.graph
     weights = {t.name: t for t in graph.initializer}
     readers = smoothable(graph)
     maxima = channel_maxima(model, list(readers), feeds)
+    uses: dict[str, int] = {output.name: 1 for output in graph.output}
+    producers = {}
+    for node in graph.node:
+        producers.update({name: node for name in node.output})
+        for name in node.input:
+            uses[name] = uses.get(name, 0) + 1
     first = {}  # tensor -> the position of its first reader in the graph's (topological) node order
     for position, node in enumerate(graph.node):
         if node.input and node.input[0] in readers:
             first.setdefault(node.input[0], position)
-    muls, scales = {}, []
+    muls, scales, folded = {}, [], 0
     for i, (tensor, nodes) in enumerate(readers.items()):
         arrays = [numpy_helper.to_array(weights[n.input[1]]) for n in nodes]
         s = smoothing_scales(maxima[tensor], np.max([np.abs(a).max(axis=1) for a in arrays], axis=0), alpha)
-        smoothed, inverse = f"{tensor}_smoothed", f"edgepress_smooth_{i}_inverse_scale"
-        graph.initializer.append(numpy_helper.from_array((1 / s).astype(np.float32), inverse))
         for node, array in zip(nodes, arrays, strict=True):
             weights[node.input[1]].CopyFrom(numpy_helper.from_array((array * s[:, None]).astype(array.dtype),
                                                                     node.input[1]))
+        scales.append(s)
+        value = _value_columns(producers.get(tensor), tensor, weights, uses, len(s)) \
+            if fold_attention and uses.get(tensor) == len(nodes) else []
+        if value:  # the context divided by s at its source: no Mul
+            _divide_columns(weights, value, s)
+            folded += 1
+            continue
+        smoothed, inverse = f"{tensor}_smoothed", f"edgepress_smooth_{i}_inverse_scale"
+        graph.initializer.append(numpy_helper.from_array((1 / s).astype(np.float32), inverse))
+        for node in nodes:
             node.input[0] = smoothed
         muls[first[tensor]] = helper.make_node("Mul", [tensor, inverse], [smoothed], name=f"edgepress_smooth_{i}")
-        scales.append(s)
     ordered = []
     for position, node in enumerate(graph.node):  # each Mul right before its first reader: still topological
         if position in muls:
@@ -127,5 +171,5 @@ def smooth_graph(model, feeds: list[dict], alpha: float) -> dict:
     del graph.node[:]
     graph.node.extend(ordered)
     every = np.concatenate(scales) if scales else np.ones(1)
-    return {"alpha": alpha, "tensors": len(readers), "scale_min": float(every.min()),
+    return {"alpha": alpha, "tensors": len(readers), "folded": folded, "scale_min": float(every.min()),
             "scale_max": float(every.max())}
