@@ -6,17 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgepress.cache import fetch_release
 from edgepress.configs import build
 from edgepress.data import DataConfig, SplitConfig, load_data
 from edgepress.data.dataset import DataSplits, TextSet, missing_classes, split_examples
-from edgepress.data.movie import (
-    SDIST_FILE,
-    SDIST_REQUIREMENT,
-    SDIST_SHA256,
-    fetch_release,
-    parse_snippets,
-    snippets_file,
-)
+from edgepress.data.movie import SDIST_FILE, SDIST_REQUIREMENT, SDIST_SHA256, parse_snippets, snippets_file
 from edgepress.errors import ConfigError, DataError
 
 # sha256 of the demo split's example ids (DataSplits.manifest): the split must be the same on every machine.

