@@ -20,10 +20,10 @@ registers of human-rated sentiment text shipped with the demo data (tweets, Amaz
 `edgepress.data.movie.load_register`), when the run's data is the demo's.
 
 Timing: every session is opened once, on `--threads` intra-op threads; each round times every candidate in turn
-(fixed shape, natural lengths, batch 32); the first round is a warm-up and is dropped. Spinning: ORT's idle worker
-threads spin ~50 ms after a run and would take a core from the next candidate on a 2-core machine, so every ORT
-session runs with `session.intra_op.allow_spinning` off (edgepress's sessions and predict.py always do), and a
-0.5 s pause between candidates lets torch's OpenMP threads go idle too. Percentiles are over the pooled runs of the
+(fixed shape, natural lengths, batch 32); the first round is a warm-up and is dropped. Spinning: left to itself, ORT's
+worker threads spin ~50 ms after a run and would take a core from the next candidate on a 2-core machine, so every
+ORT session spins within a run only (`session.force_spinning_stop`, as edgepress's sessions and predict.py do), and
+a 0.5 s pause between candidates lets torch's OpenMP threads go idle too. Percentiles are over the pooled runs of the
 other rounds; the spread is the per-round p50s (`round_p50_ms`). Writes FILE.json, FILE.md (the table) and FILE.svg
 (accuracy against latency, the Pareto front drawn).
 """

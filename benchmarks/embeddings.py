@@ -115,8 +115,8 @@ def open_candidate(candidate: Candidate, texts: tuple[str, ...]) -> list:
 
 def open_st(candidate: Candidate, texts: tuple[str, ...]) -> list:
     """sentence-transformers' graph (token embeddings out: edgepress's predictor refuses it as a bundle) in a session
-    made as every other candidate's is (2 threads, no spinning), pooled by `st_runner`; feeds as compare.prepare
-    builds them."""
+    made as every other candidate's is (2 threads, spinning within a run only), pooled by `st_runner`; feeds as
+    compare.prepare builds them."""
     import onnxruntime
 
     from edgepress.runtime.predictor import fixed_shape_feeds, load_tokenizer, natural_feeds, session_options

@@ -1,7 +1,7 @@
 """Where an ONNX graph's time goes at the test texts' natural lengths, one text a call, as a device embeds or
-classifies them: ONNX Runtime's own profiler (2 intra-op threads, no spinning: the bundle's session options), each
-operator type's share of the kernel time, and the mean run time (profiling adds its own overhead: compare shares, not
-absolute times, with benchmarks/embeddings.py's).
+classifies them: ONNX Runtime's own profiler (2 intra-op threads spinning within a run: the bundle's session
+options), each operator type's share of the kernel time, and the mean run time (profiling adds its own overhead:
+compare shares, not absolute times, with benchmarks/embeddings.py's).
 
     .venv/bin/python benchmarks/op_profile.py runs/embdemo/stages/03-int8/model [--texts 200]
 """

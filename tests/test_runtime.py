@@ -242,3 +242,14 @@ def test_compare_latency_times_every_candidate_in_each_round(monkeypatch, tiny_o
     assert order == [tiny_onnx_dir, tiny_model_dir] * 2  # interleaved, round by round
     assert set(result) == {"onnx", "torch"} and result["onnx"]["providers_used"] == ["CPUExecutionProvider"]
     assert all(r["fixed_p50_ms"] > 0 and r["natural_p50_ms"] > 0 for r in result.values())
+
+
+def test_worker_threads_spin_within_a_run_and_are_parked_when_it_returns():
+    """Every session (edgepress's and predict.py's): workers spin between a run's operators, as torch's OpenMP
+    threads do, and `session.force_spinning_stop` parks them as the run returns; `spinning` keeps them spinning."""
+    from edgepress.runtime.predictor import session_options
+
+    parked = session_options(2)
+    assert parked.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert parked.get_session_config_entry("session.force_spinning_stop") == "1"
+    assert session_options(2, spinning=True).get_session_config_entry("session.force_spinning_stop") == "0"

@@ -123,7 +123,7 @@ def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads:
     for _ in range(rounds):
         for name, artifact in artifacts.items():
             runs[name].append(measure_latency(Path(artifact), texts, "cpu", threads, cfg, natural))
-            time.sleep(0.2)  # ORT's worker threads spin a while after a run: let them idle before the next one
+            time.sleep(0.2)  # torch's OpenMP threads spin a while after a run: let them idle before the next one
 
     def medians(results: list[dict]) -> dict:
         figures = {"fixed_p50_ms": float(np.median([r["fixed"]["p50_ms"] for r in results])),

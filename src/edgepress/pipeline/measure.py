@@ -11,10 +11,12 @@ from edgepress.data.dataset import TextSet
 from edgepress.models.introspect import size_metrics
 from edgepress.pipeline.latency import latency_metrics, onnx_path
 from edgepress.runtime.latency import LatencyConfig
+from edgepress.runtime.predictor import SPINNING
 from edgepress.tasks import CLASSIFICATION
 
-# How ONNX artifacts are evaluated, part of their stages' resume key: records made another way are not reused
-ONNX_EVALUATION = "one text per call"
+# How ONNX artifacts are evaluated and timed, part of their stages' resume key: records made another way are not
+# reused
+ONNX_EVALUATION = f"one text per call; timed with workers spinning {SPINNING}"
 
 
 def onnx_predictions(model_dir: Path, texts: tuple[str, ...], max_length: int, threads: int | None,

@@ -43,10 +43,10 @@ def machine_key() -> dict:
     import onnxruntime
     import torch
 
-    from edgepress.runtime.predictor import cpu_model
+    from edgepress.runtime.predictor import SPINNING, cpu_model
 
     return {"cpu": cpu_model(), "machine": platform.machine(), "cores": os.cpu_count(), "edgepress": __version__,
-            "torch": torch.__version__, "onnxruntime": onnxruntime.__version__}
+            "torch": torch.__version__, "onnxruntime": onnxruntime.__version__, "spinning": SPINNING}
 
 
 @dataclass(frozen=True)

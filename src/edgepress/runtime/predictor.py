@@ -134,9 +134,18 @@ def require_providers(asked: tuple[str, ...], in_use: list[str], logged: list[st
         )
 
 
+# How worker threads wait, part of what a cached latency was measured with (stagecache.machine_key)
+SPINNING = "within a run"
+
+
 def session_options(threads: int | None, optimization: str = "all", spinning: bool = False):
     """ORT session options: `threads` intra-op threads (one inter-op), the graph optimization level, and whether idle
-    worker threads spin (faster alone, unfair to whatever runs beside them)."""
+    worker threads go on spinning after a run returns (faster alone, unfair to whatever runs beside them).
+
+    Within a run the workers always spin between operators, as torch's OpenMP threads do: parked, every operator of
+    a short text pays a thread wake-up (all-MiniLM-L6-v2 int8 at natural lengths, 2 threads: 3.20 -> 2.87 ms,
+    `benchmarks/spinning.py`). Unless `spinning`, `session.force_spinning_stop` parks them as the run returns: no core
+    is taken between calls, from a device's other work or from the next candidate timed side by side."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -144,7 +153,8 @@ def session_options(threads: int | None, optimization: str = "all", spinning: bo
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    options.add_session_config_entry("session.force_spinning_stop", "0" if spinning else "1")
     return options
 
 

@@ -30,7 +30,8 @@ class SessionConfig(BaseModel):
     providers: tuple[Provider, ...] = Field(("cpu",), min_length=1)
     threads: int | None = Field(None, ge=1, le=1024, description="intra-op threads; None lets ONNX Runtime choose")
     optimization: Literal["disable", "basic", "extended", "all"] = "all"
-    spinning: bool = Field(False, description="let idle worker threads spin (faster alone, unfair side by side)")
+    spinning: bool = Field(False, description="let worker threads go on spinning after a run returns (faster "
+                           "alone, unfair side by side); within a run they always spin")
 
 
 def _options(cfg: SessionConfig):
