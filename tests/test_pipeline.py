@@ -370,7 +370,7 @@ def test_a_fidelity_gate_on_a_set_the_run_does_not_measure_is_refused():
         PipelineConfig.model_validate({"data": {"fidelity_sets": {"reviews": "r.csv"}}, "stages": [
             {"name": "e", "method": "export", "gates": {"fidelity": {"min_agreement": 0.9, "on": ["tweets"]}}}]})
     with pytest.raises(ValueError, match=r"fidelity set names must be words .* other than test, typos, validation, "
-                                         r"train: got 'typos'\. Fix: rename them"):
+                                         r"train, pairs: got 'typos'\. Fix: rename them"):
         PipelineConfig.model_validate({"data": {"fidelity_sets": {"typos": "t.txt"}}})
 
 

@@ -280,6 +280,98 @@ def test_an_embedding_run_is_gated_on_the_baselines_neighbours_and_bundles_vecto
         runner.run_pipeline(load_config(config), out, resume=True)
 
 
+def sts_csv(path, n: int):
+    """The STS Benchmark's first `n` test pairs as a data.pairs file."""
+    from edgepress.data.sts import sts_pairs
+    from tests.test_data import write_csv
+
+    return write_csv(path, [{"sentence1": a, "sentence2": b, "score": score} for a, b, score in sts_pairs("test")[:n]])
+
+
+def test_an_embedding_run_measures_and_gates_the_spearman_of_scored_pairs(tmp_path, sentence_dir):
+    """data.pairs: every stage's Spearman correlation of pair cosines with people's scores, its CI and the paired CI
+    of its drop, gated by `accuracy: {metric: spearman}`, reported, and reused with the run's other sets."""
+    import yaml
+
+    from edgepress.pipeline import runner
+    from edgepress.pipeline.config import load_config
+    from tests.test_data import write_csv
+
+    pairs = sts_csv(tmp_path / "pairs.csv", 80)
+    stages = [{"name": "export", "method": "export"},
+              {"name": "int8", "method": "int8-dynamic", "params": {"per_channel": True},
+               "gates": {"accuracy": {"max_drop": 0.5, "strict": True, "metric": "spearman"}}}]
+    config = tmp_path / "p.yaml"
+    config.write_text(yaml.safe_dump({"model": str(sentence_dir), "data": {"pairs": str(pairs)}, "runtime": FAST,
+                                      "stages": stages}))
+    out = tmp_path / "run"
+    report = runner.run_pipeline(load_config(config), out)
+    base = report["baseline"]["metrics"]["sets"]["pairs"]
+    assert base["n"] == 160 and base["n_pairs"] == 80 and base["spearman_ci95"][0] < base["spearman"] < \
+        base["spearman_ci95"][1]
+    export, int8 = (s["metrics"]["sets"]["pairs"] for s in report["stages"])
+    assert export["spearman"] == pytest.approx(base["spearman"], abs=1e-3)  # the graph is the torch model
+    drop = base["spearman"] - int8["spearman"]
+    lo, hi = int8["spearman_drop_ci95"]
+    assert lo <= drop <= hi and lo < hi
+    gate = report["stages"][1]["gates"][0]
+    assert gate["metric"] == "spearman" and gate["value"] == hi and gate["point_estimate"] == pytest.approx(drop)
+    assert report["data"]["sizes"]["pairs"] == 80
+    manifest = json.loads((out / "final" / "edgepress.json").read_text())
+    assert manifest["metrics"]["spearman"] == int8["spearman"] and manifest["metrics"]["n_pairs"] == 80
+    markdown = (out / "report.md").read_text()
+    assert f"(Spearman {base['spearman']:.4f} [" in markdown and "accuracy.max_drop (spearman)" in markdown
+    assert "Spearman correlation of each pair's cosine" in (out / "report.html").read_text()
+    again = runner.run_pipeline(load_config(config), out, resume=True)
+    assert again["stages"][1]["metrics"]["sets"]["pairs"]["spearman"] == int8["spearman"]
+    assert all("reused_from" in s for s in again["stages"])
+    # other scores are other data: nothing measured on the old ones is reused
+    import csv
+
+    rows = list(csv.DictReader(pairs.open()))
+    write_csv(pairs, [{**row, "score": 5 - float(row["score"])} for row in rows])
+    third = runner.run_pipeline(load_config(config), out, resume=True)
+    assert not any("reused_from" in s for s in third["stages"])
+    assert third["baseline"]["metrics"]["sets"]["pairs"]["spearman"] == pytest.approx(-base["spearman"])
+
+
+def test_scored_pairs_that_cannot_be_read_or_gated_are_refused_with_their_fix(tmp_path, sentence_dir,
+                                                                              tiny_model_dir):
+    import yaml
+
+    from edgepress.errors import DataError
+    from edgepress.pipeline.config import load_config
+    from edgepress.pipeline.inputs import check_inputs
+    from tests.test_data import write_csv
+
+    def refused(pairs, model=sentence_dir, gates=None, error=DataError) -> str:
+        stages = [{"name": "export", "method": "export", **({"gates": gates} if gates else {})}]
+        (tmp_path / "p.yaml").write_text(yaml.safe_dump(
+            {"model": str(model), "data": {"pairs": str(pairs)} if pairs else {}, "stages": stages}))
+        with pytest.raises(error) as e:
+            check_inputs(load_config(tmp_path / "p.yaml"), build_teacher=False)
+        return str(e.value)
+
+    good = sts_csv(tmp_path / "good.csv", 30)
+    rows = [{"sentence1": "a", "sentence2": "b", "similarity": 1.0}] * 30
+    assert "has no score column; its columns are: sentence1, sentence2, similarity. Fix: name the columns " \
+        "sentence1, sentence2, score" in refused(write_csv(tmp_path / "col.csv", rows))
+    rows = [{"sentence1": f"a {i}", "sentence2": "b", "score": "high" if i == 3 else i} for i in range(30)]
+    assert "column 'score' must hold a number; rows 4 do not (first: 'high')" in refused(
+        write_csv(tmp_path / "nan.csv", rows))
+    assert "has 5 pairs" in refused(sts_csv(tmp_path / "few.csv", 5)) and "at least 20" in refused(
+        sts_csv(tmp_path / "few.csv", 5))
+    rows = [{"sentence1": f"a {i}", "sentence2": "b", "score": 3} for i in range(30)]
+    assert "every pair has the score 3" in refused(write_csv(tmp_path / "same.csv", rows))
+    assert "is not a .csv or .jsonl file" in refused(tmp_path)
+    message = refused(good, model=tiny_model_dir, error=ConfigError)
+    assert "scores sentence vectors, and this is a classification model. Fix: remove data.pairs" in message
+    message = refused(None, gates={"accuracy": {"max_drop": 0.02, "metric": "spearman"}}, error=ConfigError)
+    assert "stage 'export': metric spearman" in message and "spearman needs data.pairs" in message
+    message = refused(good, gates={"accuracy": {"max_drop": 0.02, "metric": "accuracy"}}, error=ConfigError)
+    assert "Fix: metric: neighbour_overlap or spearman" in message
+
+
 def test_an_embedding_run_refuses_what_is_not_built_for_it_yet(tmp_path, sentence_dir, tiny_model_dir):
     import yaml
 
@@ -569,6 +661,10 @@ def test_the_embedding_demo_runs_on_a_sentence_encoder(monkeypatch, tmp_path, se
     assert [s["name"] for s in report["stages"]] == ["export", "fuse", "int8"]
     details = report["stages"][-1]["details"]
     assert details["smooth"]["alpha"] == 0.85 and details["gptq"]["weights"] == 2 * 4
+    # the STS Benchmark's test pairs: every stage's Spearman, the float graphs' the torch model's
+    assert report["data"]["sizes"]["pairs"] == 1379
+    spearman = [s["metrics"]["sets"]["pairs"]["spearman"] for s in [report["baseline"], *report["stages"]]]
+    assert spearman[1] == pytest.approx(spearman[0], abs=1e-3) and all(-1 <= s <= 1 for s in spearman)
     bad = CliRunner().invoke(app, ["demo", "--task", "ner", "--out", str(tmp_path / "other")])
     assert bad.exit_code == 2 and not (tmp_path / "other").exists()
 

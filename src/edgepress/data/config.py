@@ -4,7 +4,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 DEMO_SOURCE = "demo:movie-snippets"
 # names a fidelity set may not take: the splits, and typos (the test split with typos, measured in every run)
-RESERVED_SET_NAMES = ("test", "typos", "validation", "train")
+RESERVED_SET_NAMES = ("test", "typos", "validation", "train", "pairs")
+DEMO_PAIRS = "demo:stsb"  # the STS Benchmark's test split (data/sts.py)
 
 
 class SplitConfig(BaseModel):
@@ -48,6 +49,11 @@ class DataConfig(BaseModel):
                                           "text_column, and its label_column when it has one: accuracy as well); "
                                           "each stage's agreement with the baseline's labels on them is reported and "
                                           "can be gated (fidelity.on)")
+    pairs: str | None = Field(None, min_length=1, description="an embedding model's labelled check: sentence pairs "
+                              "scored by how alike people judged them, on which every stage's Spearman correlation "
+                              "(pair cosine against score) is measured, reported with its CI and gated by "
+                              "`accuracy: {metric: spearman}`: demo:stsb (the STS Benchmark's test split, 1,379 "
+                              "pairs) or a .csv / .jsonl file with sentence1, sentence2 and score columns")
 
     @field_validator("fidelity_sets")
     @classmethod

@@ -32,6 +32,19 @@ class TextSet:
 
 
 @dataclass(frozen=True)
+class PairSet(TextSet):
+    """Scored sentence pairs (data.pairs) as one set of texts: every pair's first sentence, then every pair's second
+    (texts i and n + i are pair i), labels -1, and each pair's score (n,), how alike people judged the two."""
+
+    scores: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def halves(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(first sentences', second sentences') rows of `vectors` made for `texts`."""
+        n = len(self.scores)
+        return vectors[:n], vectors[n:]
+
+
+@dataclass(frozen=True)
 class DataSplits:
     """The three splits, the label names (id -> name), where they came from and how they were made (`note`: ""
     when as the source gives them or as data.split divides it)."""
@@ -44,14 +57,16 @@ class DataSplits:
     note: str = ""
     unlabeled: tuple[str, ...] = ()  # transfer texts (data.unlabeled): the teacher labels them
     fidelity: dict[str, TextSet] = field(default_factory=dict)  # data.fidelity_sets; label -1: none given
+    pairs: PairSet | None = None  # data.pairs: scored sentence pairs (an embedder's labelled check)
 
     def scored(self) -> dict[str, TextSet]:
         """What every stage is measured on: the test split first (accuracy, gates), then the sets its fidelity is
-        held on: `typos`, the test split with a seeded typo in about one word of six, and the user's own."""
+        held on: `typos`, the test split with a seeded typo in about one word of six, and the user's own; and
+        `pairs`, the scored sentence pairs, when data.pairs names some."""
         from edgepress.data.fidelity import with_typos
 
         typos = TextSet(self.test.ids, with_typos(self.test.texts), self.test.labels)
-        return {"test": self.test, "typos": typos, **self.fidelity}
+        return {"test": self.test, "typos": typos, **self.fidelity, **({"pairs": self.pairs} if self.pairs else {})}
 
     def everything(self) -> TextSet:
         """Every example of every split: train, validation, then test."""
@@ -73,9 +88,12 @@ class DataSplits:
         parts = [(name, getattr(self, name)) for name in splits]
         if "test" in splits:  # measured on beside the test split: part of every stage's metrics
             parts += [(f"fidelity:{name}", part) for name, part in sorted(self.fidelity.items())]
+            parts += [("pairs", self.pairs)] if self.pairs else []
         for name, part in parts:
             for row in zip(part.ids, part.texts, part.labels.tolist(), strict=True):
                 content.update(json.dumps([name, *row], ensure_ascii=False).encode() + b"\n")
+            if isinstance(part, PairSet):
+                content.update(json.dumps([name, "scores", part.scores.tolist()]).encode() + b"\n")
         return content.hexdigest()
 
     def manifest(self) -> dict:
@@ -91,7 +109,8 @@ class DataSplits:
             "id2label": {str(k): v for k, v in self.id2label.items()},
             "sizes": {name: len(part) for name, part in splits.items()} | (
                 {"unlabeled": len(self.unlabeled)} if self.unlabeled else {}) | {
-                f"fidelity:{name}": len(part) for name, part in self.fidelity.items()},
+                f"fidelity:{name}": len(part) for name, part in self.fidelity.items()} | (
+                {"pairs": len(self.pairs.scores)} if self.pairs else {}),
             "sha256": digest,
             "content_sha256": self.content_sha256(),
             "class_counts": self.class_counts(),

@@ -9,6 +9,7 @@ import numpy as np
 from edgepress.data.config import DEMO_SOURCE, DataConfig
 from edgepress.data.dataset import DataSplits, TextSet, hold_out, split_examples, text_key
 from edgepress.data.movie import ID2LABEL, load_movie_snippets
+from edgepress.data.pairs import read_pairs
 from edgepress.data.sources import RawSource, read_source
 from edgepress.errors import DataError, missing
 
@@ -146,8 +147,9 @@ def load_data(cfg: DataConfig, label2id: Mapping[str, int] | None = None) -> Dat
     _check_sizes({"train": train, "validation": validation, "test": test}, cfg)
     unlabeled, held = read_unlabeled(cfg, id2label, {*validation.texts, *test.texts}) if cfg.unlabeled else ((), "")
     fidelity = {name: _fidelity_set(name, path, cfg, id2label) for name, path in cfg.fidelity_sets.items()}
+    pairs = read_pairs(cfg.pairs) if cfg.pairs else None
     return DataSplits(train, validation, test, id2label, cfg.source, "; ".join(filter(None, [note, ignored, held])),
-                      unlabeled, fidelity)
+                      unlabeled, fidelity, pairs)
 
 
 def _text_lines(path) -> tuple[str, ...]:

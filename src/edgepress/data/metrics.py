@@ -68,20 +68,24 @@ def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.sum(unit_rows(a) * unit_rows(b), axis=1)
 
 
-def _mean_ci95(values: np.ndarray) -> list[float]:
-    """BCa 95% bootstrap interval of the mean of `values` ([v, v] when they are all equal; the percentile interval
-    where a few values leave BCa's jackknife degenerate)."""
-    if np.all(values == values[0]):
-        return [float(values[0]), float(values[0])]
+def _bca_ci95(data: tuple, statistic, **options) -> list[float]:
+    """BCa 95% bootstrap interval of `statistic` over `data`; the percentile interval where the data leave BCa's
+    jackknife degenerate (a few distinct values; two nearly equal rankings)."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # scipy warns before it returns NaN bounds, which are handled here
-        interval = _interval(bootstrap((values,), _mean, n_resamples=RESAMPLES, rng=SEED, vectorized=True))
-    if not np.all(np.isfinite(interval)):
-        interval = _interval(bootstrap((values,), _mean, n_resamples=RESAMPLES, rng=SEED, vectorized=True,
-                                       method="percentile"))
+        interval = _interval(bootstrap(data, statistic, rng=SEED, **options))
+        if not np.all(np.isfinite(interval)):
+            interval = _interval(bootstrap(data, statistic, rng=SEED, method="percentile", **options))
     return interval
+
+
+def _mean_ci95(values: np.ndarray) -> list[float]:
+    """BCa 95% bootstrap interval of the mean of `values` ([v, v] when they are all equal)."""
+    if np.all(values == values[0]):
+        return [float(values[0]), float(values[0])]
+    return _bca_ci95((values,), _mean, n_resamples=RESAMPLES, vectorized=True)
 
 
 def top_neighbours(vectors: np.ndarray, k: int) -> np.ndarray:
@@ -119,6 +123,21 @@ def sts_metrics(scores: np.ndarray, a: np.ndarray, b: np.ndarray) -> dict:
     """How well the vectors `a` and `b` (n, dim) of n sentence pairs rank the pairs as people scored them
     (`scores`): the Spearman correlation of each pair's cosine with its score, and its BCa 95% CI over the pairs."""
     scores, cosines = np.asarray(scores, np.float64), row_cosines(np.asarray(a), np.asarray(b))
-    result = bootstrap((scores, cosines), _spearman, paired=True, vectorized=False, n_resamples=1000, rng=SEED)
-    return {"spearman": _spearman(scores, cosines), "spearman_ci95": _interval(result),
+    interval = _bca_ci95((scores, cosines), _spearman, paired=True, vectorized=False, n_resamples=1000)
+    return {"spearman": _spearman(scores, cosines), "spearman_ci95": interval,
             "n_pairs": int(len(scores))}
+
+
+def _spearman_drop(scores: np.ndarray, base: np.ndarray, now: np.ndarray) -> float:
+    return _spearman(scores, base) - _spearman(scores, now)
+
+
+def spearman_drop_ci95(scores: np.ndarray, base: tuple[np.ndarray, np.ndarray],
+                       now: tuple[np.ndarray, np.ndarray]) -> list[float]:
+    """Paired BCa 95% interval of Spearman(base) - Spearman(now) (positive = a drop): the same pairs resampled for
+    both, `base` and `now` each the (first sentences', second sentences') vectors of the pairs."""
+    scores = np.asarray(scores, np.float64)
+    base_cos, now_cos = row_cosines(*base), row_cosines(*now)
+    if np.array_equal(base_cos, now_cos):
+        return [0.0, 0.0]
+    return _bca_ci95((scores, base_cos, now_cos), _spearman_drop, paired=True, vectorized=False, n_resamples=1000)

@@ -343,6 +343,8 @@ def run_manifest(run_root: Path, cfg, data, metrics: dict, meta: dict, source: P
     primary = metrics.get("primary_metric", "accuracy")  # an embedder's: neighbour_overlap, against the baseline
     summary = {k: metrics[k] for k in (primary, f"{primary}_ci95", "n_test", "size_bytes")}
     summary |= {k: metrics[k] for k in ("primary_metric", "cosine", "cosine_ci95") if k in metrics}
+    pairs = metrics.get("sets", {}).get("pairs", {})  # data.pairs: the labelled check of an embedder
+    summary |= {k: pairs[k] for k in ("spearman", "spearman_ci95", "n_pairs") if k in pairs}
     summary["latency_p50_ms"] = {p: m["p50_ms"] for p, m in metrics.get("latency", {}).items()}
     labels = {} if primary != "accuracy" else {"labels": {str(k): v for k, v in data.id2label.items()}}
     return {"model": cfg.model, "data": data.source, "max_length": cfg.data.max_length, **labels,

@@ -33,6 +33,9 @@ class AccuracyGate(BaseModel):
     max_stage_drop: float | None = Field(None, ge=0, le=1, description="largest drop against the stage before")
     min: float | None = Field(None, ge=0, le=1, description="lowest accuracy accepted")
     strict: bool = Field(False, description="max_drop against the upper end of the paired 95% CI of the drop")
+    metric: Literal["accuracy", "neighbour_overlap", "spearman"] | None = Field(
+        None, description="the metric these limits judge; unset: the task's primary (a classifier's accuracy, an "
+        "embedder's neighbour_overlap); spearman: an embedder's on data.pairs")
 
     @model_validator(mode="after")
     def _strict_needs_max_drop(self) -> "AccuracyGate":
@@ -106,7 +109,7 @@ class Gates(BaseModel):
     def _each_sets_a_limit(self) -> "Gates":
         problems = []
         for kind, gate in self:
-            limits = [name for name in type(gate).model_fields if name not in ("provider", "strict", "on")] \
+            limits = [name for name in type(gate).model_fields if name not in ("provider", "strict", "on", "metric")] \
                 if gate else []
             if gate is not None and all(getattr(gate, name) is None for name in limits):
                 problems.append(f"the {kind} gate sets no limit: give at least one of {', '.join(limits)}")

@@ -46,19 +46,31 @@ def primary_metric(metrics: dict) -> str:
     return metrics.get("primary_metric", "accuracy")
 
 
+def figures_of(metrics: dict, metric: str) -> dict:
+    """Where `metric` is recorded: with the test split's figures, or in the scored set that holds it (spearman: the
+    pairs'); {} where it was not measured."""
+    return metrics if metric in metrics else next(
+        (figures for figures in metrics.get("sets", {}).values() if metric in figures), {})
+
+
+def _value(metrics: dict, metric: str) -> float | None:
+    return figures_of(metrics, metric).get(metric)
+
+
 def _accuracy(rule: str, limit: float, value: float | None, ok_when_below: bool, primary: str) -> dict:
     return {**_check("accuracy", rule, limit, value, ok_when_below),
             **({"metric": primary} if primary != "accuracy" else {})}
 
 
-def _max_drop(limit: float, strict: bool, baseline: dict, metrics: dict) -> dict:
-    """The drop of the primary metric vs the baseline; strict: the upper end of its paired 95% CI
-    (`accuracy_drop_ci95`, an embedder's `neighbour_overlap_drop_ci95`), the point estimate recorded beside it."""
-    primary = primary_metric(baseline)
-    drop = baseline[primary] - metrics[primary]
+def _max_drop(limit: float, strict: bool, baseline: dict, metrics: dict, primary: str) -> dict:
+    """The drop of the gated metric vs the baseline; strict: the upper end of its paired 95% CI
+    (`accuracy_drop_ci95`, an embedder's `neighbour_overlap_drop_ci95` or `spearman_drop_ci95`), the point estimate
+    recorded beside it."""
+    base, now = _value(baseline, primary), _value(metrics, primary)
+    drop = None if base is None or now is None else base - now
     if not strict:
         return _accuracy("max_drop", limit, drop, True, primary)
-    upper = metrics.get(f"{primary}_drop_ci95", [None, None])[1]
+    upper = figures_of(metrics, primary).get(f"{primary}_drop_ci95", [None, None])[1]
     return {**_accuracy("max_drop", limit, upper, True, primary), "strict": True, "point_estimate": drop}
 
 
@@ -113,14 +125,15 @@ def evaluate_gates(gates: Gates, metrics: dict, baseline: dict, previous: dict, 
     parity numbers the method measured (None for methods that change no graph)."""
     results = []
     if (a := gates.accuracy) is not None:
+        primary = a.metric or primary_metric(baseline)
         if a.max_drop is not None:
-            results.append(_max_drop(a.max_drop, a.strict, baseline, metrics))
-        primary = primary_metric(baseline)
+            results.append(_max_drop(a.max_drop, a.strict, baseline, metrics, primary))
         if a.max_stage_drop is not None:
-            drop = previous[primary] - metrics[primary]
+            before, now = _value(previous, primary), _value(metrics, primary)
+            drop = None if before is None or now is None else before - now
             results.append(_accuracy("max_stage_drop", a.max_stage_drop, drop, True, primary))
         if a.min is not None:
-            results.append(_accuracy("min", a.min, metrics[primary], False, primary))
+            results.append(_accuracy("min", a.min, _value(metrics, primary), False, primary))
     if (g := gates.latency) is not None:
         now, base = _latency(metrics, g.provider), _latency(baseline, g.provider)
         if g.max_p50_ms is not None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from edgepress.data import DataConfig, DataSplits, load_data
 from edgepress.data.augment import check_augment
+from edgepress.data.config import DEMO_PAIRS
 from edgepress.data.movie import ID2LABEL as DEMO_LABELS
 from edgepress.deploy.bundle import web_modules, web_pipeline
 from edgepress.errors import ConfigError, EdgepressError
@@ -17,7 +18,7 @@ from edgepress.pipeline.rundir import RUN_FILES
 from edgepress.registry import METHODS
 from edgepress.runtime.predictor import MANIFEST, fixed_shape_feeds, load_tokenizer, position_limit
 from edgepress.runtime.session import check_providers
-from edgepress.tasks import CLASSIFICATION, EMBEDDING, check_methods_for, task_of
+from edgepress.tasks import CLASSIFICATION, EMBEDDING, check_methods_for, check_metrics_for, task_of
 
 
 def check_run_dir(out: Path, inputs: dict[str, Path] | None = None) -> None:
@@ -125,6 +126,7 @@ def local_inputs(model: str, data: str | DataConfig, config: Path | None = None)
     if isinstance(data, DataConfig):
         found["data.unlabeled"] = data.unlabeled and Path(data.unlabeled).expanduser()
         found |= {f"data.fidelity_sets.{name}": Path(path).expanduser() for name, path in data.fidelity_sets.items()}
+        found["data.pairs"] = Path(data.pairs).expanduser() if data.pairs not in (None, DEMO_PAIRS) else None
     return {what: path for what, path in found.items() if path is not None}
 
 
@@ -136,6 +138,7 @@ def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bo
     check_providers(cfg.runtime.providers)
     task = run_task(cfg)
     check_methods_for(task, cfg.stages)
+    check_metrics_for(task, cfg.data.pairs, cfg.stages)
     if cfg.runtime.target == "web":
         if task is EMBEDDING:  # the model's pooling, which transformers.js computes in a web bundle
             web_pipeline(resolve_model(cfg.model))

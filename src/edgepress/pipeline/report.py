@@ -209,7 +209,8 @@ def _fidelity_what(report: dict) -> str:
 
 def fidelity_table(report: dict) -> tuple[list[str], list[list[str]]]:
     """(set names, a row of cells per stage): each stage's agreement with the baseline's labels [95% CI] on every set
-    beyond the test split (typos, the user's fidelity sets), and its accuracy there where the set has labels."""
+    beyond the test split (typos, the user's fidelity sets, scored pairs), and its accuracy there where the set has
+    labels, its Spearman correlation [95% CI] on scored pairs."""
     base = report["baseline"]["metrics"].get("sets", {})
     names, rows = list(base), []
     for stage in [{"name": "baseline", "metrics": report["baseline"]["metrics"]}, *report["stages"]]:
@@ -219,7 +220,8 @@ def fidelity_table(report: dict) -> tuple[list[str], list[list[str]]]:
             figures = sets.get(name, {})
             agreement = f"{figures['agreement']:.4f} [{figures['agreement_ci95'][0]:.4f}, " \
                 f"{figures['agreement_ci95'][1]:.4f}]" if "agreement" in figures else "–"
-            cells.append(agreement + (f" (accuracy {figures['accuracy']:.4f})" if "accuracy" in figures else ""))
+            cells.append(agreement + (f" (accuracy {figures['accuracy']:.4f})" if "accuracy" in figures else "")
+                         + (f" (Spearman {_score(figures, 'spearman')})" if "spearman" in figures else ""))
         rows.append([stage["name"], *cells])
     return names, rows
 
@@ -229,9 +231,11 @@ def _fidelity_lines(report: dict) -> list[str]:
     if not names:
         return []
     sizes = ", ".join(f"{name} {report['baseline']['metrics']['sets'][name]['n']:,}" for name in names)
+    pairs = (" pairs: the sentences of data.pairs, with the Spearman correlation of each pair's cosine with the "
+             "score people gave it [95% CI]." if "pairs" in names else "")
     return ["## Fidelity", "",
             f"{_fidelity_what(report)} [95% CI] beyond the test split ({sizes} texts; typos: the test split with a "
-            "seeded typo in about one word of six), and accuracy where the set has labels.", "",
+            f"seeded typo in about one word of six), and accuracy where the set has labels.{pairs}", "",
             f"| stage | {' | '.join(names)} |", "|---|" + "---|" * len(names),
             *(f"| {' | '.join(row)} |" for row in rows), ""]
 

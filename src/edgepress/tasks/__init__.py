@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgepress.data.dataset import TextSet
+from edgepress.data.dataset import PairSet, TextSet
 from edgepress.errors import ConfigError
 from edgepress.logs import tracked
 
@@ -33,6 +33,7 @@ class Classification:
     name: str = "classification"
     output: str = "logits"
     primary: str = "accuracy"
+    gated: tuple[str, ...] = ("accuracy",)  # what an accuracy gate's `metric` may name
     methods: tuple[str, ...] | None = None  # every method
     int8_params: tuple[tuple[str, object], ...] = ()  # what `edgepress init` adds to its int8 stage
 
@@ -73,6 +74,7 @@ class Embedding:
     name: str = "embedding"
     output: str = "sentence_embedding"
     primary: str = "neighbour_overlap"
+    gated: tuple[str, ...] = ("neighbour_overlap", "spearman")  # spearman: on data.pairs
     methods: tuple[str, ...] | None = ("distill", "heads", "ffn", "vocab", "magnitude", "export", "optimize", "fp16",
                                        "int8-dynamic", "int8-static", "int4")
     # smoothing: all-MiniLM-L6-v2's int8 neighbours 0.84 -> 0.91 on a VNNI CPU (benchmarks/embeddings.py)
@@ -97,8 +99,11 @@ class Embedding:
         return self.versus(part, preds, preds)
 
     def set_scores(self, part: TextSet, preds: np.ndarray) -> dict:
-        """A fidelity set's own figures: none (vectors are scored against the baseline's, in `versus`)."""
-        return {}
+        """A set's own figures: the scored pairs' Spearman correlation with its CI (`sts_metrics`); none for a
+        fidelity set (its vectors are scored against the baseline's, in `versus`)."""
+        from edgepress.data.metrics import sts_metrics
+
+        return sts_metrics(part.scores, *part.halves(preds)) if isinstance(part, PairSet) else {}
 
     def versus(self, part: TextSet, base: np.ndarray, preds: np.ndarray) -> dict:
         """Against the baseline's vectors of the same texts: cosine and neighbour overlap with their CIs; the drop
@@ -112,7 +117,17 @@ class Embedding:
         lo, hi = figures["neighbour_overlap_ci95"]
         return {**{k: v for k, v in figures.items() if k != "n_test"},
                 "neighbour_overlap_drop_ci95": [1 - hi, 1 - lo],
-                "agreement": figures["neighbour_overlap"], "agreement_ci95": [lo, hi]}
+                "agreement": figures["neighbour_overlap"], "agreement_ci95": [lo, hi],
+                **self._pairs_drop(part, base, preds)}
+
+    @staticmethod
+    def _pairs_drop(part: TextSet, base: np.ndarray, preds: np.ndarray) -> dict:
+        """On scored pairs: the paired 95% CI of the Spearman drop from the baseline's."""
+        from edgepress.data.metrics import spearman_drop_ci95
+
+        if not isinstance(part, PairSet):
+            return {}
+        return {"spearman_drop_ci95": spearman_drop_ci95(part.scores, part.halves(base), part.halves(preds))}
 
 
 CLASSIFICATION, EMBEDDING = Classification(), Embedding()
@@ -143,3 +158,19 @@ def check_methods_for(task, stages) -> None:
         lines = "\n".join(f"  ✗ {w}" for w in wrong)
         raise ConfigError(f"these methods are not built for {task.name} models yet:\n{lines}\nFix: use "
                           f"{', '.join(task.methods)} on a {task.name} model")
+
+
+def check_metrics_for(task, pairs: str | None, stages) -> None:
+    """data.pairs only for an embedder, and every accuracy gate's `metric` one the task measures (spearman: where
+    data.pairs names the pairs it is measured on); the ConfigError names each that is not."""
+    if pairs and task is not EMBEDDING:
+        raise ConfigError(f"data.pairs ({pairs}) scores sentence vectors, and this is a {task.name} model. Fix: "
+                          f"remove data.pairs, or give a sentence-transformers model")
+    wrong = [f"stage '{stage.name}': metric {gate.metric}" for stage in stages
+             if (gate := stage.gates.accuracy) is not None and gate.metric is not None
+             and (gate.metric not in task.gated or (gate.metric == "spearman" and not pairs))]
+    if wrong:
+        lines = "\n".join(f"  ✗ {w}" for w in wrong)
+        spearman = "; spearman needs data.pairs (scored sentence pairs)" if task is EMBEDDING else ""
+        raise ConfigError(f"these accuracy gates judge a metric {task.name} runs do not measure:\n{lines}\nFix: "
+                          f"metric: {' or '.join(task.gated)}{spearman}")
