@@ -359,7 +359,7 @@ def test_scored_pairs_that_cannot_be_read_or_gated_are_refused_with_their_fix(tm
     rows = [{"sentence1": f"a {i}", "sentence2": "b", "score": "high" if i == 3 else i} for i in range(30)]
     assert "column 'score' must hold a number; rows 4 do not (first: 'high')" in refused(
         write_csv(tmp_path / "nan.csv", rows))
-    assert "has 5 pairs" in refused(sts_csv(tmp_path / "few.csv", 5)) and "at least 20" in refused(
+    assert "has too few pairs (5)" in refused(sts_csv(tmp_path / "few.csv", 5)) and "at least 20" in refused(
         sts_csv(tmp_path / "few.csv", 5))
     rows = [{"sentence1": f"a {i}", "sentence2": "b", "score": 3} for i in range(30)]
     assert "every pair has the score 3" in refused(write_csv(tmp_path / "same.csv", rows))
@@ -370,6 +370,14 @@ def test_scored_pairs_that_cannot_be_read_or_gated_are_refused_with_their_fix(tm
     assert "stage 'export': metric spearman" in message and "spearman needs data.pairs" in message
     message = refused(good, gates={"accuracy": {"max_drop": 0.02, "metric": "accuracy"}}, error=ConfigError)
     assert "Fix: metric: neighbour_overlap or spearman" in message
+    # a run never replaces the pairs it reads
+    out = tmp_path / "run"
+    (out / "stages").mkdir(parents=True)
+    inside = sts_csv(out / "stages" / "pairs.csv", 30)
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"model": str(sentence_dir), "data": {"pairs": str(inside)},
+                                                     "stages": [{"name": "export", "method": "export"}]}))
+    with pytest.raises(ConfigError, match=r"holds data.pairs .*which this command reads and would replace"):
+        check_inputs(load_config(tmp_path / "p.yaml"), out, build_teacher=False)
 
 
 def test_an_embedding_run_refuses_what_is_not_built_for_it_yet(tmp_path, sentence_dir, tiny_model_dir):

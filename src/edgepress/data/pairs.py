@@ -62,8 +62,8 @@ def read_pairs(source: str) -> PairSet:
     else:
         rows = _file_rows(source)
     if len(rows) < MIN_PAIRS:
-        raise DataError(f"data.pairs {source} has {len(rows)} pairs: a Spearman correlation over so few, and its CI, "
-                        f"say little. Fix: give at least {MIN_PAIRS} scored pairs")
+        raise DataError(f"data.pairs {source} has too few pairs ({len(rows)}): a Spearman correlation over so few, and "
+                        f"its CI, say little. Fix: give at least {MIN_PAIRS} scored pairs")
     scores = np.array([r[2] for r in rows], dtype=np.float64)
     if np.all(scores == scores[0]):
         raise DataError(f"data.pairs {source}: every pair has the score {scores[0]:g}, so no ranking can agree with "
