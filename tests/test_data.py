@@ -326,3 +326,9 @@ def test_sts_pairs_are_read_from_the_wheel_and_a_monotone_model_correlates_fully
     assert sts_metrics(scores, a, agreeing)["spearman"] == pytest.approx(1.0)
     worst = sts_metrics(scores, a, opposed)
     assert worst["spearman"] == pytest.approx(-1.0) and worst["n_pairs"] == 200
+    # the paired CI of a drop: none from a model to itself, all of it (about 2) from agreeing to opposed
+    from edgepress.data.metrics import spearman_drop_ci95
+
+    assert spearman_drop_ci95(scores, (a, agreeing), (a, agreeing)) == [0.0, 0.0]
+    lo, hi = spearman_drop_ci95(scores, (a, agreeing), (a, opposed))
+    assert 1.9 < lo <= hi <= 2.0
