@@ -233,6 +233,10 @@ def test_empty_data(tmp_path):
     source.write_text("\n")
     with pytest.raises(DataError, match=r"has no examples"):
         load_data(DataConfig(source=str(source)))
+    source = tmp_path / "empty.csv"  # not even a header: read as no rows, not a crash
+    source.write_text("")
+    with pytest.raises(DataError, match=r"has no examples"):
+        load_data(DataConfig(source=str(source)))
 
 
 def test_single_class(tmp_path, real_rows):

@@ -367,9 +367,18 @@ def test_scored_pairs_that_cannot_be_read_or_gated_are_refused_with_their_fix(tm
     message = refused(good, model=tiny_model_dir, error=ConfigError)
     assert "scores sentence vectors, and this is a classification model. Fix: remove data.pairs" in message
     message = refused(None, gates={"accuracy": {"max_drop": 0.02, "metric": "spearman"}}, error=ConfigError)
-    assert "stage 'export': metric spearman" in message and "spearman needs data.pairs" in message
+    assert "stage 'export': accuracy.metric spearman is measured on scored sentence pairs, and data.pairs names " \
+        "none. Fix: set data.pairs" in message
     message = refused(good, gates={"accuracy": {"max_drop": 0.02, "metric": "accuracy"}}, error=ConfigError)
-    assert "Fix: metric: neighbour_overlap or spearman" in message
+    assert "accuracy.metric accuracy is not measured on embedding models. Fix: metric: neighbour_overlap or " \
+        "spearman, or leave metric out (neighbour_overlap)" in message
+    # an empty file, a header alone, a line of JSON that is no object: each said so, with its fix
+    (tmp_path / "empty.csv").write_text("")
+    assert "holds no pairs (no row below a header)" in refused(tmp_path / "empty.csv")
+    (tmp_path / "header.csv").write_text("sentence1,sentence2,score\n")
+    assert "holds no pairs (no row below a header)" in refused(tmp_path / "header.csv")
+    (tmp_path / "list.jsonl").write_text('{"sentence1": "a", "sentence2": "b", "score": 1}\n[1, 2]\n')
+    assert "line 2 is a JSON list, not an object. Fix: one JSON object per line" in refused(tmp_path / "list.jsonl")
     # a run never replaces the pairs it reads
     out = tmp_path / "run"
     (out / "stages").mkdir(parents=True)

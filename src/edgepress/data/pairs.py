@@ -39,11 +39,13 @@ def _file_rows(source: str) -> list[tuple[str, str, float]]:
         raise DataError(f"{where} is not a .csv or .jsonl file. Fix: a .csv or .jsonl file with "
                         f"{', '.join(COLUMNS)} columns, or {DEMO_PAIRS}")
     rows = read_file(path)
-    absent = [c for c in COLUMNS if not rows or c not in rows[0]]
+    if not rows:
+        raise DataError(f"{where} holds no pairs (no row below a header). Fix: a row a pair, with "
+                        f"{', '.join(COLUMNS)} columns, at least {MIN_PAIRS} of them")
+    absent = [c for c in COLUMNS if c not in rows[0]]
     if absent:
-        have = ", ".join(rows[0]) if rows else "none (no rows)"
-        raise DataError(f"{where} has no {', '.join(absent)} column; its columns are: {have}. Fix: name the "
-                        f"columns {', '.join(COLUMNS)}")
+        raise DataError(f"{where} has no {', '.join(absent)} column; its columns are: {', '.join(rows[0])}. Fix: "
+                        f"name the columns {', '.join(COLUMNS)}")
     first, second = _texts(rows, "sentence1", where), _texts(rows, "sentence2", where)
     scores = [_score(row.get("score")) for row in rows]
     bad = [i for i, s in enumerate(scores) if s is None]

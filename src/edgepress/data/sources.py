@@ -35,7 +35,7 @@ def _read_csv(path: Path) -> list[dict]:
     with path.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
         rows = list(reader)
-    header = reader.fieldnames or []
+        header = reader.fieldnames or []  # read while the file is open: an empty file's is read from it here
     other = next((sep for sep in ";\t|" if len(header) == 1 and sep in header[0]), None)
     if other:
         raise DataError(f"{path} looks {other!r}-separated (its header is {header[0]!r}); edgepress reads comma-"
@@ -60,7 +60,8 @@ def _read_jsonl(path: Path) -> list[dict]:
                 message = f"{path}: line {number} is not valid JSON ({e.msg}). Fix: one JSON object per line"
                 raise DataError(message) from e
             if not isinstance(row, dict):
-                raise DataError(f"{path}: line {number} is a JSON {type(row).__name__}, not an object")
+                raise DataError(f"{path}: line {number} is a JSON {type(row).__name__}, not an object. Fix: one JSON "
+                                f"object per line")
             rows.append(row)
     return rows
 

@@ -162,15 +162,16 @@ def check_methods_for(task, stages) -> None:
 
 def check_metrics_for(task, pairs: str | None, stages) -> None:
     """data.pairs only for an embedder, and every accuracy gate's `metric` one the task measures (spearman: where
-    data.pairs names the pairs it is measured on); the ConfigError names each that is not."""
+    data.pairs names the pairs it is measured on); the ConfigError names each that is not, with its fix."""
     if pairs and task is not EMBEDDING:
         raise ConfigError(f"data.pairs ({pairs}) scores sentence vectors, and this is a {task.name} model. Fix: "
                           f"remove data.pairs, or give a sentence-transformers model")
-    wrong = [f"stage '{stage.name}': metric {gate.metric}" for stage in stages
-             if (gate := stage.gates.accuracy) is not None and gate.metric is not None
-             and (gate.metric not in task.gated or (gate.metric == "spearman" and not pairs))]
-    if wrong:
-        lines = "\n".join(f"  ✗ {w}" for w in wrong)
-        spearman = "; spearman needs data.pairs (scored sentence pairs)" if task is EMBEDDING else ""
-        raise ConfigError(f"these accuracy gates judge a metric {task.name} runs do not measure:\n{lines}\nFix: "
-                          f"metric: {' or '.join(task.gated)}{spearman}")
+    for stage in stages:
+        metric = stage.gates.accuracy.metric if stage.gates.accuracy is not None else None
+        if metric == "spearman" and task is EMBEDDING and not pairs:
+            raise ConfigError(f"stage '{stage.name}': accuracy.metric spearman is measured on scored sentence pairs, "
+                              f"and data.pairs names none. Fix: set data.pairs (demo:stsb, or a .csv / .jsonl file "
+                              f"with sentence1, sentence2 and score columns), or metric: neighbour_overlap")
+        if metric is not None and metric not in task.gated:
+            raise ConfigError(f"stage '{stage.name}': accuracy.metric {metric} is not measured on {task.name} models. "
+                              f"Fix: metric: {' or '.join(task.gated)}, or leave metric out ({task.primary})")
