@@ -162,7 +162,7 @@ def check_methods_for(task, stages) -> None:
 
 def check_metrics_for(task, pairs: str | None, stages) -> None:
     """data.pairs only for an embedder, and every accuracy gate's `metric` one the task measures (spearman: where
-    data.pairs names the pairs it is measured on); the ConfigError names each that is not, with its fix."""
+    data.pairs names the pairs it is measured on); a ConfigError with its fix for the first that is not."""
     if pairs and task is not EMBEDDING:
         raise ConfigError(f"data.pairs ({pairs}) scores sentence vectors, and this is a {task.name} model. Fix: "
                           f"remove data.pairs, or give a sentence-transformers model")
