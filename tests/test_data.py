@@ -330,9 +330,17 @@ def test_sts_pairs_are_read_from_the_wheel_and_a_monotone_model_correlates_fully
     assert sts_metrics(scores, a, agreeing)["spearman"] == pytest.approx(1.0)
     worst = sts_metrics(scores, a, opposed)
     assert worst["spearman"] == pytest.approx(-1.0) and worst["n_pairs"] == 200
-    # the paired CI of a drop: none from a model to itself, all of it (about 2) from agreeing to opposed
+    # the paired CI of a drop: none from a model to itself; between two models sharing most of their error (seeded
+    # noise on the angles, the second with a little more), the pairs resampled together resolve a drop that the two
+    # models' own CIs, overlapping, cannot; from the other side, the same interval negated
     from edgepress.data.metrics import spearman_drop_ci95
 
     assert spearman_drop_ci95(scores, (a, agreeing), (a, agreeing)) == [0.0, 0.0]
-    lo, hi = spearman_drop_ci95(scores, (a, agreeing), (a, opposed))
-    assert 1.9 < lo <= hi <= 2.0
+    rng = np.random.default_rng(0)
+    shared = angles * 0.9 + rng.normal(0, 0.3, 200)
+    first, second = (np.stack([np.sin(t), np.cos(t)], 1) for t in (shared, shared + rng.normal(0, 0.15, 200)))
+    one, two = sts_metrics(scores, a, first), sts_metrics(scores, a, second)
+    assert two["spearman_ci95"][1] > one["spearman_ci95"][0]  # alone, the two cannot be told apart
+    lo, hi = spearman_drop_ci95(scores, (a, first), (a, second))
+    assert 0 < lo < one["spearman"] - two["spearman"] < hi
+    assert spearman_drop_ci95(scores, (a, second), (a, first)) == pytest.approx([-hi, -lo])

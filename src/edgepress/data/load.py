@@ -11,9 +11,10 @@ from edgepress.data.dataset import DataSplits, TextSet, hold_out, split_examples
 from edgepress.data.movie import ID2LABEL, load_movie_snippets
 from edgepress.data.pairs import read_pairs
 from edgepress.data.sources import RawSource, read_source
-from edgepress.errors import DataError, missing
+from edgepress.errors import DataError
 
 SHOWN = 5  # rows named in an error message
+TEXT_FILES = (".txt", ".csv", ".jsonl")  # what data.unlabeled and a fidelity set may be
 
 
 def _rows(indices: list[int]) -> str:
@@ -170,17 +171,10 @@ def _text_lines(path) -> tuple[str, ...]:
 def read_unlabeled(cfg: DataConfig, id2label: dict[int, str], held: set[str]) -> tuple[tuple[str, ...], str]:
     """The texts of `cfg.unlabeled` without those in `held` (the validation and test texts: a student taught the
     teacher's label of a text it is judged on would be judged on its lesson), and a note of how many were left out."""
-    from pathlib import Path
+    from edgepress.data.sources import named_file, read_file
 
-    from edgepress.data.sources import read_file
-
-    path = Path(cfg.unlabeled).expanduser()
-    if not path.exists():
-        raise DataError(f"data.unlabeled {missing(cfg.unlabeled)}. Fix: the path of a .txt, .csv or .jsonl file "
-                        f"of texts")
-    if not path.is_file() or path.suffix not in (".txt", ".csv", ".jsonl"):
-        raise DataError(f"data.unlabeled {cfg.unlabeled} is not a .txt, .csv or .jsonl file. Fix: a .txt file with "
-                        f"one text per line, or a .csv / .jsonl file with a '{cfg.text_column}' column")
+    path = named_file(cfg.unlabeled, "data.unlabeled", TEXT_FILES, "the path of a .txt, .csv or .jsonl file of texts",
+                      f"a .txt file with one text per line, or a .csv / .jsonl file with a '{cfg.text_column}' column")
     if path.suffix == ".txt":
         texts = _text_lines(path)
     else:
@@ -203,17 +197,13 @@ def read_unlabeled(cfg: DataConfig, id2label: dict[int, str], held: set[str]) ->
 def _fidelity_set(name: str, path: str, cfg: DataConfig, id2label: dict[int, str]) -> TextSet:
     """One of `data.fidelity_sets`: its texts, and its labels (the model's ids) where it has a label column, else
     -1 for each."""
-    from pathlib import Path
+    from edgepress.data.sources import named_file, read_file
 
-    from edgepress.data.sources import read_file
-
-    where, file = f"data.fidelity_sets.{name} ({path})", Path(path).expanduser()
-    if not file.exists():
-        raise DataError(f"data.fidelity_sets.{name}: {missing(path)}. Fix: the path of a .txt, .csv or .jsonl file "
-                        f"of texts")
-    if not file.is_file() or file.suffix not in (".txt", ".csv", ".jsonl"):
-        raise DataError(f"{where} is not a .txt, .csv or .jsonl file. Fix: a .txt file with one text per line, or a "
-                        f".csv / .jsonl file with a '{cfg.text_column}' column (and '{cfg.label_column}' for labels)")
+    where = f"data.fidelity_sets.{name} ({path})"
+    file = named_file(path, f"data.fidelity_sets.{name}", TEXT_FILES,
+                      "the path of a .txt, .csv or .jsonl file of texts", f"a .txt file with one text per line, or "
+                      f"a .csv / .jsonl file with a '{cfg.text_column}' column (and '{cfg.label_column}' for labels)",
+                      where)
     if file.suffix == ".txt":
         texts = _text_lines(file)
         if not texts:

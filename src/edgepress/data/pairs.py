@@ -4,13 +4,12 @@ and a user's own pairs are a .csv or .jsonl file with `sentence1`, `sentence2` a
 STS Benchmark and sentence-transformers' datasets use)."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 
 from edgepress.data.config import DEMO_PAIRS
 from edgepress.data.dataset import PairSet
-from edgepress.errors import DataError, missing
+from edgepress.errors import DataError
 
 COLUMNS = ("sentence1", "sentence2", "score")
 MIN_PAIRS = 20  # a Spearman over fewer pairs, and its CI, say little
@@ -29,16 +28,10 @@ def _score(value: object) -> float | None:
 
 def _file_rows(source: str) -> list[tuple[str, str, float]]:
     from edgepress.data.load import _rows, _texts
-    from edgepress.data.sources import read_file
+    from edgepress.data.sources import named_file, read_file
 
-    path, where = Path(source).expanduser(), f"data.pairs {source}"
-    if not path.exists():
-        raise DataError(f"data.pairs {missing(source)}. Fix: the path of a .csv or .jsonl file with "
-                        f"{', '.join(COLUMNS)} columns, or {DEMO_PAIRS}")
-    if not path.is_file() or path.suffix not in (".csv", ".jsonl"):
-        raise DataError(f"{where} is not a .csv or .jsonl file. Fix: a .csv or .jsonl file with "
-                        f"{', '.join(COLUMNS)} columns, or {DEMO_PAIRS}")
-    rows = read_file(path)
+    where, fix = f"data.pairs {source}", f"a .csv or .jsonl file with {', '.join(COLUMNS)} columns, or {DEMO_PAIRS}"
+    rows = read_file(named_file(source, "data.pairs", (".csv", ".jsonl"), f"the path of {fix}", fix))
     if not rows:
         raise DataError(f"{where} holds no pairs (no row below a header). Fix: a row a pair, with "
                         f"{', '.join(COLUMNS)} columns, at least {MIN_PAIRS} of them")

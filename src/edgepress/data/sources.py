@@ -66,6 +66,19 @@ def _read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
+def named_file(value: str, field: str, suffixes: tuple[str, ...], fix_missing: str, fix_kind: str,
+               where: str | None = None) -> Path:
+    """The file the config field `field` (data.unlabeled, ...) names as `value`, checked to exist and to end in one
+    of `suffixes`; each DataError names the field (`where`: as the kind error names it) and its fix."""
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise DataError(f"{field} {missing(value)}. Fix: {fix_missing}")
+    if not path.is_file() or path.suffix not in suffixes:
+        kinds = ", ".join(suffixes[:-1]) + f" or {suffixes[-1]}"
+        raise DataError(f"{where or f'{field} {value}'} is not a {kinds} file. Fix: {fix_kind}")
+    return path
+
+
 def read_file(path: Path) -> list[dict]:
     try:
         if path.suffix == ".csv":
