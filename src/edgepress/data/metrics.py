@@ -1,4 +1,4 @@
-"""Accuracy, macro-F1 and bootstrap confidence intervals (scipy.stats.bootstrap, BCa, 95%)."""
+"""Accuracy, macro-F1, entity-level F1 and bootstrap confidence intervals (scipy.stats.bootstrap, BCa, 95%)."""
 
 import numpy as np
 from scipy.stats import bootstrap, spearmanr
@@ -141,3 +141,96 @@ def spearman_drop_ci95(scores: np.ndarray, base: tuple[np.ndarray, np.ndarray],
     if np.array_equal(base_cos, now_cos):
         return [0.0, 0.0]
     return _bca_ci95((scores, base_cos, now_cos), _spearman_drop, paired=True, vectorized=False, n_resamples=1000)
+
+
+# --- entities (token classification)
+
+def _as_iob2(tags: list[str]) -> list[str]:
+    """IO tags as IOB2: an I- that does not continue an entity of its type begins one."""
+    out, previous = [], "O"
+    for tag in tags:
+        continues = tag.startswith("I-") and previous[2:] == tag[2:] and previous != "O"
+        out.append(tag if tag == "O" or continues else "B-" + tag[2:])
+        previous = tag
+    return out
+
+
+def entity_spans(sentences: list[list[str]], scheme: str) -> list[set[tuple[str, int, int]]]:
+    """Per sentence, its entities as (type, start, end) word spans, read strictly (seqeval's `mode="strict"`: an
+    entity counts only where its tags follow the scheme; IO runs of one type are entities)."""
+    from seqeval.scheme import IOB2, IOBES, Entities
+
+    if scheme == "IO":
+        sentences, scheme = [_as_iob2(s) for s in sentences], "IOB2"
+    entities = Entities(sentences, {"IOB2": IOB2, "IOBES": IOBES}[scheme]).entities
+    return [{(e.tag, e.start, e.end) for e in sentence} for sentence in entities]
+
+
+def _entity_counts(true: list[set], pred: list[set], types: list[str]) -> np.ndarray:
+    """(sentences, types, 3): per sentence and type, entities found right, predicted, and in the truth."""
+    counts = np.zeros((len(true), len(types), 3), np.float64)
+    index = {t: i for i, t in enumerate(types)}
+    for s, (gold, found) in enumerate(zip(true, pred, strict=True)):
+        for entity in gold & found:
+            counts[s, index[entity[0]], 0] += 1
+        for entity in found:
+            counts[s, index[entity[0]], 1] += 1
+        for entity in gold:
+            counts[s, index[entity[0]], 2] += 1
+    return counts
+
+
+def _micro_f1(right: np.ndarray, predicted: np.ndarray, true: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Entity-level micro F1 = 2 right / (predicted + true), summed over the sentences (axis); 0 with neither."""
+    right, total = np.sum(right, axis=axis), np.sum(predicted, axis=axis) + np.sum(true, axis=axis)
+    return np.divide(2 * right, total, out=np.zeros_like(total, dtype=np.float64), where=total > 0)
+
+
+def _f1_drop(right_a, predicted_a, right_b, predicted_b, true, axis: int = -1) -> np.ndarray:
+    return _micro_f1(right_a, predicted_a, true, axis) - _micro_f1(right_b, predicted_b, true, axis)
+
+
+def _sentence_totals(true: list[set], pred: list[set]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(right, predicted, true) entity counts per sentence, every type together."""
+    counts = np.array([(len(g & p), len(p), len(g)) for g, p in zip(true, pred, strict=True)], np.float64)
+    return tuple(counts.reshape(-1, 3).T)
+
+
+def entity_metrics(true_tags: list[list[str]], pred_tags: list[list[str]], scheme: str) -> dict:
+    """Entity-level scores of predicted word tags against the true ones (seqeval's strict span match): micro F1
+    with its BCa 95% CI over sentences (resampled whole), precision, recall, and per entity type precision, recall,
+    F1 and support (true entities of the type)."""
+    true, pred = entity_spans(true_tags, scheme), entity_spans(pred_tags, scheme)
+    types = sorted({e[0] for s in true + pred for e in s})
+    counts = _entity_counts(true, pred, types)  # (sentences, types, 3)
+    right, predicted, gold = counts.sum(axis=(0, 1))
+    per_type = {}
+    for i, name in enumerate(types):
+        r, p, g = counts[:, i].sum(axis=0)
+        per_type[name] = {"precision": float(r / p) if p else 0.0, "recall": float(r / g) if g else 0.0,
+                          "f1": float(2 * r / (p + g)) if p + g else 0.0, "support": int(g)}
+    totals = _sentence_totals(true, pred)
+    return {"f1": float(_micro_f1(*totals)), "f1_ci95": _ci95_of(totals, _micro_f1),
+            "precision": float(right / predicted) if predicted else 0.0,
+            "recall": float(right / gold) if gold else 0.0, "per_type": per_type,
+            "n_sentences": len(true_tags), "n_entities": int(gold)}
+
+
+def _ci95_of(data: tuple[np.ndarray, ...], statistic) -> list[float]:
+    """BCa 95% CI of `statistic` over sentences resampled whole (every array of `data` with the same ones); [v, v]
+    when no resample can differ."""
+    value = float(statistic(*data))
+    if len(data[0]) < 2 or all(np.all(d == d[0]) for d in data):
+        return [value, value]
+    return _bca_ci95(data, statistic, paired=True, vectorized=True, n_resamples=RESAMPLES)
+
+
+def entity_f1_drop_ci95(true_tags: list[list[str]], base_tags: list[list[str]], pred_tags: list[list[str]],
+                        scheme: str) -> list[float]:
+    """Paired BCa 95% interval of F1(base) - F1(pred) (positive = a drop), the same sentences resampled for both."""
+    true = entity_spans(true_tags, scheme)
+    base_right, base_predicted, gold = _sentence_totals(true, entity_spans(base_tags, scheme))
+    right, predicted, _ = _sentence_totals(true, entity_spans(pred_tags, scheme))
+    if np.array_equal(base_right, right) and np.array_equal(base_predicted, predicted):
+        return [0.0, 0.0]
+    return _ci95_of((base_right, base_predicted, right, predicted, gold), _f1_drop)

@@ -1,0 +1,203 @@
+"""Token-classification data (NER, PII): sentences of words, a tag per word, read from CoNLL-style files (a word and
+its tag per line, the tag last; a blank line between sentences; `-DOCSTART-` lines skipped) or JSON lines (`tokens`
+and `tags`, or `text` and character `spans` as Prodigy and spaCy write them). Tags are the model's own (its
+`id2label`), in its scheme: BIO (IOB2), BIOES or IO.
+
+A model reads sub-words, and a word's tag goes to its first sub-word: the rest of the word, and the special tokens,
+are ignored by the loss and by the metric (-100), as transformers' token-classification recipes do
+(`first_subword_labels`)."""
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgepress.data.dataset import TextSet
+from edgepress.errors import DataError
+
+IGNORED = -100  # a position no loss or metric reads (torch's CrossEntropyLoss ignore_index)
+CONLL_SUFFIXES = (".conll", ".txt", ".iob", ".bio", ".tsv")
+DOCSTART = "-DOCSTART-"
+WORD = re.compile(r"\w+|[^\w\s]")  # how a text with character spans is split into words: BERT's pre-tokenizer's cut
+SCHEMES = ("IOB2", "IOBES", "IO")
+
+
+@dataclass(frozen=True)
+class TaggedSet(TextSet):
+    """Sentences of pre-split words with each word's tag id: `words` (n,) tuples of words, `tags` (n,) int64 arrays
+    of one id per word; `texts` are the words joined by one space (what a fidelity check or a tokenizer without
+    words reads), `labels` -1 (a sentence has no one label)."""
+
+    words: tuple[tuple[str, ...], ...] = ()
+    tags: tuple[np.ndarray, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def of(cls, ids: Sequence[str], words: Sequence[Sequence[str]], tags: Sequence[Sequence[int]]) -> "TaggedSet":
+        words = tuple(tuple(w) for w in words)
+        return cls(tuple(ids), tuple(" ".join(w) for w in words), np.full(len(words), -1, np.int64), words,
+                   tuple(np.asarray(t, np.int64) for t in tags))
+
+    def take(self, n: int) -> "TaggedSet":
+        return self.select(list(range(min(n, len(self)))))
+
+    def select(self, indices: list[int] | np.ndarray) -> "TaggedSet":
+        return TaggedSet.of([self.ids[i] for i in indices], [self.words[i] for i in indices],
+                            [self.tags[i] for i in indices])
+
+
+def scheme_of(tag_names: Sequence[str]) -> str:
+    """The tagging scheme of a model's tags: IOBES where any starts S- or E-, IOB2 (BIO) where any starts B-, else
+    IO (an entity is a run of I- tags of one type)."""
+    prefixes = {name.split("-", 1)[0] for name in tag_names if "-" in name}
+    if prefixes & {"S", "E"}:
+        return "IOBES"
+    return "IOB2" if "B" in prefixes else "IO"
+
+
+def check_tag_names(tag_names: Sequence[str], where: str) -> None:
+    """Every tag `O` or PREFIX-TYPE with a prefix of B, I, E or S: what an entity-level metric can read."""
+    bad = [name for name in tag_names if name != "O" and not re.fullmatch(r"[BIES]-\S+", name)]
+    if bad:
+        raise DataError(f"{where}: the tags {', '.join(map(repr, bad[:5]))} are not O or B-/I-/E-/S-TYPE, so no "
+                        f"entity can be read from them. Fix: tag each word O, or B-TYPE / I-TYPE (BIO), with E- and "
+                        f"S- for BIOES")
+
+
+# --- reading files
+
+def read_conll(path: Path) -> list[tuple[list[str], list[str]]]:
+    """(words, tags) per sentence of a CoNLL-style file: white-space separated columns, the word first and the tag
+    last (CoNLL-2003's four columns, or two), a blank line between sentences."""
+    sentences, words, tags = [], [], []
+    with path.open(encoding="utf-8-sig") as f:
+        for number, line in enumerate(f, start=1):
+            columns = line.split()
+            if not columns or columns[0] == DOCSTART:
+                if words:
+                    sentences.append((words, tags))
+                words, tags = [], []
+                continue
+            if len(columns) < 2:
+                raise DataError(f"{path}: line {number} ({line.strip()!r}) has a word and no tag. Fix: a word and its "
+                                f"tag per line, separated by white space, the tag last; a blank line between "
+                                f"sentences")
+            words.append(columns[0])
+            tags.append(columns[-1])
+    if words:
+        sentences.append((words, tags))
+    return sentences
+
+
+def words_of(text: str) -> list[tuple[str, int, int]]:
+    """(word, start, end) of each word of `text`: runs of letters and digits, and each other character alone."""
+    return [(m.group(), m.start(), m.end()) for m in WORD.finditer(text)]
+
+
+def _span_tags(text: str, spans: list, scheme: str, where: str) -> tuple[list[str], list[str]]:
+    """The words of `text` and their tags in `scheme` from character `spans` ({start, end, label}); a span whose
+    ends are not word boundaries is an error (the words it cuts cannot be tagged)."""
+    words = words_of(text)
+    tags = ["O"] * len(words)
+    starts = {start: i for i, (_, start, _) in enumerate(words)}
+    ends = {end: i for i, (_, _, end) in enumerate(words)}
+    for span in spans:
+        if not (isinstance(span, dict) and {"start", "end", "label"} <= span.keys()):
+            raise DataError(f"{where}: a span is {span!r}. Fix: each span an object with start, end and label")
+        first, last = starts.get(span["start"]), ends.get(span["end"])
+        if first is None or last is None or last < first:
+            raise DataError(f"{where}: the span {text[span['start']:span['end']]!r} ({span['start']}-{span['end']}) "
+                            f"does not start and end on word boundaries (words: letters and digits, and each other "
+                            f"character alone). Fix: move its start and end to the edges of the words it covers")
+        for i in range(first, last + 1):
+            tags[i] = _prefixed(i - first, last - first + 1, scheme) + "-" + str(span["label"])
+    return [w for w, _, _ in words], tags
+
+
+def _prefixed(position: int, length: int, scheme: str) -> str:
+    if scheme == "IO":
+        return "I"
+    if scheme == "IOBES":
+        return "S" if length == 1 else "B" if position == 0 else "E" if position == length - 1 else "I"
+    return "B" if position == 0 else "I"
+
+
+def read_tagged_jsonl(path: Path, scheme: str) -> list[tuple[list[str], list[str]]]:
+    """(words, tags) per line of a JSON-lines file: `tokens` and `tags` (tag names, as long as the tokens), or
+    `text` and `spans` (character offsets and a label each: tags made in `scheme`)."""
+    from edgepress.data.sources import _read_jsonl
+
+    sentences = []
+    for number, row in enumerate(_read_jsonl(path), start=1):
+        where = f"{path}: line {number}"
+        if "tokens" in row and "tags" in row:
+            words, tags = row["tokens"], row["tags"]
+            if not (isinstance(words, list) and isinstance(tags, list) and len(words) == len(tags)):
+                raise DataError(f"{where}: tokens and tags must be lists of the same length (got "
+                                f"{_length(words)} tokens, {_length(tags)} tags). Fix: one tag per token")
+            sentences.append(([str(w) for w in words], [str(t) for t in tags]))
+        elif "text" in row and "spans" in row:
+            sentences.append(_span_tags(str(row["text"]), list(row["spans"] or []), scheme, where))
+        else:
+            raise DataError(f"{where} has neither tokens and tags nor text and spans (its keys: "
+                            f"{', '.join(row) or 'none'}). Fix: {{\"tokens\": [...], \"tags\": [...]}} or "
+                            f"{{\"text\": ..., \"spans\": [{{\"start\": 0, \"end\": 5, \"label\": \"PER\"}}]}}")
+    return sentences
+
+
+def _length(value: object) -> str:
+    return str(len(value)) if isinstance(value, list) else f"no list but {type(value).__name__}"
+
+
+def read_tagged(path: Path, scheme: str) -> list[tuple[list[str], list[str]]]:
+    """The sentences of a CoNLL-style file or a JSON-lines file, by its suffix; none is an error."""
+    if path.suffix == ".jsonl":
+        sentences = read_tagged_jsonl(path, scheme)
+    elif path.suffix in CONLL_SUFFIXES:
+        sentences = read_conll(path)
+    else:
+        raise DataError(f"{path} is no {', '.join(CONLL_SUFFIXES)} (CoNLL-style) or .jsonl file. Fix: a word and its "
+                        f"tag per line (a blank line between sentences), or JSON lines with tokens and tags")
+    if not sentences:
+        raise DataError(f"{path} holds no sentence. Fix: a word and its tag per line, a blank line between sentences")
+    return sentences
+
+
+def tag_ids(sentences: list[tuple[list[str], list[str]]], label2id: Mapping[str, int], where: str) -> list[np.ndarray]:
+    """Each sentence's tags as the model's ids; tags the model does not know are one error that lists them and the
+    model's own."""
+    unknown = sorted({t for _, tags in sentences for t in tags if t not in label2id})
+    if unknown:
+        raise DataError(f"{where}: the model has no tag {', '.join(map(repr, unknown[:10]))}"
+                        f"{f' (and {len(unknown) - 10} more)' if len(unknown) > 10 else ''}; its tags are: "
+                        f"{', '.join(label2id)}. Fix: tag the data with the model's tags (the scheme too: BIO, BIOES "
+                        f"or IO), or give a model trained on these")
+    return [np.array([label2id[t] for t in tags], np.int64) for _, tags in sentences]
+
+
+# --- words to sub-words
+
+def first_subword_labels(word_ids: Sequence[int | None], tags: np.ndarray) -> np.ndarray:
+    """Per sub-word position, its word's tag id at the word's first sub-word and IGNORED elsewhere (special tokens,
+    the rest of a word); `word_ids` as a tokenizer's encoding gives them (None for a special token)."""
+    labels = np.full(len(word_ids), IGNORED, np.int64)
+    previous = None
+    for position, word in enumerate(word_ids):
+        if word is not None and word != previous:
+            labels[position] = tags[word]
+        previous = word
+    return labels
+
+
+def word_predictions(word_ids: Sequence[int | None], position_ids: np.ndarray, n_words: int,
+                     outside: int) -> np.ndarray:
+    """Per word, the id predicted at its first sub-word (`position_ids`, one per position); a word truncated away
+    (no sub-word left in the encoding) gets `outside` (O): it is scored as missed, not dropped."""
+    words = np.full(n_words, outside, np.int64)
+    seen = set()
+    for position, word in enumerate(word_ids):
+        if word is not None and word not in seen:
+            words[word] = position_ids[position]
+            seen.add(word)
+    return words
