@@ -70,7 +70,7 @@ def parity_text(parity: dict) -> str:
         return (f"max |Δcomponent| {parity['max_abs_diff']:.2g}, lowest cosine {parity['min_cosine']:.6f} on "
                 f"{parity['n_examples']} texts")
     return (f"max |Δlogit| {parity['max_abs_diff']:.2g}, label agreement {parity['agreement']:.4g} on "
-            f"{parity['n_examples']} texts")
+            f"{parity['n_examples']} {parity.get('examples', 'texts')}")
 
 
 class LibraryMessages(logging.Handler):

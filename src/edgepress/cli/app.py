@@ -38,6 +38,13 @@ class Provider(StrEnum):
     cuda = "cuda"
 
 
+class Aggregation(StrEnum):  # runtime.predictor.AGGREGATIONS
+    simple = "simple"
+    first = "first"
+    max = "max"
+    average = "average"
+
+
 class DemoTask(StrEnum):  # the keys of pipeline.demo.DEMOS (not imported here: the CLI starts without the runner)
     classification = "classification"
     embedding = "embedding"
@@ -426,12 +433,16 @@ def predict(
     corpus: Annotated[Path | None, typer.Option(help="An embedding model's bundle: list the texts of this file (one "
                                                      "a line) nearest each text given, by cosine.")] = None,
     top: Annotated[int, typer.Option(min=1, help="With --corpus: how many to list per text.")] = 10,
+    aggregation: Annotated[Aggregation, typer.Option(help="A token classifier's entities: each token's tag (simple) "
+                                                          "or each word's (first, max, average), as transformers' "
+                                                          "pipeline reads them.")] = Aggregation.simple,
 ) -> None:
     """Classify texts with a bundle, torch-free (onnxruntime, tokenizers and numpy only); an embedding model's
-    bundle gives each text's vector, one JSON object a line, or with --corpus the corpus's nearest texts."""
+    bundle gives each text's vector, one JSON object a line, or with --corpus the corpus's nearest texts; a token
+    classifier's, the entities in each text."""
     import json
 
-    from edgepress.runtime.predictor import Predictor, embedding_json, read_corpus, similar, similar_line
+    from edgepress.runtime.predictor import Predictor, embedding_json, entity_lines, read_corpus, similar, similar_line
 
     predictor = _call(Predictor, bundle, providers=(provider.value,))
     if corpus is not None:
@@ -443,6 +454,11 @@ def predict(
     if predictor.output == "sentence_embedding":
         for text, vector in zip(texts, _call(predictor.embed, texts), strict=True):  # one text per call
             out.print(embedding_json(text, vector), highlight=False, soft_wrap=True)
+        return
+    if predictor.tokens:
+        for text in texts:
+            for line in entity_lines(text, _call(predictor.entities, text, aggregation.value), as_json):
+                out.print(line, highlight=False, soft_wrap=True, markup=False)
         return
     for p in _call(predictor.predict_each, texts):  # one text per call, as predict.py and the evaluation
         if as_json:

@@ -66,6 +66,8 @@ class DataSplits:
         from edgepress.data.fidelity import with_typos
 
         typos = TextSet(self.test.ids, with_typos(self.test.texts), self.test.labels)
+        if getattr(self.test, "tags", None):  # tagged sentences keep their words (a typo never splits one) and tags
+            typos = type(self.test).of(typos.ids, [text.split() for text in typos.texts], self.test.tags)
         return {"test": self.test, "typos": typos, **self.fidelity, **({"pairs": self.pairs} if self.pairs else {})}
 
     def everything(self) -> TextSet:
@@ -76,7 +78,7 @@ class DataSplits:
 
     def class_counts(self) -> dict[str, dict[str, int]]:
         """Per split, how many examples of each label it has, every label named (0 where it has none)."""
-        counts = {name: np.bincount(part.labels, minlength=max(self.id2label) + 1)
+        counts = {name: np.bincount(_label_ids(part), minlength=max(self.id2label) + 1)
                   for name, part in (("train", self.train), ("validation", self.validation), ("test", self.test))}
         return {split: {name: int(n[i]) for i, name in sorted(self.id2label.items())} for split, n in counts.items()}
 
@@ -94,6 +96,8 @@ class DataSplits:
                 content.update(json.dumps([name, *row], ensure_ascii=False).encode() + b"\n")
             if isinstance(part, PairSet):
                 content.update(json.dumps([name, "scores", part.scores.tolist()]).encode() + b"\n")
+            for example_id, tags in zip(part.ids, getattr(part, "tags", ()), strict=False):  # a tagged set's tags
+                content.update(json.dumps([name, example_id, "tags", tags.tolist()]).encode() + b"\n")
         return content.hexdigest()
 
     def manifest(self) -> dict:
@@ -117,6 +121,12 @@ class DataSplits:
             **({"note": self.note} if self.note else {}),
             "ids": ids,
         }
+
+
+def _label_ids(part: TextSet) -> np.ndarray:
+    """The label ids a split's class counts count: each text's, or of tagged sentences each word's tag."""
+    tags = getattr(part, "tags", None)
+    return np.concatenate(tags) if tags else part.labels
 
 
 def text_key(text: str) -> str:

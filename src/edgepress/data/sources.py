@@ -92,11 +92,13 @@ def read_file(path: Path) -> list[dict]:
         raise DataError(f"{path} cannot be read: {e.strerror}. Fix: check the path and its permissions") from e
 
 
-def _split_files(directory: Path) -> dict[str, Path]:
+def _split_files(directory: Path, kinds: tuple[str, ...] = FILE_KINDS) -> dict[str, Path]:
+    """{train, validation, test: the file of `directory` for it}, by name (train.csv, TEST.jsonl, dev.csv), of the
+    suffixes `kinds`; two files for one split are an error."""
     found: dict[str, list[Path]] = {}
-    for split, aliases in SPLIT_ALIASES.items():  # train.csv, TEST.jsonl, dev.csv
+    for split, aliases in SPLIT_ALIASES.items():
         for file in sorted(directory.iterdir()):
-            if file.is_file() and file.suffix in FILE_KINDS and file.stem.lower() in aliases:
+            if file.is_file() and file.suffix in kinds and file.stem.lower() in aliases:
                 found.setdefault(split, []).append(file)
     twice = {split: files for split, files in found.items() if len(files) > 1}
     if twice:

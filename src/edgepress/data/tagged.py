@@ -201,3 +201,66 @@ def word_predictions(word_ids: Sequence[int | None], position_ids: np.ndarray, n
             words[word] = position_ids[position]
             seen.add(word)
     return words
+
+
+# --- a run's splits
+
+DEMO_TAGGED = "demo:conll2003"
+TAGGED_KINDS = (*CONLL_SUFFIXES, ".jsonl")
+FIX_TAGGED = (f"Fix: give {DEMO_TAGGED}, a CoNLL-style ({', '.join(CONLL_SUFFIXES)}) or .jsonl file, or a directory "
+              f"with train (validation, test) files of those kinds")
+
+
+def _tagged_source(source: str, scheme: str) -> dict[str, list[tuple[list[str], list[str]]]]:
+    """Sentences per split of `source` ({"all": ...} for a single file, to be split by data.split)."""
+    from edgepress.data.sources import _split_files
+    from edgepress.errors import missing
+
+    if source == DEMO_TAGGED:
+        from edgepress.data.conll import conll2003
+
+        return {split: conll2003(split) for split in ("train", "validation", "test")}
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise DataError(f"data source {missing(source)}. {FIX_TAGGED}")
+    if path.is_file():
+        return {"all": read_tagged(path, scheme)}
+    files = _split_files(path, TAGGED_KINDS)
+    if "train" not in files:
+        raise DataError(f"data directory {source} has no train file of a token classifier's data "
+                        f"({', '.join(TAGGED_KINDS)}). {FIX_TAGGED}")
+    return {split: read_tagged(file, scheme) for split, file in files.items()}
+
+
+def _check_words(sentences: list[tuple[list[str], list[str]]], where: str) -> None:
+    """Words hold no white space (a sentence's words are its text split on it) and are not empty."""
+    bad = next(((i, w) for i, (words, _) in enumerate(sentences, 1) for w in words if not w or w != "".join(w.split())),
+               None)
+    if bad:
+        raise DataError(f"{where}: sentence {bad[0]} has the word {bad[1]!r}, empty or holding white space. Fix: one "
+                        f"word a token, split on white space (as CoNLL files are)")
+
+
+def load_tagged(cfg, label2id: Mapping[str, int]):
+    """The train / validation / test splits (`DataSplits` of `TaggedSet`s) of a token classifier's data `cfg`
+    (a `DataConfig`), its tags mapped through the model's `label2id`; splits missing from the source are made as
+    `load_data` makes them."""
+    from edgepress.data.dataset import DataSplits
+    from edgepress.data.load import _check_sizes, _resolve_splits
+
+    extras = [name for name, value in (("data.unlabeled", cfg.unlabeled), ("data.fidelity_sets", cfg.fidelity_sets),
+                                       ("data.pairs", cfg.pairs)) if value]
+    if extras:
+        raise DataError(f"{', '.join(extras)} not built for token classifiers yet: their data are the tagged "
+                        f"sentences of data.source. Fix: remove {', '.join(extras)}")
+    sets = {}
+    for split, sentences in _tagged_source(cfg.source, scheme_of(list(label2id))).items():
+        where = f"{cfg.source} ({split})"
+        _check_words(sentences, where)
+        prefix = "" if split == "all" else f"{split}:"
+        sets[split] = TaggedSet.of([f"{prefix}{i}" for i in range(len(sentences))], [w for w, _ in sentences],
+                                   tag_ids(sentences, label2id, where))
+    (train, validation, test), note = _resolve_splits(sets, cfg)
+    _check_sizes({"train": train, "validation": validation, "test": test}, cfg)
+    id2label = {i: name for name, i in label2id.items()}
+    return DataSplits(train, validation, test, id2label, cfg.source, note)

@@ -97,8 +97,9 @@ def write_onnx(model, tokenizer, path: Path, opset: int, dynamo: bool = False, a
         shapes = {"dynamic_shapes": {name: {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
                                      for name in names}}
     else:
+        tokens = type(model).__name__.endswith("ForTokenClassification")  # logits (batch, sequence, labels)
         axes = {name: {0: "batch_size", 1: "sequence_length"} for name in (*names, *extra)} | \
-            {output: {0: "batch_size"}}
+            {output: {0: "batch_size", **({1: "sequence_length"} if tokens else {})}}
         shapes = {"dynamic_axes": axes, "do_constant_folding": True}
     try:
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():

@@ -86,14 +86,18 @@ COSINE_AGREES = 0.95
 def check_parity(reference: Runner, candidate: Runner, feeds: list[Feeds], cfg: ParityConfig, what: str,
                  output: str = "logits") -> dict:
     """Compare two runners on `feeds`; returns max_abs_diff and agreement (the same argmax; of `output`
-    sentence_embedding: cosine ≥ COSINE_AGREES, and min_cosine), raises ExportParityError on a miss."""
+    sentence_embedding: cosine ≥ COSINE_AGREES, and min_cosine), raises ExportParityError on a miss. A token
+    classifier's logits are compared token by token, on the real tokens of each text (its padding is no input)."""
     from edgepress.data.metrics import row_cosines
-    diffs, agree, total, worst, low = [], 0, 0, (0.0, 0, 0), 1.0
+    diffs, agree, total, worst, low, unit = [], 0, 0, (0.0, 0, 0), 1.0, "texts"
     embedding = output == "sentence_embedding"
     for k, batch in enumerate(feeds):
         ref, got = reference(batch), candidate(batch)
         if ref.shape != got.shape:
             raise ExportParityError(f"{what}: {output} shape {got.shape} differs from the reference {ref.shape}")
+        if ref.ndim == 3:  # a token classifier's (batch, sequence, labels): the real tokens' rows, padding left out
+            real = np.asarray(batch["attention_mask"]).astype(bool)
+            ref, got, unit = ref[real], got[real], "tokens"
         diff = float(np.max(np.abs(ref.astype(np.float64) - got.astype(np.float64))))
         if diff > worst[0]:
             worst = (diff, k, int(batch["input_ids"].shape[1]))
@@ -105,6 +109,7 @@ def check_parity(reference: Runner, candidate: Runner, feeds: list[Feeds], cfg: 
             agree += int(np.sum(ref.argmax(-1) == got.argmax(-1)))
         total += ref.shape[0]
     result = {"max_abs_diff": max(diffs), "agreement": agree / total, "n_examples": total, "n_batches": len(feeds),
+              **({"examples": unit} if unit != "texts" else {}),
               **({"min_cosine": low} if embedding else {})}
     failures = []
     if not np.isfinite(result["max_abs_diff"]) or result["max_abs_diff"] > cfg.max_abs_diff:
@@ -116,7 +121,7 @@ def check_parity(reference: Runner, candidate: Runner, feeds: list[Feeds], cfg: 
                             f" (lowest cosine {low:.4f})" if embedding else ""))
     if failures:
         lines = "\n".join(f"  ✗ {line}" for line in failures)
-        raise ExportParityError(f"{what} does not match its reference on {total} real examples:\n{lines}", result)
+        raise ExportParityError(f"{what} does not match its reference on {total} real {unit}:\n{lines}", result)
     return result
 
 

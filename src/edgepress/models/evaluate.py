@@ -58,3 +58,30 @@ def evaluate_classifier(model, tokenizer, examples: TextSet, max_length: int) ->
     """(classification metrics, predicted ids) of `model` on `examples`."""
     preds = predict_logits(model, tokenizer, examples.texts, max_length).argmax(axis=1)
     return classification_metrics(examples.labels, preds), preds
+
+
+def predict_word_logits(model, tokenizer, texts: tuple[str, ...] | list[str], max_length: int,
+                        batch_size: int = 64) -> list[np.ndarray]:
+    """A token classifier's logits per word, (words, num_labels) float32 for each text, its words split on white
+    space (a tagged sentence's words joined by spaces come back as they were), each word read at its first
+    sub-word; a word cut off by `max_length` gets NaN."""
+    import torch
+
+    from edgepress.runtime.predictor import first_subword_rows
+
+    words = [text.split() for text in texts]
+    order = np.argsort([len(w) for w in words], kind="stable")
+    out: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(texts)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        for start in range(0, len(texts), batch_size):
+            chunk = order[start : start + batch_size]
+            batch = tokenizer([words[i] for i in chunk], is_split_into_words=True, truncation=True,
+                              max_length=max_length, padding=True, return_tensors="pt")
+            logits = model(**forward_inputs(model, batch.to(device))).logits.float().cpu().numpy()
+            for row, i in enumerate(chunk):  # (batch, sequence, labels) -> (words, labels)
+                out[i] = first_subword_rows(batch.word_ids(row), logits[row], len(words[i]), np.nan)
+    model.train(was_training)
+    return out

@@ -1,4 +1,5 @@
-"""Loading a Hugging Face sequence-classification model dir: safetensors first, no remote code, no pickles."""
+"""Loading a Hugging Face classifier dir (of sequences, or of tokens: NER): safetensors first, no remote code, no
+pickles."""
 
 import json
 from pathlib import Path
@@ -178,7 +179,8 @@ def load_pretrained(path: Path, auto_class: str):
         raise ModelError(f"{path}: the weights file is corrupt or truncated ({e}). Fix: copy or save the model "
                          f"again (model.save_pretrained(DIR))") from None
     except (OSError, ValueError, KeyError, RuntimeError) as e:  # RuntimeError: weights whose shapes do not fit
-        what = "a sequence classifier" if auto_class == "AutoModelForSequenceClassification" else "an encoder"
+        what = {"AutoModelForSequenceClassification": "a sequence classifier",
+                "AutoModelForTokenClassification": "a token classifier"}.get(auto_class, "an encoder")
         raise ModelError(f"{path} could not be loaded as {what}: {e}\n{FIX_DIR}") from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
@@ -188,13 +190,26 @@ def load_pretrained(path: Path, auto_class: str):
     return model, tokenizer, info
 
 
+def is_token_classifier_dir(path: str | Path) -> bool:
+    """A token classifier's dir (NER, PII): its config.json names a ...ForTokenClassification architecture."""
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        return False
+    architectures = read_model_config(Path(path)).get("architectures") or []
+    return any(str(a).endswith("ForTokenClassification") for a in architectures)
+
+
 def load_classifier(path: str | Path):
-    """(model in eval mode, tokenizer) from an HF sequence-classification dir whose head was trained."""
+    """(model in eval mode, tokenizer) from an HF classifier dir whose head was trained: a sequence classifier, or a
+    token classifier where its config.json says so (`is_token_classifier_dir`)."""
     path = Path(path)
-    model, tokenizer, info = load_pretrained(path, "AutoModelForSequenceClassification")
+    tokens = is_token_classifier_dir(path)
+    auto = "AutoModelForTokenClassification" if tokens else "AutoModelForSequenceClassification"
+    model, tokenizer, info = load_pretrained(path, auto)
     if info["missing_keys"]:
         raise ModelError(
             f"{path} has no trained classification head (missing: {', '.join(sorted(info['missing_keys'])[:4])}). "
-            f"Fix: give a model fine-tuned for sequence classification, or build one with `edgepress teacher`"
+            f"Fix: give a model fine-tuned for {'token' if tokens else 'sequence'} classification"
+            f"{'' if tokens else ', or build one with `edgepress teacher`'}"
         )
     return model.eval(), tokenizer

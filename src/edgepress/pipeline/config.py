@@ -33,9 +33,9 @@ class AccuracyGate(BaseModel):
     max_stage_drop: float | None = Field(None, ge=0, le=1, description="largest drop against the stage before")
     min: float | None = Field(None, ge=0, le=1, description="lowest accuracy accepted")
     strict: bool = Field(False, description="max_drop against the upper end of the paired 95% CI of the drop")
-    metric: Literal["accuracy", "neighbour_overlap", "spearman"] | None = Field(
+    metric: Literal["accuracy", "neighbour_overlap", "spearman", "f1"] | None = Field(
         None, description="the metric these limits judge; unset: the task's primary (a classifier's accuracy, an "
-        "embedder's neighbour_overlap); spearman: an embedder's on data.pairs")
+        "embedder's neighbour_overlap, a token classifier's entity-level f1); spearman: an embedder's on data.pairs")
 
     @model_validator(mode="after")
     def _strict_needs_max_drop(self) -> "AccuracyGate":
@@ -189,10 +189,12 @@ class PipelineConfig(BaseModel):
 
     model_config = Strict
     model: str = Field("demo:minilm-movie", min_length=1, description=MODEL)
-    task: Literal["classification", "embedding"] | None = Field(
-        None, description="what the model does: classification (a sequence classifier: labels, judged by accuracy) "
-        "or embedding (a sentence-transformers dir: sentence vectors, judged by their agreement with the baseline's "
-        "neighbours); read from the model dir when left out (a dir with modules.json is an embedding model)")
+    task: Literal["classification", "embedding", "token-classification"] | None = Field(
+        None, description="what the model does: classification (a sequence classifier: labels, judged by accuracy), "
+        "embedding (a sentence-transformers dir: sentence vectors, judged by their agreement with the baseline's "
+        "neighbours) or token-classification (NER: a tag per word, judged by entity-level F1); read from the model "
+        "dir when left out (a dir with modules.json is an embedding model, one whose config.json names a "
+        "...ForTokenClassification a token classifier)")
     data: DataConfig = Field(DataConfig(), description="the examples, their columns and splits")
     runtime: RuntimeConfig = Field(RuntimeConfig(), description="where and how every stage is measured")
     stages: list[StageConfig] = Field(default_factory=list, description="run in order, each gated")

@@ -98,6 +98,9 @@ def starter_config(model: str, data: DataConfig) -> str:
     from edgepress.tasks import CLASSIFICATION, task_of
 
     task = task_of(None if model == TEACHER else resolve_model(model))
+    if task.name == "token-classification":
+        raise ConfigError(f"edgepress init is not built for token classifiers yet. Fix: start from "
+                          f"examples/ner.yaml (export, fusion and int8 gated on entity F1) with model: {model}")
     model_dir, (loaded, tokenizer) = check_model(model, build_teacher=True, task=task)
     label2id = label2id_of(model_dir) if task is CLASSIFICATION else None  # an embedder has no labels
     splits = load_data(data, label2id)

@@ -8,6 +8,7 @@ from edgepress.data import DataConfig, DataSplits, load_data
 from edgepress.data.augment import check_augment
 from edgepress.data.config import DEMO_PAIRS
 from edgepress.data.movie import ID2LABEL as DEMO_LABELS
+from edgepress.data.tagged import load_tagged
 from edgepress.deploy.bundle import web_modules, web_pipeline
 from edgepress.errors import ConfigError, EdgepressError
 from edgepress.files import check_apart, check_owned, check_writable
@@ -18,7 +19,14 @@ from edgepress.pipeline.rundir import RUN_FILES
 from edgepress.registry import METHODS
 from edgepress.runtime.predictor import MANIFEST, fixed_shape_feeds, load_tokenizer, position_limit
 from edgepress.runtime.session import check_providers
-from edgepress.tasks import CLASSIFICATION, EMBEDDING, check_methods_for, check_metrics_for, task_of
+from edgepress.tasks import (
+    CLASSIFICATION,
+    EMBEDDING,
+    TokenClassification,
+    check_methods_for,
+    check_metrics_for,
+    task_of,
+)
 
 
 def check_run_dir(out: Path, inputs: dict[str, Path] | None = None) -> None:
@@ -151,7 +159,7 @@ def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bo
         label2id = None  # the data's labels (if any) are the data's own: an embedder has none
     else:
         label2id = label2id_of(model_dir) if model_dir else {name: i for i, name in DEMO_LABELS.items()}
-    data = load_data(cfg.data, label2id)
+    data = load_tagged(cfg.data, label2id) if isinstance(task, TokenClassification) else load_data(cfg.data, label2id)
     if model_dir is not None:
         check_latency_shape(model_dir, cfg, data)
     return model_dir, data

@@ -57,11 +57,37 @@ def speedup(metrics: dict, baseline: dict) -> str:
     return "–" if value is None else f"{value:.1f}x" + ("*" if "side_by_side" in now else "")
 
 
+# What a report says of each task's primary metric: its stage table's second column, what the table's scores are
+# ({n}: test examples), what its fidelity is, what a fidelity cell measures
+WORDING = {
+    "accuracy": {
+        "second": "agreement", "scores": "Accuracy on {n} test examples with its 95% CI",
+        "fidelity": "agreement: the share of test examples a stage labels as the baseline does (fidelity), with its "
+                    "95% CI.",
+        "cell": "Agreement with the baseline's labels"},
+    "neighbour_overlap": {
+        "second": "cosine",
+        "scores": "Neighbour overlap on {n} test texts with its 95% CI: the share of each text's 10 nearest test texts "
+                  "(by cosine) that the baseline's vectors place there too (the baseline's own: 1); cosine: each "
+                  "text's vector against the baseline's",
+        "fidelity": "fidelity gates judge the neighbour overlap.",
+        "cell": "Neighbour overlap with the baseline's vectors"},
+    "f1": {
+        "second": "agreement",
+        "scores": "Entity-level micro F1 on {n} test sentences with its 95% CI (seqeval's strict spans: an entity "
+                  "counts where its type and its every word's tag are right)",
+        "fidelity": "agreement: the F1 of a stage's entities with the baseline's taken as the truth (fidelity), "
+                    "with its 95% CI.",
+        "cell": "Entity agreement with the baseline's tags (F1, the baseline's entities as the truth)"},
+}
+
+
 def columns(baseline: dict) -> tuple[str, str]:
     """The two score columns of a stage table: (the primary metric, the second): accuracy and agreement with the
-    baseline's labels for a classifier; neighbour overlap and cosine to the baseline's vectors for an embedder."""
+    baseline's labels for a classifier; neighbour overlap and cosine to the baseline's vectors for an embedder;
+    entity F1 and agreement with the baseline's entities for a token classifier."""
     primary = primary_metric(baseline)
-    return primary, "agreement" if primary == "accuracy" else "cosine"
+    return primary, WORDING[primary]["second"]
 
 
 def _score(metrics: dict, name: str) -> str:
@@ -203,8 +229,7 @@ def machine_line(report: dict) -> str:
 
 def _fidelity_what(report: dict) -> str:
     """What a fidelity cell measures: agreement with the baseline's labels, or an embedder's neighbour overlap."""
-    return "Agreement with the baseline's labels" if columns(report["baseline"]["metrics"])[0] == "accuracy" else \
-        "Neighbour overlap with the baseline's vectors"
+    return WORDING[columns(report["baseline"]["metrics"])[0]]["cell"]
 
 
 def fidelity_table(report: dict) -> tuple[list[str], list[list[str]]]:
@@ -221,6 +246,7 @@ def fidelity_table(report: dict) -> tuple[list[str], list[list[str]]]:
             agreement = f"{figures['agreement']:.4f} [{figures['agreement_ci95'][0]:.4f}, " \
                 f"{figures['agreement_ci95'][1]:.4f}]" if "agreement" in figures else "–"
             cells.append(agreement + (f" (accuracy {figures['accuracy']:.4f})" if "accuracy" in figures else "")
+                         + (f" (F1 {figures['f1']:.4f})" if "f1" in figures else "")
                          + (f" (Spearman {_score(figures, 'spearman')})" if "spearman" in figures else ""))
         rows.append([stage["name"], *cells])
     return names, rows
@@ -235,19 +261,38 @@ def _fidelity_lines(report: dict) -> list[str]:
              "score people gave it [95% CI]." if "pairs" in names else "")
     return ["## Fidelity", "",
             f"{_fidelity_what(report)} [95% CI] beyond the test split ({sizes} texts; typos: the test split with a "
-            f"seeded typo in about one word of six), and accuracy where the set has labels.{pairs}", "",
+            f"seeded typo in about one word of six), and accuracy (a token classifier's: F1) where the set has "
+            f"labels.{pairs}", "",
             f"| stage | {' | '.join(names)} |", "|---|" + "---|" * len(names),
+            *(f"| {' | '.join(row)} |" for row in rows), ""]
+
+
+def entity_table(report: dict) -> tuple[list[str], list[list[str]]]:
+    """(entity types, a row of cells per stage): a token classifier's F1 per entity type on the test split; the
+    types' support (true entities) is the first row. Empty for other tasks."""
+    base = report["baseline"]["metrics"].get("per_type")
+    if not base:
+        return [], []
+    types = list(base)
+    rows = [["support", *(f"{base[t]['support']:,}" for t in types)]]
+    for stage in [{"name": "baseline", "metrics": report["baseline"]["metrics"]}, *report["stages"]]:
+        per_type = stage["metrics"].get("per_type", {})
+        rows.append([stage["name"], *(f"{per_type[t]['f1']:.4f}" if t in per_type else "–" for t in types)])
+    return types, rows
+
+
+def _entity_lines(report: dict) -> list[str]:
+    types, rows = entity_table(report)
+    if not types:
+        return []
+    return ["## Entities", "", "F1 per entity type on the test split (strict spans); support: its true entities.", "",
+            f"| stage | {' | '.join(types)} |", "|---|" + "---|" * len(types),
             *(f"| {' | '.join(row)} |" for row in rows), ""]
 
 
 def _table_intro(report: dict, primary: str) -> str:
     n = (report["data"]["sizes"] or {}).get("test", "?")
-    scores = (f"Accuracy on {n} test examples with its 95% CI" if primary == "accuracy" else
-              f"Neighbour overlap on {n} test texts with its 95% CI: the share of each text's 10 nearest test texts "
-              f"(by cosine) that the baseline's vectors place there too (the baseline's own: 1); cosine: each "
-              f"text's vector against the baseline's")
-    fidelity = ("agreement: the share of test examples a stage labels as the baseline does (fidelity), with its "
-                "95% CI." if primary == "accuracy" else "fidelity gates judge the neighbour overlap.")
+    scores, fidelity = WORDING[primary]["scores"].format(n=n), WORDING[primary]["fidelity"]
     return (f"{scores}; CPU latency p50 in ms at the fixed shape / test sentences at natural length; speedup = "
             "baseline p50 / stage p50 at the fixed shape, each timed when its stage ran (* : a stage with a speedup "
             "gate, timed side by side with the baseline, in turns; all side by side: benchmarks/compare.py); "
@@ -278,6 +323,7 @@ def render_markdown(report: dict) -> str:
         *rows,
         "",
         *(["## Sparsity", "", *sparse, ""] if sparse else []),
+        *_entity_lines(report),
         *_fidelity_lines(report),
         "## Gates",
         "",
@@ -309,6 +355,7 @@ def render_html(report: dict) -> str:
                                                      status=_status_line(report), data=data_line(report),
                                                      machine=machine_line(report), sparse=sparse, gate_text=gate_text,
                                                      fidelity=fidelity_table(report),
+                                                     entities=entity_table(report),
                                                      fidelity_what=_fidelity_what(report))
 
 

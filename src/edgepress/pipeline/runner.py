@@ -85,7 +85,7 @@ class RunState:
 
     def measure(self, artifact: Path, who: str) -> tuple[dict, dict[str, np.ndarray]]:
         runtime, sets = self.cfg.runtime, [name for name in self.scored if name != "test"]
-        score, made = self.task.primary.replace("_", " "), "labels" if self.task.primary == "accuracy" else "vectors"
+        score, made = self.task.primary.replace("_", " "), self.task.predicts
         with step(f"{who}: measuring {score} on {len(self.data.test):,} texts, {made} on "
                   f"{', '.join(sets) or 'no other set'}, latency on {', '.join(runtime.providers)}"):
             return measure_scored(artifact, self.data, self.cfg.data.max_length, runtime.providers,

@@ -9,6 +9,7 @@ shares: the error tree's base, sessions on checked providers, tokenization, the 
     python predict.py --file texts.txt --json
     python predict.py --file texts.txt --bench
     python predict.py similar "a film about grief" --corpus texts.txt --top 5   # an embedding model's bundle
+    python predict.py "Peter Blackburn flew to Zwolle" --aggregation first --json  # a token classifier's entities
 """
 
 import argparse
@@ -34,8 +35,9 @@ MANIFEST = "edgepress.json"
 SESSION_FILE = "ort_session.json"
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-# A graph's output names the task it serves: a classifier's logits, or a sentence embedder's vector (pooled, and
-# normalized where the model normalizes, inside the graph)
+# A graph's output names the task it serves: a classifier's logits (batch, labels), a token classifier's (batch,
+# sequence, labels), or a sentence embedder's vector (pooled, and normalized where the model normalizes, inside the
+# graph)
 OUTPUTS = ("logits", "sentence_embedding")
 LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
           "all": "ORT_ENABLE_ALL"}
@@ -168,8 +170,14 @@ def check_io(session, path: Path) -> None:
     if not set(OUTPUTS) & set(outputs):
         problems.append(f"outputs are {', '.join(outputs)}; expected {' or '.join(OUTPUTS)}")
     if problems:
-        raise ModelError(f"{path} is not a text-classifier or sentence-embedding graph: {'; '.join(problems)}. "
-                         f"Fix: export a sequence-classification or sentence-transformers model with edgepress")
+        raise ModelError(f"{path} is not a text-classifier, token-classifier or sentence-embedding graph: "
+                         f"{'; '.join(problems)}. Fix: export a sequence- or token-classification model or a "
+                         f"sentence-transformers model with edgepress")
+
+
+def gives_token_logits(session) -> bool:
+    """The graph is a token classifier's: its logits have a row per token, (batch, sequence, labels)."""
+    return any(o.name == "logits" and len(o.shape) == 3 for o in session.get_outputs())
 
 
 def output_name(session) -> str:
@@ -348,6 +356,100 @@ def natural_feeds(tokenizer, texts: tuple[str, ...], input_names: tuple[str, ...
     return [encode(tokenizer, [t], input_names) for t in texts]
 
 
+def first_subword_rows(word_ids: list[int | None], rows: np.ndarray, n_words: int, fill) -> np.ndarray:
+    """Per word, the row of `rows` (one per sub-word position) at the word's first sub-word: where a token
+    classifier's tag for the word is read, as transformers' recipes label it; `fill` for a word truncated away (no
+    sub-word left)."""
+    out = np.full((n_words, *rows.shape[1:]), fill, dtype=rows.dtype)
+    seen = set()
+    for position, word in enumerate(word_ids):
+        if word is not None and word not in seen:
+            out[word] = rows[position]
+            seen.add(word)
+    return out
+
+
+# --- entities in raw text: transformers' token-classification pipeline (its `aggregation_strategy`), with the
+# tokenizers library alone
+
+AGGREGATIONS = ("simple", "first", "max", "average")  # as transformers' pipeline names them
+
+
+def _sub_tokens(tokenizer, encoding, text: str, scores: np.ndarray) -> list[dict]:
+    """The text's tokens (special ones left out): the token, its tag probabilities, its characters, and whether it
+    continues the word before it (a WordPiece tokenizer knows: its token is longer than the text it covers, "##ing";
+    another guesses from the text: no space before it)."""
+    prefix = getattr(tokenizer.model, "continuing_subword_prefix", None)
+    unknown = getattr(tokenizer.model, "unk_token", None)
+    pieces = []
+    for index, (token, (start, end), special) in enumerate(zip(encoding.tokens, encoding.offsets,
+                                                               encoding.special_tokens_mask, strict=True)):
+        if special:
+            continue
+        covered = text[start:end]
+        subword = len(token) != len(covered) if prefix else start > 0 and " " not in text[start - 1:start + 1]
+        if token == unknown:
+            token, subword = covered, False
+        pieces.append({"word": token, "scores": scores[index], "start": start, "end": end, "subword": subword})
+    return pieces
+
+
+def _tagged(pieces: list[dict], id2label: dict[int, str]) -> dict:
+    """One tag for `pieces` read with the scores of one of them (`aggregate_word`)."""
+    best = int(pieces[0]["scores"].argmax())
+    return {"entity": id2label[best], "score": float(pieces[0]["scores"][best]), "words": [p["word"] for p in pieces],
+            "start": pieces[0]["start"], "end": pieces[-1]["end"]}
+
+
+def _words(pieces: list[dict], aggregation: str, id2label: dict[int, str], decode) -> list[dict]:
+    """A tag per word (`first`: its first token's, `max`: the most confident token's, `average`: the mean of its
+    tokens' probabilities; the word its tokens decoded), or per token (`simple`)."""
+    if aggregation == "simple":
+        return [_tagged([p], id2label) for p in pieces]
+    words: list[list[dict]] = []
+    for piece in pieces:
+        if words and piece["subword"]:
+            words[-1].append(piece)
+        else:
+            words.append([piece])
+    tagged = []
+    for word in words:
+        if aggregation == "max":
+            chosen = [max(word, key=lambda p: p["scores"].max())]
+        elif aggregation == "average":
+            chosen = [{**word[0], "scores": np.nanmean(np.stack([p["scores"] for p in word]), axis=0)}]
+        else:
+            chosen = word[:1]
+        tagged.append({**_tagged(chosen, id2label), "words": [decode([p["word"] for p in word])],
+                       "start": word[0]["start"], "end": word[-1]["end"]})
+    return tagged
+
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    """("B" or "I", the entity type) of a tag: B-/I-PER, or a tag without a prefix read as a continuation."""
+    return (tag[0], tag[2:]) if tag[:2] in ("B-", "I-") else ("I", tag)
+
+
+def group_entities(tagged: list[dict], decode) -> list[dict]:
+    """Adjacent tags of one type joined into an entity (a B- tag starts a new one), with the mean of their scores and
+    their tokens decoded into text (`decode`); O left out."""
+    groups: list[list[dict]] = []
+    for item in tagged:
+        prefix, kind = _split_tag(item["entity"])
+        if groups and prefix != "B" and _split_tag(groups[-1][-1]["entity"])[1] == kind:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    entities = []
+    for group in groups:
+        kind = group[0]["entity"].split("-", 1)[-1]
+        if kind != "O":
+            entities.append({"entity_group": kind, "score": float(np.nanmean([g["score"] for g in group])),
+                             "word": decode([w for g in group for w in g["words"]]), "start": group[0]["start"],
+                             "end": group[-1]["end"]})
+    return entities
+
+
 # --- the predictor
 
 @dataclass(frozen=True)
@@ -424,6 +526,7 @@ class Predictor:
                               f"{self.limit}. Fix: use at most {self.limit}")
         self.session = load_session(self.bundle / model_file(manifest), providers, session_options(threads))
         self.output = output_name(self.session)
+        self.tokens = gives_token_logits(self.session)
         if self.output == "logits" and "id2label" not in config:
             raise ModelError(f"{self.bundle}/config.json has no id2label. Fix: export it again with `edgepress "
                              f"export` (which writes the names), or add id2label to config.json")
@@ -445,7 +548,43 @@ class Predictor:
         if self.output != "logits":
             raise ModelError(f"{self.bundle} is a sentence-embedding model: it gives vectors, not labels. Fix: "
                              f"ask it for embeddings (Predictor.embed)")
+        if self.tokens:
+            raise ModelError(f"{self.bundle} is a token classifier: it tags each word, it gives no label for a "
+                             f"text. Fix: ask it for each word's tag (Predictor.word_logits)")
         return self.outputs(texts)
+
+    def entities(self, text: str, aggregation: str = "simple") -> list[dict]:
+        """The entities a token classifier finds in raw `text`, as transformers' token-classification pipeline gives
+        them: {"entity_group", "score", "word", "start", "end"} (the text's characters start:end), its tags read per
+        token (`simple`) or per word (`first`, `max`, `average`), adjacent tags of one type joined."""
+        if not self.tokens:
+            raise ModelError(f"{self.bundle} gives one result per text, not entities. Fix: find entities with a "
+                             f"token-classification model's bundle")
+        if aggregation not in AGGREGATIONS:
+            raise ConfigError(f"unknown aggregation {aggregation!r}. Fix: one of {', '.join(AGGREGATIONS)}")
+        _check_texts([text])
+        encoding = self.tokenizer.encode(text)
+        feeds = {"input_ids": [encoding.ids], "attention_mask": [encoding.attention_mask],
+                 "token_type_ids": [encoding.type_ids]}
+        logits = self.session.run([self.output], {n: np.asarray(feeds[n], np.int64) for n in self.input_names})[0][0]
+        pieces = _sub_tokens(self.tokenizer, encoding, text, _softmax(logits.astype(np.float64)))
+        decoder = self.tokenizer.decoder
+        decode = decoder.decode if decoder is not None else " ".join
+        return group_entities(_words(pieces, aggregation, self.id2label, decode), decode)
+
+    def word_logits(self, words: list[str] | tuple[str, ...]) -> np.ndarray:
+        """(len(words), num_labels) float32 logits of a token classifier for one sentence of pre-split `words`, each
+        read at the word's first sub-word (`first_subword_rows`); a word cut off by max_length gets NaN."""
+        if not self.tokens:
+            raise ModelError(f"{self.bundle} gives one result per text, not a tag per word. Fix: tag words with a "
+                             f"token-classification model's bundle")
+        _check_texts(words)
+        encoding = self.tokenizer.encode(list(words), is_pretokenized=True)
+        feeds = {"input_ids": [encoding.ids], "attention_mask": [encoding.attention_mask],
+                 "token_type_ids": [encoding.type_ids]}
+        feeds = {name: np.asarray(feeds[name], dtype=np.int64) for name in self.input_names}
+        logits = self.session.run([self.output], feeds)[0][0]  # (sequence, labels)
+        return first_subword_rows(encoding.word_ids, logits, len(words), np.nan)
 
     def embed(self, texts: list[str] | tuple[str, ...]) -> np.ndarray:
         """(len(texts), dim) float32 sentence embeddings of an embedding bundle, one text per call: each vector
@@ -521,6 +660,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--bench", action="store_true", help="time the model on the texts: p50/p90/p99 ms at "
                         "batch 1 x 128 tokens and at each text's natural length")
     parser.add_argument("--runs", type=int, default=100, help="timed runs per shape with --bench (default 100)")
+    parser.add_argument("--aggregation", choices=AGGREGATIONS, default="simple", help="a token classifier's "
+                        "entities: each token's tag (simple) or each word's, read at its first token, its most "
+                        "confident one, or their average (first, max, average), as transformers' pipeline does")
     parser.add_argument("--provider", choices=tuple(PROVIDERS), default="cpu", help="execution provider")
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ONNX Runtime's)")
     return parser
@@ -577,6 +719,9 @@ def _similar_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top", type=int, default=10, help="how many to show (default 10)")
     parser.add_argument("--json", action="store_true", help="one JSON object per result")
     parser.add_argument("--bundle", type=Path, default=here, help="the bundle dir (default: this file's dir)")
+    parser.add_argument("--aggregation", choices=AGGREGATIONS, default="simple", help="a token classifier's "
+                        "entities: each token's tag (simple) or each word's, read at its first token, its most "
+                        "confident one, or their average (first, max, average), as transformers' pipeline does")
     parser.add_argument("--provider", choices=tuple(PROVIDERS), default="cpu", help="execution provider")
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ONNX Runtime's)")
     return parser
@@ -614,6 +759,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if predictor.output == "sentence_embedding":
             _print_embeddings(texts, predictor.embed(texts))
+        elif predictor.tokens:
+            for text in texts:
+                print("\n".join(entity_lines(text, predictor.entities(text, args.aggregation), args.json)))
         else:
             _print_predictions(predictor.predict_each(texts), args.json)
     except EdgepressError as e:
@@ -630,6 +778,15 @@ def embedding_json(text: str, vector: np.ndarray) -> str:
 def _print_embeddings(texts: tuple[str, ...], vectors: np.ndarray) -> None:
     for text, vector in zip(texts, vectors, strict=True):
         print(embedding_json(text, vector))
+
+
+def entity_lines(text: str, entities: list[dict], as_json: bool) -> list[str]:
+    """How a token classifier's entities in `text` are printed: one JSON object (`as_json`), else the text and a line
+    an entity (type, score, characters, the text they cover)."""
+    if as_json:
+        return [json.dumps({"text": text, "entities": entities})]
+    return [text, *(f"  {e['entity_group']}\t{e['score']:.3f}\t{e['start']}-{e['end']}\t{text[e['start']:e['end']]}"
+                    for e in entities)]
 
 
 def _print_predictions(predictions: list[Prediction], as_json: bool) -> None:

