@@ -18,10 +18,10 @@ from edgepress.data.tagged import (
     read_tagged,
     scheme_of,
     tag_ids,
-    word_predictions,
     words_of,
 )
 from edgepress.errors import DataError
+from edgepress.runtime.predictor import first_subword_rows
 
 BIO = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
 LABEL2ID = {t: i for i, t in enumerate(BIO)}
@@ -106,9 +106,9 @@ def test_a_words_tag_goes_to_its_first_subword_and_back():
     labels = first_subword_labels(word_ids, np.array([1, 0]))
     assert labels.tolist() == [IGNORED, 1, IGNORED, 0, IGNORED]
     predicted = np.array([9, 1, 2, 0, 9])  # what the model says at each position
-    assert word_predictions(word_ids, predicted, 2, outside=0).tolist() == [1, 0]
+    assert first_subword_rows(word_ids, predicted, 2, 0).tolist() == [1, 0]
     # a third word truncated away is predicted O (scored as a miss, not dropped)
-    assert word_predictions(word_ids, predicted, 3, outside=0).tolist() == [1, 0, 0]
+    assert first_subword_rows(word_ids, predicted, 3, 0).tolist() == [1, 0, 0]
 
 
 def test_alignment_with_a_real_fast_tokenizer(tokenizer):

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from edgepress.errors import ConfigError, DataError
+from tests.test_bundle import chromium, open_page, transformers_js, web
 
 FAST = {"providers": ["cpu"], "threads": 1, "latency": {"warmup": 2, "runs": 5}}
 
@@ -274,3 +275,72 @@ def test_predict_py_and_edgepress_predict_print_the_entities(token_onnx, tmp_pat
     assert printed.splitlines()[0] == text and len(printed.splitlines()) == 1 + len(expected)
     with pytest.raises(Exception, match="unknown aggregation 'all'"):
         Predictor(token_onnx).entities(text, "all")
+
+
+@web
+@pytest.mark.parametrize("graph", ["fp32", "int8"])
+def test_transformers_js_under_node_tags_every_token_as_the_predictor_does(token_onnx, conll, tmp_path, graph):
+    from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+    from edgepress.deploy.bundle import bundle_model
+    from edgepress.runtime.predictor import Predictor
+
+    source = token_onnx
+    if graph == "int8":  # 7-bit weights per channel: as a run ships int8 for x86 without VNNI
+        int8_dynamic(token_onnx, tmp_path / "int8", tuple(" ".join(w) for w, _ in conll["validation"][:64]),
+                     Int8DynamicConfig(per_channel=True, reduce_range=True))
+        source = tmp_path / "int8"
+    out = bundle_model(source, tmp_path / "site", "web")
+    assert json.loads((out / "edgepress.json").read_text())["web"]["pipeline"] == "token-classification"
+    texts = [" ".join(words) for words, _ in conll["test"][:60]]
+    result = transformers_js(out, texts, tmp_path, "tag.mjs")
+    assert result["dtype"] == {"fp32": "fp32", "int8": "q8"}[graph]
+    predictor = Predictor(out)
+    tagged = 0
+    for text, theirs, entities in zip(texts, result["tokens"], result["entities"], strict=True):
+        ours = predictor.entities(text, "none")
+        # the same graph file on ONNX Runtime's native CPU kernels (onnxruntime-node there, onnxruntime here): the
+        # same tag at every token, its probability to float32 rounding (softmax in float32 there, float64 here)
+        assert [(t["entity"], t["index"]) for t in theirs] == [(t["entity"], t["index"]) for t in ours], text
+        assert [t["score"] for t in theirs] == pytest.approx([t["score"] for t in ours], abs=1e-5)
+        # transformers.js leaves O out before it joins tags, transformers after: the entities are the same unless an
+        # O lies between two tags of one type
+        if not _o_between(ours):
+            grouped = predictor.entities(text, "simple")
+            assert [(e["entity_group"], e["word"]) for e in entities] == \
+                [(e["entity_group"], e["word"]) for e in grouped], text
+        tagged += len(ours)
+    assert tagged > 50
+
+
+def _o_between(tokens: list[dict]) -> bool:
+    """Two tagged tokens of one type with an untagged (O) token between them: where transformers.js joins what
+    transformers keeps apart."""
+    return any(b["index"] - a["index"] > 1 and a["entity"][2:] == b["entity"][2:] and b["entity"].startswith("I-")
+               for a, b in zip(tokens, tokens[1:], strict=False))
+
+
+@web
+@chromium
+def test_the_page_shows_the_entities_of_a_sentence_in_headless_chromium(token_onnx, tmp_path):
+    from edgepress.deploy.bundle import bundle_model
+    from edgepress.runtime.predictor import Predictor
+
+    out = bundle_model(token_onnx, tmp_path / "site", "web")
+    text = "EU rejects German call to boycott British lamb ."
+    result = open_page(out, text, tmp_path / "page.png")
+    found = json.loads(result["result"])
+    expected = Predictor(out).entities(text, "simple")
+    assert [(e["entity_group"], e["word"]) for e in found] == [(e["entity_group"], e["word"]) for e in expected]
+    assert result["shown"] == (f"{len(found)} entities" if found else "no entity")
+    assert all(url.startswith("http://127.0.0.1:") for url in result["requests"])
+
+
+def test_a_token_classifier_bundles_for_mobile_as_a_classifier_does(token_onnx, tmp_path):
+    from edgepress.deploy.bundle import bundle_model
+    from edgepress.runtime.predictor import load_session
+
+    out = bundle_model(token_onnx, tmp_path / "mobile", "mobile")
+    mobile = json.loads((out / "edgepress.json").read_text())["mobile"]
+    assert mobile["ort_vs_onnx_max_abs_diff"] < 1e-4  # every token's logits, checked at bundling
+    session = load_session(out / mobile["ort_model"])
+    assert [o.shape for o in session.get_outputs()] == [["batch_size", "sequence_length", 9]]

@@ -43,6 +43,7 @@ class Aggregation(StrEnum):  # runtime.predictor.AGGREGATIONS
     first = "first"
     max = "max"
     average = "average"
+    none = "none"
 
 
 class DemoTask(StrEnum):  # the keys of pipeline.demo.DEMOS (not imported here: the CLI starts without the runner)

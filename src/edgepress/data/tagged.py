@@ -190,19 +190,6 @@ def first_subword_labels(word_ids: Sequence[int | None], tags: np.ndarray) -> np
     return labels
 
 
-def word_predictions(word_ids: Sequence[int | None], position_ids: np.ndarray, n_words: int,
-                     outside: int) -> np.ndarray:
-    """Per word, the id predicted at its first sub-word (`position_ids`, one per position); a word truncated away
-    (no sub-word left in the encoding) gets `outside` (O): it is scored as missed, not dropped."""
-    words = np.full(n_words, outside, np.int64)
-    seen = set()
-    for position, word in enumerate(word_ids):
-        if word is not None and word not in seen:
-            words[word] = position_ids[position]
-            seen.add(word)
-    return words
-
-
 # --- a run's splits
 
 DEMO_TAGGED = "demo:conll2003"

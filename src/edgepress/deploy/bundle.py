@@ -17,6 +17,7 @@ from edgepress import __version__
 from edgepress.deploy.targets import CPU_INTEGER_OPS, check_artifact, detect_target, resolve_target
 from edgepress.errors import ConfigError, ModelError
 from edgepress.files import atomic_dir, check_apart, check_owned, check_writable, file_sha256, write_json
+from edgepress.models.loading import is_token_classifier_dir
 from edgepress.models.sentence import TOKEN_OUTPUT, SentenceLayout, is_sentence_dir, module_folders, read_layout
 from edgepress.runtime import predictor
 from edgepress.runtime.predictor import BUNDLE_FILES, MANIFEST, json_object, model_file, position_limit
@@ -148,7 +149,7 @@ def _same_logits(onnx_file: Path, ort_file: Path) -> float:
     output = output_name(sessions[0])
     first, second = (s.run([output], feeds)[0] for s in sessions)
     diff = float(np.abs(first - second).max())
-    if diff > 1e-4 or (output == "logits" and (first.argmax(1) != second.argmax(1)).any()):
+    if diff > 1e-4 or (output == "logits" and (first.argmax(-1) != second.argmax(-1)).any()):  # per text or token
         raise ModelError(f"{ort_file} does not compute what {onnx_file} does (max |Δ{output}| {diff:.3g}). Fix: "
                          f"report it; bundle for another target meanwhile")
     return diff
@@ -272,10 +273,13 @@ def _web_files(tmp: Path, operators: list[dict], max_length: int | None, pipelin
 
 def web_pipeline(model_dir: Path) -> dict:
     """The transformers.js pipeline a web bundle of `model_dir` runs: feature-extraction, with the options that pool
-    as the model does, for a sentence-transformers model; text-classification otherwise."""
+    as the model does, for a sentence-transformers model; token-classification for a token classifier (its page
+    joins the tags into entities: `aggregation_strategy` simple); text-classification otherwise."""
     if is_sentence_dir(model_dir):
         return {"pipeline": "feature-extraction", "options": feature_extraction_options(read_layout(model_dir),
                                                                                          model_dir)}
+    if is_token_classifier_dir(model_dir):
+        return {"pipeline": "token-classification", "options": {"aggregation_strategy": "simple"}}
     return {"pipeline": "text-classification"}
 
 

@@ -24,29 +24,35 @@ def forward_inputs(model, batch) -> dict:
     return {k: v for k, v in batch.items() if k in accepted}
 
 
-def predict_outputs(model, tokenizer, texts: tuple[str, ...] | list[str], max_length: int, batch_size: int = 64):
-    """The model's output per text as float32, in the order of `texts`: (n, num_labels) logits of a classifier,
-    (n, dim) vectors of a sentence encoder."""
+def _batches(model, tokenizer, inputs: list, max_length: int, batch_size: int, **tokenizing):
+    """(indices into `inputs`, the tokenized batch, the model's output as float32 numpy) for `inputs` in batches of
+    similar lengths (little padding), the model in eval mode under inference_mode (its mode restored after)."""
     import torch
 
-    order = np.argsort([len(t) for t in texts], kind="stable")  # similar lengths together: little padding
-    chunks = []
+    order = np.argsort([len(x) for x in inputs], kind="stable")
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    with torch.inference_mode():
-        for start in range(0, len(texts), batch_size):
-            chunk = order[start : start + batch_size]
-            batch = tokenizer([texts[i] for i in chunk], truncation=True, max_length=max_length,
-                              padding=True, return_tensors="pt").to(device)
-            out = model(**forward_inputs(model, batch))
-            chunks.append(getattr(out, "logits", out).float().cpu().numpy())
-    model.train(was_training)
-    if not chunks:
-        return np.zeros((0, model.config.num_labels), dtype=np.float32)
-    outputs = np.empty((len(texts), chunks[0].shape[1]), dtype=np.float32)
-    outputs[order] = np.concatenate(chunks)
-    return outputs
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(inputs), batch_size):
+                chunk = order[start : start + batch_size]
+                batch = tokenizer([inputs[i] for i in chunk], truncation=True, max_length=max_length, padding=True,
+                                  return_tensors="pt", **tokenizing)
+                out = model(**forward_inputs(model, batch.to(device)))
+                yield chunk, batch, getattr(out, "logits", out).float().cpu().numpy()
+    finally:
+        model.train(was_training)
+
+
+def predict_outputs(model, tokenizer, texts: tuple[str, ...] | list[str], max_length: int, batch_size: int = 64):
+    """The model's output per text as float32, in the order of `texts`: (n, num_labels) logits of a classifier,
+    (n, dim) vectors of a sentence encoder."""
+    outputs = None
+    for chunk, _, out in _batches(model, tokenizer, list(texts), max_length, batch_size):
+        outputs = np.empty((len(texts), out.shape[1]), dtype=np.float32) if outputs is None else outputs
+        outputs[chunk] = out
+    return np.zeros((0, model.config.num_labels), dtype=np.float32) if outputs is None else outputs
 
 
 def predict_logits(model, tokenizer, texts: tuple[str, ...] | list[str], max_length: int, batch_size: int = 64):
@@ -65,23 +71,11 @@ def predict_word_logits(model, tokenizer, texts: tuple[str, ...] | list[str], ma
     """A token classifier's logits per word, (words, num_labels) float32 for each text, its words split on white
     space (a tagged sentence's words joined by spaces come back as they were), each word read at its first
     sub-word; a word cut off by `max_length` gets NaN."""
-    import torch
-
     from edgepress.runtime.predictor import first_subword_rows
 
     words = [text.split() for text in texts]
-    order = np.argsort([len(w) for w in words], kind="stable")
     out: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(texts)
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    with torch.inference_mode():
-        for start in range(0, len(texts), batch_size):
-            chunk = order[start : start + batch_size]
-            batch = tokenizer([words[i] for i in chunk], is_split_into_words=True, truncation=True,
-                              max_length=max_length, padding=True, return_tensors="pt")
-            logits = model(**forward_inputs(model, batch.to(device))).logits.float().cpu().numpy()
-            for row, i in enumerate(chunk):  # (batch, sequence, labels) -> (words, labels)
-                out[i] = first_subword_rows(batch.word_ids(row), logits[row], len(words[i]), np.nan)
-    model.train(was_training)
+    for chunk, batch, logits in _batches(model, tokenizer, words, max_length, batch_size, is_split_into_words=True):
+        for row, i in enumerate(chunk):  # (batch, sequence, labels) -> (words, labels)
+            out[i] = first_subword_rows(batch.word_ids(row), logits[row], len(words[i]), np.nan)
     return out

@@ -372,7 +372,7 @@ def first_subword_rows(word_ids: list[int | None], rows: np.ndarray, n_words: in
 # --- entities in raw text: transformers' token-classification pipeline (its `aggregation_strategy`), with the
 # tokenizers library alone
 
-AGGREGATIONS = ("simple", "first", "max", "average")  # as transformers' pipeline names them
+AGGREGATIONS = ("simple", "first", "max", "average", "none")  # as transformers' pipeline names them
 
 
 def _sub_tokens(tokenizer, encoding, text: str, scores: np.ndarray) -> list[dict]:
@@ -390,7 +390,8 @@ def _sub_tokens(tokenizer, encoding, text: str, scores: np.ndarray) -> list[dict
         subword = len(token) != len(covered) if prefix else start > 0 and " " not in text[start - 1:start + 1]
         if token == unknown:
             token, subword = covered, False
-        pieces.append({"word": token, "scores": scores[index], "start": start, "end": end, "subword": subword})
+        pieces.append({"word": token, "scores": scores[index], "start": start, "end": end, "subword": subword,
+                       "index": index})
     return pieces
 
 
@@ -556,7 +557,8 @@ class Predictor:
     def entities(self, text: str, aggregation: str = "simple") -> list[dict]:
         """The entities a token classifier finds in raw `text`, as transformers' token-classification pipeline gives
         them: {"entity_group", "score", "word", "start", "end"} (the text's characters start:end), its tags read per
-        token (`simple`) or per word (`first`, `max`, `average`), adjacent tags of one type joined."""
+        token (`simple`) or per word (`first`, `max`, `average`), adjacent tags of one type joined; `none`: each
+        token's own tag but O, {"entity", "score", "index", "word", "start", "end"}."""
         if not self.tokens:
             raise ModelError(f"{self.bundle} gives one result per text, not entities. Fix: find entities with a "
                              f"token-classification model's bundle")
@@ -568,6 +570,10 @@ class Predictor:
                  "token_type_ids": [encoding.type_ids]}
         logits = self.session.run([self.output], {n: np.asarray(feeds[n], np.int64) for n in self.input_names})[0][0]
         pieces = _sub_tokens(self.tokenizer, encoding, text, _softmax(logits.astype(np.float64)))
+        if aggregation == "none":  # each token's tag: {entity, score, index (its position), word, start, end}
+            tagged = [{**_tagged([p], self.id2label), "index": p["index"], "word": p["word"]} for p in pieces]
+            return [{k: t[k] for k in ("entity", "score", "index", "word", "start", "end")} for t in tagged
+                    if t["entity"] != "O"]
         decoder = self.tokenizer.decoder
         decode = decoder.decode if decoder is not None else " ".join
         return group_entities(_words(pieces, aggregation, self.id2label, decode), decode)
@@ -662,7 +668,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=100, help="timed runs per shape with --bench (default 100)")
     parser.add_argument("--aggregation", choices=AGGREGATIONS, default="simple", help="a token classifier's "
                         "entities: each token's tag (simple) or each word's, read at its first token, its most "
-                        "confident one, or their average (first, max, average), as transformers' pipeline does")
+                        "confident one, or their average (first, max, average), as transformers' pipeline does; "
+                        "none: every token's tag")
     parser.add_argument("--provider", choices=tuple(PROVIDERS), default="cpu", help="execution provider")
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ONNX Runtime's)")
     return parser
@@ -721,7 +728,8 @@ def _similar_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bundle", type=Path, default=here, help="the bundle dir (default: this file's dir)")
     parser.add_argument("--aggregation", choices=AGGREGATIONS, default="simple", help="a token classifier's "
                         "entities: each token's tag (simple) or each word's, read at its first token, its most "
-                        "confident one, or their average (first, max, average), as transformers' pipeline does")
+                        "confident one, or their average (first, max, average), as transformers' pipeline does; "
+                        "none: every token's tag")
     parser.add_argument("--provider", choices=tuple(PROVIDERS), default="cpu", help="execution provider")
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ONNX Runtime's)")
     return parser
@@ -785,8 +793,8 @@ def entity_lines(text: str, entities: list[dict], as_json: bool) -> list[str]:
     an entity (type, score, characters, the text they cover)."""
     if as_json:
         return [json.dumps({"text": text, "entities": entities})]
-    return [text, *(f"  {e['entity_group']}\t{e['score']:.3f}\t{e['start']}-{e['end']}\t{text[e['start']:e['end']]}"
-                    for e in entities)]
+    return [text, *(f"  {e.get('entity_group', e.get('entity'))}\t{e['score']:.3f}\t{e['start']}-{e['end']}\t"
+                    f"{text[e['start']:e['end']]}" for e in entities)]
 
 
 def _print_predictions(predictions: list[Prediction], as_json: bool) -> None:
