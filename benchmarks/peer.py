@@ -7,6 +7,7 @@ environment, built by `make peer-env`:
 
     make peer-env
     .venv-peer/bin/python benchmarks/peer.py --bundle runs/demo/final [--model demo:minilm-movie] [--threads 2]
+    .venv-peer/bin/python benchmarks/peer.py --build runs/ner/optimum --model runs/ner/teacher  # a token classifier
 
 Writes benchmarks/results/peer.json. With `--build DIR` it only writes the peer's model dir there and prints
 {"preset": ...}: benchmarks/compare.py times it in edgepress's own environment, beside the other candidates.
@@ -58,12 +59,15 @@ def peer_quantize(o2_dir: Path, out_dir: Path) -> str:
 
 def build_peer(model_dir: Path, work: Path, peer: Path | None = None) -> tuple[Path, str]:
     """optimum export -> O2 -> dynamic int8, as a dir edgepress's Predictor reads (model.onnx + config + tokenizer),
-    `peer` (default: work/peer)."""
-    from optimum.onnxruntime import ORTModelForSequenceClassification, ORTOptimizer
+    `peer` (default: work/peer); a token classifier (NER) through optimum's token-classification class."""
+    from optimum.onnxruntime import ORTModelForSequenceClassification, ORTModelForTokenClassification, ORTOptimizer
     from optimum.onnxruntime.configuration import OptimizationConfig
     from transformers import AutoTokenizer
 
-    model = ORTModelForSequenceClassification.from_pretrained(model_dir, export=True)
+    from edgepress.models.loading import is_token_classifier_dir
+
+    kind = ORTModelForTokenClassification if is_token_classifier_dir(model_dir) else ORTModelForSequenceClassification
+    model = kind.from_pretrained(model_dir, export=True)
     model.save_pretrained(work / "onnx")
     AutoTokenizer.from_pretrained(model_dir).save_pretrained(work / "onnx")
     ORTOptimizer.from_pretrained(model).optimize(OptimizationConfig(optimization_level=2), save_dir=work / "o2")

@@ -201,14 +201,19 @@ def test_a_token_run_is_gated_on_entity_f1_and_reports_each_type(token_model, ne
     assert again["stages"][2]["metrics"]["f1"] == int8["f1"] and "int8: reused" in (out / "run.log").read_text()
 
 
-@pytest.mark.parametrize("method", ["int8-static", "int4"])
-def test_the_quantizers_that_take_the_unfused_graph_run_on_a_token_classifier(token_model, ner_dir, tmp_path, method):
+@pytest.mark.parametrize("stages", [["export", "int8-static"], ["export", "int4"], ["export", "fp16"],
+                                    ["vocab", "export"]], ids=lambda s: "-".join(s))
+def test_the_methods_that_need_no_training_run_on_a_token_classifier(token_model, ner_dir, tmp_path, stages):
     from edgepress.pipeline import runner
 
-    stages = [{"name": "export", "method": "export"},
-              {"name": "q", "method": method, "gates": {"accuracy": {"max_drop": 0.1}}}]
-    report = runner.run_pipeline(run_config(tmp_path, token_model, ner_dir, stages), tmp_path / "run")
-    assert report["stages"][1]["status"] == "passed" and report["stages"][1]["metrics"]["f1"] > 0.15
+    config = [{"name": method, "method": method} for method in stages]
+    config[-1] |= {"params": {"providers": ["cpu"]}} if stages[-1] == "fp16" else {}  # checked on the CPU here
+    config[-1]["gates"] = {"accuracy": {"max_drop": 0.1}}
+    report = runner.run_pipeline(run_config(tmp_path, token_model, ner_dir, config), tmp_path / "run")
+    assert all(s["status"] == "passed" for s in report["stages"]) and report["stages"][-1]["metrics"]["f1"] > 0.15
+    if stages[0] == "vocab":  # the rows the train split's words never use are gone
+        vocab = report["stages"][0]["metrics"]
+        assert vocab["params"] < 0.5 * report["baseline"]["metrics"]["params"] and vocab["agreement"] > 0.5
 
 
 def test_a_token_run_refuses_what_is_not_built_for_it_yet(token_model, ner_dir, tmp_path):

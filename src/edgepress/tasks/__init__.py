@@ -148,7 +148,7 @@ class TokenClassification:
     predicts: str = "tags"
     primary: str = "f1"
     gated: tuple[str, ...] = ("f1",)
-    methods: tuple[str, ...] | None = ("export", "optimize", "fp16", "int8-dynamic", "int8-static", "int4")
+    methods: tuple[str, ...] | None = ("vocab", "export", "optimize", "fp16", "int8-dynamic", "int8-static", "int4")
     int8_params: tuple[tuple[str, object], ...] = ()
 
     @property
