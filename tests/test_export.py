@@ -139,7 +139,7 @@ def test_parity_miss_raises_a_line_per_check_and_leaves_nothing(monkeypatch, tin
     with pytest.raises(ExportParityError) as e:
         export_onnx(tiny_model_dir, tmp_path / "out", movie_data.validation.texts)
     message = str(e.value)
-    assert "does not match its reference on 133 real examples" in message
+    assert "does not match its reference on 133 real texts" in message
     assert "✗ max |Δlogit| 0.5 > 0.0001" in message
     assert "✗ argmax agreement" in message
     assert not (tmp_path / "out").exists()
