@@ -70,7 +70,7 @@ def predict_tags(model, rows, sentences, id2label, pad_id):
     """Each sentence's predicted tag names, one per word (a word truncated away: O)."""
     import torch
 
-    from edgepress.data.tagged import word_predictions
+    from edgepress.runtime.predictor import first_subword_rows
 
     out = [None] * len(rows)
     model.eval()
@@ -79,7 +79,7 @@ def predict_tags(model, rows, sentences, id2label, pad_id):
             ids, mask, _ = collate(rows, index, pad_id)
             positions = model(input_ids=ids, attention_mask=mask).logits.argmax(-1).numpy()
             for r, i in enumerate(index):
-                words = word_predictions(rows[i][2], positions[r], len(sentences[i][0]), outside=0)
+                words = first_subword_rows(rows[i][2], positions[r], len(sentences[i][0]), 0)  # cut off: O
                 out[i] = [id2label[int(t)] for t in words]
     return out
 
