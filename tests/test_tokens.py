@@ -195,6 +195,7 @@ def test_a_token_run_is_gated_on_entity_f1_and_reports_each_type(token_model, ne
     markdown = (out / "report.md").read_text()
     assert "| stage | status | f1 [95% CI] | agreement [95% CI] |" in markdown
     assert "## Entities" in markdown and "| stage | LOC | MISC | ORG | PER |" in markdown
+    assert "test 150 sentences; tags: " in markdown
     assert "F1 per entity type" in (out / "report.html").read_text()
     # --resume reuses every stage, the tags read back from predictions.json
     again = runner.run_pipeline(run_config(tmp_path, token_model, ner_dir, stages), out, resume=True)

@@ -58,14 +58,17 @@ def speedup(metrics: dict, baseline: dict) -> str:
 
 
 # What a report says of each task's primary metric: its stage table's second column, what the table's scores are
-# ({n}: test examples), what its fidelity is, what a fidelity cell measures
+# ({n}: test examples), what its fidelity is, what a fidelity cell measures, what the data line calls the examples
+# and their labels
 WORDING = {
     "accuracy": {
+        "examples": "examples", "labels": "labels",
         "second": "agreement", "scores": "Accuracy on {n} test examples with its 95% CI",
         "fidelity": "agreement: the share of test examples a stage labels as the baseline does (fidelity), with its "
                     "95% CI.",
         "cell": "Agreement with the baseline's labels"},
     "neighbour_overlap": {
+        "examples": "examples", "labels": "labels",
         "second": "cosine",
         "scores": "Neighbour overlap on {n} test texts with its 95% CI: the share of each text's 10 nearest test texts "
                   "(by cosine) that the baseline's vectors place there too (the baseline's own: 1); cosine: each "
@@ -73,6 +76,7 @@ WORDING = {
         "fidelity": "fidelity gates judge the neighbour overlap.",
         "cell": "Neighbour overlap with the baseline's vectors"},
     "f1": {
+        "examples": "sentences", "labels": "tags",
         "second": "agreement",
         "scores": "Entity-level micro F1 on {n} test sentences with its 95% CI (seqeval's strict spans: an entity "
                   "counts where its type and its every word's tag are right)",
@@ -202,12 +206,14 @@ def _sizes(report: dict) -> str:
 
 
 def data_line(report: dict) -> str:
-    """The data, for a person: source, split sizes, label names."""
+    """The data, for a person: source, split sizes, label names (a token classifier's: sentences and tags)."""
+    primary = columns(report["baseline"]["metrics"])[0]
+    examples, named = WORDING[primary]["examples"], WORDING[primary]["labels"]
     labels = ", ".join((report["data"].get("id2label") or {}).values()) or "not recorded"
     note = f" Splits: {report['data']['note']}." if report["data"].get("note") else ""
-    missing = "".join(f" ⚠ {line.capitalize()}: accuracy there says nothing about it."
+    missing = "".join(f" ⚠ {line.capitalize()}: {primary.replace('_', ' ')} there says nothing about it."
                       for line in missing_classes(report["data"].get("class_counts") or {}))
-    return f"Data: {report['data']['source']} ({_sizes(report)} examples; labels: {labels}).{note}{missing}"
+    return f"Data: {report['data']['source']} ({_sizes(report)} {examples}; {named}: {labels}).{note}{missing}"
 
 
 def _providers_used(report: dict) -> list[str]:
