@@ -272,7 +272,11 @@ def load_tokenizer(directory: str | Path, max_length: int):
 
 def encode(tokenizer, texts: list[str] | tuple[str, ...], input_names: tuple[str, ...]) -> Feeds:
     """Model feeds (batch, seq) int64 for `texts`, only the inputs the model takes."""
-    encodings = tokenizer.encode_batch(list(texts))
+    return encoding_feeds(tokenizer.encode_batch(list(texts)), input_names)
+
+
+def encoding_feeds(encodings: list, input_names: tuple[str, ...]) -> Feeds:
+    """Model feeds (batch, seq) int64 of tokenizers' `encodings` (of one length), only the inputs the model takes."""
     columns = {
         "input_ids": [e.ids for e in encodings],
         "attention_mask": [e.attention_mask for e in encodings],
@@ -566,9 +570,7 @@ class Predictor:
             raise ConfigError(f"unknown aggregation {aggregation!r}. Fix: one of {', '.join(AGGREGATIONS)}")
         _check_texts([text])
         encoding = self.tokenizer.encode(text)
-        feeds = {"input_ids": [encoding.ids], "attention_mask": [encoding.attention_mask],
-                 "token_type_ids": [encoding.type_ids]}
-        logits = self.session.run([self.output], {n: np.asarray(feeds[n], np.int64) for n in self.input_names})[0][0]
+        logits = self.session.run([self.output], encoding_feeds([encoding], self.input_names))[0][0]
         pieces = _sub_tokens(self.tokenizer, encoding, text, _softmax(logits.astype(np.float64)))
         if aggregation == "none":  # each token's tag: {entity, score, index (its position), word, start, end}
             tagged = [{**_tagged([p], self.id2label), "index": p["index"], "word": p["word"]} for p in pieces]
@@ -586,10 +588,7 @@ class Predictor:
                              f"token-classification model's bundle")
         _check_texts(words)
         encoding = self.tokenizer.encode(list(words), is_pretokenized=True)
-        feeds = {"input_ids": [encoding.ids], "attention_mask": [encoding.attention_mask],
-                 "token_type_ids": [encoding.type_ids]}
-        feeds = {name: np.asarray(feeds[name], dtype=np.int64) for name in self.input_names}
-        logits = self.session.run([self.output], feeds)[0][0]  # (sequence, labels)
+        logits = self.session.run([self.output], encoding_feeds([encoding], self.input_names))[0][0]  # (seq, labels)
         return first_subword_rows(encoding.word_ids, logits, len(words), np.nan)
 
     def embed(self, texts: list[str] | tuple[str, ...]) -> np.ndarray:

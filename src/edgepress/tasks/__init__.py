@@ -163,9 +163,7 @@ class TokenClassification:
         out = np.full((len(word_logits), max((len(w) for w in word_logits), default=0)), WORDS_NOT_LABELLED,
                       np.int64)
         for i, logits in enumerate(word_logits):
-            if len(logits):
-                out[i, :len(logits)] = np.where(np.isnan(logits).any(axis=1), outside,
-                                                np.nan_to_num(logits, nan=-np.inf).argmax(axis=1))
+            out[i, :len(logits)] = np.where(np.isnan(logits).any(axis=1), outside, logits.argmax(axis=1))
         return out
 
     def torch_predictions(self, model, tokenizer, texts: tuple[str, ...], max_length: int) -> np.ndarray:
