@@ -119,8 +119,8 @@ def test_tagged_splits_are_read_from_a_directory_and_checked_against_the_model(n
     assert isinstance(typos, TaggedSet) and [len(w) for w in typos.words] == [len(w) for w in data.test.words]
     with pytest.raises(DataError, match=r"the model has no tag 'B-MISC', 'I-MISC'; its tags are: O, B-PER"):
         load_tagged(DataConfig(source=str(ner_dir)), {t: i for i, t in enumerate(TAGS[:7])})
-    with pytest.raises(DataError, match=r"data.unlabeled not built for token classifiers yet"):
-        load_tagged(DataConfig(source=str(ner_dir), unlabeled=str(ner_dir / "train.conll")), label2id)
+    with pytest.raises(DataError, match=r"data.fidelity_sets not built for token classifiers yet"):
+        load_tagged(DataConfig(source=str(ner_dir), fidelity_sets={"mine": str(ner_dir / "train.conll")}), label2id)
     (tmp_path / "test.csv").write_text("text,label\n")
     with pytest.raises(DataError, match=r"has no train file of a token classifier's data"):
         load_tagged(DataConfig(source=str(tmp_path)), label2id)
@@ -220,8 +220,10 @@ def test_the_methods_that_need_no_training_run_on_a_token_classifier(token_model
 def test_a_token_run_refuses_what_is_not_built_for_it_yet(token_model, ner_dir, tmp_path):
     from edgepress.pipeline.inputs import check_inputs
 
-    cfg = run_config(tmp_path, token_model, ner_dir, [{"name": "d", "method": "distill"}])
-    with pytest.raises(ConfigError, match=r"not built for token-classification models yet:\n  ✗ stage 'd': distill"):
+    cfg = run_config(tmp_path, token_model, ner_dir, [{"name": "d", "method": "distill", "params": {
+        "augment": {"factor": 1}}}])
+    with pytest.raises(ConfigError, match=r"stage 'd' \(distill\): augment makes perturbed copies .* not built for "
+                                          r"token classifiers. Fix: remove augment"):
         check_inputs(cfg)
     cfg = run_config(tmp_path, token_model, ner_dir, [{"name": "export", "method": "export", "gates": {
         "accuracy": {"max_drop": 0.1, "metric": "accuracy"}}}])
@@ -350,3 +352,150 @@ def test_a_token_classifier_bundles_for_mobile_as_a_classifier_does(token_onnx, 
     assert mobile["ort_vs_onnx_max_abs_diff"] < 1e-4  # every token's logits, checked at bundling
     session = load_session(out / mobile["ort_model"])
     assert [o.shape for o in session.get_outputs()] == [["batch_size", "sequence_length", 9]]
+
+
+def test_every_training_method_learns_each_words_tag(token_model, ner_dir, conll, tmp_path):
+    """distill (TinyBERT's losses beside the per-word soft targets) -> heads -> ffn -> magnitude -> lottery (against
+    its random control) -> qat -> its export: each stage trained on the tagged words, kept by validation F1, and
+    measured on the test split's entities."""
+    from edgepress.pipeline import runner
+
+    train = {"epochs": 1, "batch_size": 16, "learning_rate": 1e-3}
+    stages = [{"name": "distill", "method": "distill", "params": {"student_layers": 1, "style": "tinybert", **train}},
+              {"name": "heads", "method": "heads", "params": {"keep": 0.5, "importance_batches": 4, **train}},
+              {"name": "ffn", "method": "ffn", "params": {"keep": 0.5, "importance_batches": 4, "teacher": "baseline",
+                                                          **train}},
+              {"name": "magnitude", "method": "magnitude", "params": {"sparsity": 0.3, **train}},
+              {"name": "lottery", "method": "lottery", "params": {"sparsity": 0.4, "rounds": 1, "control": "random",
+                                                                  **train}},
+              {"name": "qat", "method": "qat", "params": {"reduce_range": True, **train}},
+              {"name": "export", "method": "export"}]
+    for stage in stages:
+        stage["gates"] = {"accuracy": {"max_drop": 0.5}}
+    from edgepress.data.conll import conll2003
+
+    # transfer data: raw sentences the teacher tags, one of them a test sentence (left out: judged on)
+    raw = [" ".join(words) for words, _ in conll2003("train")[600:680]] + ["Japan 's " + "Nikkei rose ."]
+    (tmp_path / "raw.txt").write_text("\n".join([*raw, " ".join(conll["test"][0][0])]) + "\n")
+    config = run_config(tmp_path, token_model, ner_dir, stages, unlabeled=str(tmp_path / "raw.txt"))
+    report = runner.run_pipeline(config, tmp_path / "run")
+    assert [s["status"] for s in report["stages"]] == ["passed"] * len(stages)
+    held = {" ".join(words) for part in ("validation", "test") for words, _ in conll[part]}
+    kept = [text for text in raw if text not in held]
+    assert f"{len(raw) + 1 - len(kept)} unlabeled texts also in the validation or test split" in report["data"]["note"]
+    details = {s["name"]: s["details"] for s in report["stages"]}
+    assert details["distill"]["transfer_examples"] == len(kept) > 70
+    for name in ("distill", "heads", "ffn", "magnitude", "qat"):
+        assert 0 < details[name]["val_f1"] <= 1 and [h["val_f1"] for h in details[name]["history"]]
+    assert details["distill"]["layer_map"] == [0] and details["heads"]["pruned"]
+    assert details["ffn"]["recovered_from"] != details["heads"]["recovered_from"]  # the baseline taught it
+    control = details["lottery"]["control_test"]
+    assert details["lottery"]["score"] == "f1" and 0 <= control["f1"] <= 1
+    assert len(control["ticket_minus_control_ci95"]) == 2
+    assert details["magnitude"]["sparsity"]["pruned_weights_sparsity"] >= 0.3
+    assert report["stages"][-1]["details"]["parity"]["examples"] == "tokens"
+    assert all(s["metrics"]["f1"] > 0.05 for s in report["stages"])
+    assert "Ticket against its random control, validation f1" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_a_training_batch_labels_each_words_first_sub_word_and_knows_its_word(tokenizer):
+    """The loop's batches of tagged sentences: each word's tag at its first sub-word, IGNORED at the rest and the
+    padding, and the number of the word each position starts (what a per-word distillation target is placed by)."""
+    from edgepress.data.tagged import IGNORED, TaggedSet
+    from edgepress.models.train import TrainConfig, train_loader
+
+    words = [("Tokyo", "unbelievably", "rains", "."), ("Hi",)]
+    part = TaggedSet.of(["a", "b"], words, [[5, 0, 0, 0], [1]])
+    (batch,) = train_loader(tokenizer, part, TrainConfig(batch_size=2, seed=0))
+    for row, i in enumerate(batch["index"].tolist()):
+        encoding = tokenizer(list(words[i]), is_split_into_words=True)
+        width = len(encoding["input_ids"])
+        starts = [p for p, w in enumerate(encoding.word_ids()) if w is not None and w != encoding.word_ids()[p - 1]]
+        expected = np.full(batch["input_ids"].shape[1], IGNORED)
+        expected[starts] = part.tags[i]
+        assert batch["labels"][row].tolist() == expected.tolist()
+        index = np.full(batch["input_ids"].shape[1], -1)
+        index[starts] = range(len(words[i]))
+        assert batch["word_index"][row].tolist() == index.tolist() and batch["attention_mask"][row].sum() == width
+    assert tokenizer.tokenize("unbelievably") != ["unbelievably"]  # a word of several sub-words is in the case
+
+
+def test_the_per_word_soft_targets_are_read_at_each_words_first_sub_word():
+    """The hinton loss of a token classifier: at the labelled positions only, a word the teacher has no logits for
+    (NaN: cut off in its tokens) left out; the mean over the words equals the sentence-level loss on those rows."""
+    import torch
+
+    from edgepress.compress.distill import DistillConfig, _at_positions, _hinton
+
+    torch.manual_seed(0)
+    cfg = DistillConfig(temperature=2.0, alpha=0.5)
+    words = torch.randn(2, 3, 4)  # (sentences, words, labels): the cached teacher targets
+    words[1, 2] = float("nan")  # sentence 1 has 2 words, or its third was cut off
+    word_index = torch.tensor([[-1, 0, -1, 1, 2, -1], [-1, 0, 1, 2, -1, -1]])
+    labels = torch.tensor([[-100, 1, -100, 0, 3, -100], [-100, 2, 2, 1, -100, -100]])
+    placed = _at_positions(words, word_index)
+    assert torch.equal(placed[0, 3], words[0, 1]) and placed[0, 0].isnan().all() and placed[1, 3].isnan().all()
+    student = torch.randn(2, 6, 4)
+    rows = [(0, 1), (0, 3), (0, 4), (1, 1), (1, 2)]  # labelled, with a teacher row
+    expected = _hinton(torch.stack([student[r] for r in rows]), torch.stack([placed[r] for r in rows]),
+                       torch.stack([labels[r] for r in rows]), cfg)
+    assert torch.allclose(_hinton(student, placed, labels, cfg), expected)
+    gold = torch.tensor([True, False])  # sentence 1 a transfer example: its words have the soft loss alone
+    soft = DistillConfig(temperature=2.0, alpha=1.0)
+    mixed = torch.stack([_hinton(student[r][None], placed[r][None], labels[r][None], cfg if r[0] == 0 else soft)
+                         for r in rows]).mean()
+    assert torch.allclose(_hinton(student, placed, labels, cfg, gold), mixed)
+    assert _hinton(student, placed, torch.full_like(labels, -100), cfg) == 0  # no word: no loss, and no NaN
+
+
+def test_evaluate_scores_a_token_classifier_on_every_split(token_model, ner_dir, conll):
+    """`edgepress evaluate` on tagged data: entity F1 with its CI, the split asked for; `--split all` every
+    sentence of the three files with its tags."""
+    from typer.testing import CliRunner
+
+    from edgepress.cli.app import app
+    from edgepress.data import DataConfig
+    from edgepress.pipeline.baseline import evaluate_model
+
+    every = evaluate_model(str(token_model), DataConfig(source=str(ner_dir), max_length=64), "all")
+    test = evaluate_model(str(token_model), DataConfig(source=str(ner_dir), max_length=64), "test")
+    assert every["n_test"] == sum(len(s) for s in conll.values()) and test["n_test"] == len(conll["test"])
+    assert every["n_entities"] > test["n_entities"] and 0.15 < test["f1"] <= 1
+    result = CliRunner().invoke(app, ["evaluate", str(token_model), "--data", str(ner_dir), "--max-length", "64"])
+    assert result.exit_code == 0, result.output
+    assert f"entity F1 {test['f1']:.4f}" in result.output and f"sentences={len(conll['test'])} (test)" in result.output
+
+
+def test_a_quantized_token_graph_is_checked_loosely_per_token_only_where_parity_is_left_at_its_default(
+        token_onnx, conll, tmp_path, monkeypatch):
+    """Over every token of the parity sentences, the largest logit move of a good int8 graph exceeds a classifier's
+    loose default: left at the default, a token graph is held to TOKEN_LOOSE_DIFF; a `parity` the user sets is
+    kept as set."""
+    from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+    from edgepress.errors import ExportParityError
+    from edgepress.export import parity
+
+    checked = []
+    original = parity.check_parity
+    monkeypatch.setattr(parity, "check_parity", lambda *a, **k: checked.append(a[3]) or original(*a, **k))
+    texts = tuple(" ".join(w) for w, _ in conll["validation"])
+    done = int8_dynamic(token_onnx, tmp_path / "default", texts, Int8DynamicConfig(max_length=64))
+    assert done["parity"]["examples"] == "tokens"
+    assert checked[-1].max_abs_diff == parity.TOKEN_LOOSE_DIFF and checked[-1].min_agreement == 0.9
+    tight = {"max_abs_diff": done["parity"]["max_abs_diff"] / 2, "min_agreement": 0.5}
+    with pytest.raises(ExportParityError, match=r"max \|Δlogit\|"):
+        int8_dynamic(token_onnx, tmp_path / "set", texts, Int8DynamicConfig(max_length=64, parity=tight))
+    assert checked[-1].max_abs_diff == tight["max_abs_diff"]
+
+
+def test_init_starts_a_token_classifier_on_its_tagged_data(token_model, ner_dir, tmp_path):
+    from tests.test_trust import invoke
+
+    result = invoke("init", token_model, ner_dir, "--out", tmp_path / "p.yaml")
+    assert result.exit_code == 0, result.output
+    config = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    assert [s["name"] for s in config["stages"]] == ["distill", "heads", "ffn", "vocab", "export", "fuse", "int8"]
+    assert config["stages"][-1]["gates"]["accuracy"] == {"max_drop": 0.03}
+    said = " ".join(line[2:] for line in (tmp_path / "p.yaml").read_text().splitlines() if line.startswith("# "))
+    assert "BertForTokenClassification, 2 layers" in said and "9 tags (O, B-PER, I-PER" in said
+    assert "train 600, validation 120, test 150 examples" in said and "entity-level F1" in said

@@ -311,7 +311,7 @@ def evaluate(
                                               "all of them.")] = Split.test,
 ) -> None:
     """Accuracy (with its 95% CI) and macro-F1 of a model (torch model dir, ONNX model dir or bundle) on some
-    data."""
+    data; of a token classifier, entity-level F1 (with its 95% CI), precision and recall on tagged data."""
     from edgepress.configs import build
     from edgepress.data import DataConfig
     from edgepress.pipeline.baseline import evaluate_model
@@ -319,9 +319,14 @@ def evaluate(
     data_cfg = _call(build, DataConfig, where="data options", source=data, text_column=text_column,
                      label_column=label_column, max_length=max_length)
     metrics = _call(evaluate_model, model, data_cfg, split.value)
-    lo, hi = metrics["accuracy_ci95"]
-    out.print(f"accuracy {metrics['accuracy']:.4f} [{lo:.4f}, {hi:.4f}]  macro-F1 {metrics['macro_f1']:.4f}  "
-              f"n={metrics['n_test']} ({split.value})")
+    if metrics.get("primary_metric") == "f1":  # a token classifier: entity-level figures over sentences
+        lo, hi = metrics["f1_ci95"]
+        out.print(f"entity F1 {metrics['f1']:.4f} [{lo:.4f}, {hi:.4f}]  precision {metrics['precision']:.4f}  "
+                  f"recall {metrics['recall']:.4f}  sentences={metrics['n_test']} ({split.value})")
+    else:
+        lo, hi = metrics["accuracy_ci95"]
+        out.print(f"accuracy {metrics['accuracy']:.4f} [{lo:.4f}, {hi:.4f}]  macro-F1 {metrics['macro_f1']:.4f}  "
+                  f"n={metrics['n_test']} ({split.value})")
     if metrics.get("splits_note") and split != Split.all:
         out.print(f"splits: {metrics['splits_note']}", highlight=False)
 

@@ -34,9 +34,11 @@ from edgepress.data import DataSplits
 from edgepress.data.augment import VERSION as AUGMENT_VERSION
 from edgepress.data.augment import AugmentConfig, augment_texts
 from edgepress.data.dataset import TextSet, text_key
+from edgepress.data.tagged import IGNORED, TaggedSet
 from edgepress.errors import ConfigError
 from edgepress.files import tree_sha256
 from edgepress.models.arch import arch_of, depth, head_size, layer_list, part
+from edgepress.models.evaluate import forward_inputs
 from edgepress.models.train import EPOCHS, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -140,15 +142,33 @@ def make_student(teacher, cfg: DistillConfig):
 
 def _hinton(student_logits, teacher_logits, labels, cfg: KdLoss, labelled=None):
     """The mean over the batch of (1 - alpha) * CE + alpha * T^2 * KL, and of T^2 * KL alone for the examples that
-    `labelled` (bool, (batch,)) marks False: transfer examples, whose label is only the teacher's."""
+    `labelled` (bool, (batch,)) marks False: transfer examples, whose label is only the teacher's. A token
+    classifier's logits (batch, sequence, labels) are compared at its labelled positions (each word's first
+    sub-word), the mean taken over those words; a position the teacher has no logits for (NaN: its word was cut off
+    in the teacher's tokens) is left out."""
     import torch.nn.functional as F
 
+    if student_logits.ndim == 3:
+        chosen = (labels != IGNORED) & teacher_logits.isfinite().all(-1)  # (batch, sequence)
+        if not chosen.any():  # sentences without words: nothing to learn, and no NaN mean
+            return student_logits.sum() * 0
+        gold = None if labelled is None else labelled[:, None].expand_as(labels)[chosen]
+        return _hinton(student_logits[chosen], teacher_logits[chosen], labels[chosen], cfg, gold)
     t = cfg.temperature
     soft = F.kl_div(F.log_softmax(student_logits / t, -1), F.softmax(teacher_logits / t, -1),
                     reduction="none").sum(-1) * t * t  # (batch,)
     hard = F.cross_entropy(student_logits, labels, reduction="none")  # (batch,)
     mixed = (1 - cfg.alpha) * hard + cfg.alpha * soft
     return (mixed if labelled is None else mixed.where(labelled, soft)).mean()
+
+
+def _at_positions(word_logits, word_index):
+    """A token classifier's per-word logits (batch, words, labels) placed at the positions that start each word
+    (`word_index`, (batch, sequence), -1 elsewhere): (batch, sequence, labels), NaN at the other positions."""
+    import torch
+
+    placed = torch.gather(word_logits, 1, word_index.clamp(min=0)[..., None].expand(-1, -1, word_logits.shape[-1]))
+    return placed.masked_fill((word_index < 0)[..., None], float("nan"))
 
 
 def _texts_sha256(texts) -> str:
@@ -166,6 +186,8 @@ def transfer_set(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[Te
     from edgepress.models.evaluate import predict_logits
 
     train, model_sha = data.train, tree_sha256(src)
+    if isinstance(train, TaggedSet):
+        return tagged_transfer_set(model_sha, model, tokenizer, data, cfg)
     ids, texts = [], []  # the transfer examples, after the train split's
     if cfg.augment is not None:
         embeddings = model.get_input_embeddings().weight.detach().float().cpu().numpy()  # (vocab, hidden)
@@ -188,6 +210,52 @@ def transfer_set(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[Te
              len(texts) - len(data.unlabeled), len(data.unlabeled))
     train = TextSet(train.ids + tuple(ids), everything, labels)
     return train, torch.from_numpy(logits)
+
+
+def tagged_transfer_set(model_sha: str, model, tokenizer, data: DataSplits, cfg) -> tuple[TaggedSet, object]:
+    """`transfer_set` of a token classifier: the train split's tagged sentences, then data.unlabeled's texts split
+    into words (`unlabeled:<i>`), each word of those tagged with the teacher's most likely tag (their loss is the soft
+    targets alone); and the teacher's per-word logits of them all (`word_targets`)."""
+    if cfg.augment is not None:
+        raise ConfigError(ONLY_TAGGED_WORDS)
+    words = [tuple(text.split()) for text in data.unlabeled]
+    train = TaggedSet.joined([data.train, TaggedSet.of([f"unlabeled:{i}" for i in range(len(words))], words,
+                                                       [np.zeros(len(w), np.int64) for w in words])])
+    targets = word_targets(model_sha, model, tokenizer, train, cfg)
+    guessed = np.nan_to_num(targets[len(data.train):].numpy(), nan=-np.inf).argmax(-1)  # a word cut off: tag 0
+    train = TaggedSet.of(train.ids, train.words, [*data.train.tags, *(row[:len(w)] for row, w in zip(
+        guessed, words, strict=True))])
+    if words:
+        log.info("distillation transfer data: %d unlabeled texts, %d words, tagged by the teacher", len(words),
+                 sum(map(len, words)))
+    return train, targets
+
+
+def word_targets(model_sha: str, model, tokenizer, train: TaggedSet, cfg):
+    """The token classifier `model`'s logits of each word of the tagged sentences `train` (read at its first
+    sub-word), (sentences, most words, labels) with NaN past each sentence's words and for a word cut off by
+    max_length: the targets of a distillation, built once per content in the cache."""
+    import torch
+
+    from edgepress.models.evaluate import predict_word_logits
+
+    key = {"model": model_sha, "texts": _texts_sha256(train.texts), "max_length": cfg.max_length, "per": "word",
+           "torch": torch.__version__}
+    rows = built_once("targets", key, lambda: [r.tolist() for r in predict_word_logits(
+        model, tokenizer, train.texts, cfg.max_length)])
+    labels = model.config.num_labels
+    out = np.full((len(rows), max((len(r) for r in rows), default=0), labels), np.nan, np.float32)
+    for i, row in enumerate(rows):
+        if row:
+            out[i, :len(row)] = np.asarray(row, np.float32).reshape(-1, labels)
+    log.info("distillation targets: the logits of %d words of %d train sentences",
+             sum(len(r) for r in rows), len(rows))
+    return torch.from_numpy(out)
+
+
+ONLY_TAGGED_WORDS = ("augment makes perturbed copies of texts, whose words would no longer carry their tags: it is "
+                     "not built for token classifiers. Fix: remove augment (a token classifier distils on the train "
+                     "split's tagged sentences)")
 
 
 def _hidden_loss(student_states, teacher_states, mask, cfg: DistillConfig):
@@ -260,9 +328,10 @@ def kd_training(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[Dat
 
 
 def distillation_loss(teacher, train_logits, cfg: DistillConfig, scores: tuple | None = None, labelled: int = 0):
-    """A `loss_fn` for the training loop: hinton on `train_logits` (indexed by the batch's `index`), or with the
-    teacher run alongside for the hidden-state styles; `scores` (student's, teacher's `AttentionScores`) adds
-    TinyBERT's attention loss. Examples from index `labelled` on (when > 0) are transfer examples: soft loss only."""
+    """A `loss_fn` for the training loop: hinton on `train_logits` (indexed by the batch's `index`; a token
+    classifier's per word, `word_targets`), or with the teacher run alongside for the hidden-state styles; `scores`
+    (student's, teacher's `AttentionScores`) adds TinyBERT's attention loss. Examples from index `labelled` on
+    (when > 0) are transfer examples: soft loss only."""
     import torch
 
     def loss(outputs, batch):
@@ -270,11 +339,13 @@ def distillation_loss(teacher, train_logits, cfg: DistillConfig, scores: tuple |
         gold = (batch["index"] < labelled).to(labels.device) if labelled else None
         if cfg.style == "hinton":
             cached = train_logits[batch["index"].cpu()].to(outputs.logits.device)
+            if "word_index" in batch:  # a token classifier's: per word, placed where each word starts
+                cached = _at_positions(cached, batch["word_index"].to(cached.device))
             return _hinton(outputs.logits, cached, labels, cfg, gold)
-        inputs = {k: v for k, v in batch.items() if k not in ("labels", "index")}
+        inputs = {k: v for k, v in batch.items() if k not in ("labels", "index", "word_index")}
         teacher.to(labels.device)  # a no-op after the first step; the loop moved the student, not the teacher
         with torch.no_grad():
-            taught = teacher(**inputs, output_hidden_states=True)
+            taught = teacher(**forward_inputs(teacher, inputs), output_hidden_states=True)
         hidden = _hidden_loss(outputs.hidden_states, taught.hidden_states, inputs["attention_mask"], cfg)
         total = _hinton(outputs.logits, taught.logits, labels, cfg, gold) + cfg.hidden_weight * hidden
         if scores is not None:
@@ -384,11 +455,12 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
                 recorder.remove()
         student.config.output_hidden_states = False  # training needed them; inference and export do not
         student.config.save_pretrained(tmp)
-    log.info("distill: %d -> %d layers (from %s), best epoch %d, validation accuracy %.4f",
-             depth(teacher), cfg.student_layers, list(mapping), result.best_epoch,
+    log.info("distill: %d -> %d layers (from %s), best epoch %d, validation %s %.4f",
+             depth(teacher), cfg.student_layers, list(mapping), result.best_epoch, result.score,
              result.best_val_accuracy)
-    return {"layer_map": list(mapping), "best_epoch": result.best_epoch, "val_accuracy": result.best_val_accuracy,
+    return {"layer_map": list(mapping), "best_epoch": result.best_epoch,
+            f"val_{result.score}": result.best_val_accuracy,
             "history": result.history, "train_seconds": round(result.seconds, 1),
-            "teacher_train_accuracy": float(np.mean(train_logits[:len(data.train)].numpy().argmax(1) ==
-                                                    data.train.labels)),
+            **({} if isinstance(train, TaggedSet) else {"teacher_train_accuracy": float(np.mean(
+                train_logits[:len(data.train)].numpy().argmax(1) == data.train.labels))}),
             "transfer_examples": len(train) - len(data.train)}

@@ -181,7 +181,7 @@ def int4(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Int4Config =
         copy_side_files(Path(src_dir), tmp)
         counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
         parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the 4-bit graph",
-                                    SessionConfig())
+                                    SessionConfig(), default="parity" not in cfg.model_fields_set)
         kernels = low_bit_kernels(tmp / ONNX_FILE)
     ops = {op: counts[op] for op in INT4_OPS if counts[op]}
     log.info("int4 (%s): %s; %d node(s) kept float; ONNX Runtime runs %s; parity: %s", cfg.algorithm, readable(ops),

@@ -250,7 +250,7 @@ def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = Mag
         result = train_classifier(model, tokenizer, data.train, data.validation, cfg, tmp, loss_fn=loss,
                                   on_step=on_step, keep_from_epoch=first, **scoring)
     counts = _overall(model, weights)
-    score = scoring["score"][0] if scoring else "accuracy"  # what the kept epoch was chosen by
+    score = result.score  # what the kept epoch was chosen by
     log.info("magnitude: %.1f%% of %d pruned weights zero (%.1f%% of all params), validation %s %.4f",
              100 * counts["pruned_weights_sparsity"], counts["pruned_weights"], 100 * counts["all_params_sparsity"],
              score.replace("_", " "), result.best_val_accuracy)
@@ -343,32 +343,42 @@ def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = Lottery
     rounds = []
     with artifact_dir(Path(out)) as tmp:
         dense, rewound = _first_training(model, tokenizer, data, cfg, loss)
+        score = dense.score  # accuracy, or a token classifier's entity F1: what every training keeps its epoch by
         for r, sparsity in enumerate(round_sparsities(cfg.sparsity, cfg.rounds), start=1):
             keep = lowest_masks(magnitudes(weights), sparsity, "global", keep)  # from the last training's weights
             last = r == cfg.rounds
             ticket = _train_ticket(model, tokenizer, data, cfg, rewound, keep, loss, tmp if last else None)
-            row = {"round": r, "sparsity": _share_dropped(keep), "val_accuracy": ticket.best_val_accuracy}
+            row = {"round": r, "sparsity": _share_dropped(keep), f"val_{score}": ticket.best_val_accuracy}
             if control is not None:
                 random_keep = lowest_masks(_random_scores(weights, generator), sparsity, "global", random_keep)
                 trained = _train_ticket(control, tokenizer, data, cfg, rewound, random_keep, loss)
-                row["control_val_accuracy"] = trained.best_val_accuracy
-            log.info("lottery round %d/%d: sparsity %.3f, validation accuracy %.4f%s", r, cfg.rounds,
-                     row["sparsity"], row["val_accuracy"],
-                     f" (random control {row['control_val_accuracy']:.4f})" if control is not None else "")
+                row[f"control_val_{score}"] = trained.best_val_accuracy
+            log.info("lottery round %d/%d: sparsity %.3f, validation %s %.4f%s", r, cfg.rounds, row["sparsity"],
+                     score, ticket.best_val_accuracy,
+                     f" (random control {trained.best_val_accuracy:.4f})" if control is not None else "")
             rounds.append(row)
     details = {"sparsity": _overall(model, weights), "pruned": sorted(weights), "rounds": rounds,
-               "dense_val_accuracy": dense.best_val_accuracy, "rewind": cfg.rewind,
-               "val_accuracy": rounds[-1]["val_accuracy"]}
+               f"dense_val_{score}": dense.best_val_accuracy, "rewind": cfg.rewind,
+               f"val_{score}": ticket.best_val_accuracy, "score": score}
     if control is not None:
         details["control_test"] = _beside(model, control, tokenizer, data, cfg.max_length)
     return details
 
 
 def _beside(ticket, control, tokenizer, data: DataSplits, max_length: int) -> dict:
-    """The random control on the test split, and the paired 95% CI of ticket minus control accuracy."""
+    """The random control on the test split, and the paired 95% CI of ticket minus control on its score (accuracy,
+    or a token classifier's entity F1)."""
     from edgepress.data.metrics import accuracy_drop_ci95
+    from edgepress.data.tagged import TaggedSet
     from edgepress.models.evaluate import evaluate_classifier
 
+    if isinstance(data.test, TaggedSet):
+        from edgepress.tasks import token_task_of
+
+        task = token_task_of(ticket)
+        tags = [task.torch_predictions(m, tokenizer, data.test.texts, max_length) for m in (ticket, control)]
+        figures, drop = task.scores(data.test, tags[1]), task.versus(data.test, tags[0], tags[1])["f1_drop_ci95"]
+        return {"f1": figures["f1"], "f1_ci95": figures["f1_ci95"], "ticket_minus_control_ci95": drop}
     _, ticket_preds = evaluate_classifier(ticket, tokenizer, data.test, max_length)
     metrics, control_preds = evaluate_classifier(control, tokenizer, data.test, max_length)
     return {"accuracy": metrics["accuracy"], "accuracy_ci95": metrics["accuracy_ci95"],

@@ -70,8 +70,10 @@ def qat(src: Path, out: Path, data: DataSplits, cfg: QatConfig = QatConfig()) ->
         tokenizer.save_pretrained(tmp)
         write_json(tmp / QAT_FILE, {"format": 1, "momentum": cfg.momentum, "weight_qmax": qmax,
                                     "input_ranges": ranges})
-    log.info("qat: %d Linears fake-quantized, validation accuracy %.4f", len(names), result.best_val_accuracy)
-    return {"quantized_linears": len(names), "val_accuracy": result.best_val_accuracy, "history": result.history,
+    log.info("qat: %d Linears fake-quantized, validation %s %.4f", len(names), result.score,
+             result.best_val_accuracy)
+    return {"quantized_linears": len(names), f"val_{result.score}": result.best_val_accuracy,
+            "history": result.history,
             "train_seconds": round(result.seconds, 1)}
 
 

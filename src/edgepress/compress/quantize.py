@@ -189,7 +189,7 @@ def _int8_dynamic(src: Path, src_dir: Path, out_dir: Path, texts: tuple[str, ...
         counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
         ops = {op: counts[op] for op in INT8_OPS if counts[op]}
         parity = check_graph_change(src_dir, tmp, texts, cfg.max_length, cfg.parity, "the int8 graph",
-                                    SessionConfig())
+                                    SessionConfig(), default="parity" not in cfg.model_fields_set)
         kernels = low_bit_kernels(tmp / ONNX_FILE)
     log.info("int8-dynamic: %s; %d node(s) kept float%s%s; ONNX Runtime runs %s; parity: %s", readable(ops),
              len(keep), f"; smoothed (α {cfg.smooth:g})" if cfg.smooth is not None else "",
@@ -309,7 +309,8 @@ def int8_static(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
             copy_side_files(Path(src_dir), tmp)
             counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
             parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity,
-                                        "the static int8 graph", SessionConfig())
+                                        "the static int8 graph", SessionConfig(),
+                                        default="parity" not in cfg.model_fields_set)
             kernels = low_bit_kernels(tmp / ONNX_FILE)
     ops = {"QuantizeLinear": counts["QuantizeLinear"], "DequantizeLinear": counts["DequantizeLinear"]}
     log.info("int8-static: %s; %d MatMul/Gemm kept float, %d more by keep_float; ONNX Runtime runs %s; parity: %s",

@@ -26,6 +26,7 @@ from edgepress.compress.distill import KdLoss
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError, missing
 from edgepress.models.arch import arch_of, keep_neurons, layer_list, neurons_of, part
+from edgepress.models.evaluate import forward_inputs
 from edgepress.models.heads import remove_heads
 from edgepress.models.sentence import encoder_of, is_sentence_dir
 from edgepress.models.train import TrainConfig
@@ -120,7 +121,7 @@ def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str
             if step == cfg.importance_batches:
                 break
             index = batch.pop("index")
-            loss = model(**batch).loss if loss_of is None else loss_of(model, batch, index)
+            loss = model(**forward_inputs(model, batch)).loss if loss_of is None else loss_of(model, batch, index)
             (grad,) = torch.autograd.grad(loss, gates)
             yield grad.numpy()
     finally:
@@ -183,10 +184,10 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
     pruned = _prune(model, scores, cfg.keep, what)
     with artifact_dir(Path(out)) as tmp:
         result = train_classifier(model, tokenizer, recovery.train, data.validation, cfg, tmp, loss_fn=loss)
-    log.info("%s: kept %s of every layer, %d -> %d params, validation accuracy %.4f", what, cfg.keep, before,
-             param_counts(model)["params"], result.best_val_accuracy)
+    log.info("%s: kept %s of every layer, %d -> %d params, validation %s %.4f", what, cfg.keep, before,
+             param_counts(model)["params"], result.score, result.best_val_accuracy)
     return {"pruned": pruned, "importance": scores.round(6).tolist(), "recovered_from": str(cfg.teacher or src),
-            "val_accuracy": result.best_val_accuracy, "history": result.history,
+            f"val_{result.score}": result.best_val_accuracy, "history": result.history,
             "train_seconds": round(result.seconds, 1)}
 
 
@@ -211,7 +212,6 @@ def _prune_embedder(src: Path, out: Path, data: DataSplits, cfg: _Recovery, what
     against the unpruned model's vectors (or `cfg.teacher`'s, a sentence-transformers dir), then recovered to
     them (`distill.vector_training`)."""
     from edgepress.compress.distill import transfer_set, validation_vectors, vector_loss, vector_training
-    from edgepress.models.evaluate import forward_inputs
     from edgepress.models.introspect import param_counts
     from edgepress.models.sentence import load_sentence_encoder
 

@@ -43,7 +43,8 @@ class DataConfig(BaseModel):
     unlabeled: str | None = Field(None, min_length=1, description="texts without labels that every distilling "
                                   "method trains on, labelled by its teacher: a .txt file (one text per line) or a "
                                   ".csv / .jsonl file (its text_column); texts also in the validation or test split "
-                                  "(case and spacing aside) are left out")
+                                  "(case and spacing aside) are left out. A token classifier's are split into words, "
+                                  "each word tagged by the teacher")
     fidelity_sets: dict[str, str] = Field({}, description="more texts every stage is held to the baseline on, by "
                                           "name: a .txt file (one text per line) or a .csv / .jsonl file (its "
                                           "text_column, and its label_column when it has one: accuracy as well); "

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +24,12 @@ class TextSet:
     def take(self, n: int) -> "TextSet":
         """The first `n` examples."""
         return TextSet(self.ids[:n], self.texts[:n], self.labels[:n])
+
+    @classmethod
+    def joined(cls, parts: Sequence["TextSet"]) -> "TextSet":
+        """The examples of `parts`, one after another."""
+        return TextSet(tuple(i for p in parts for i in p.ids), tuple(t for p in parts for t in p.texts),
+                       np.concatenate([p.labels for p in parts]))
 
     def select(self, indices: list[int] | np.ndarray) -> "TextSet":
         return TextSet(
@@ -72,9 +79,7 @@ class DataSplits:
 
     def everything(self) -> TextSet:
         """Every example of every split: train, validation, then test."""
-        parts = (self.train, self.validation, self.test)
-        return TextSet(tuple(i for p in parts for i in p.ids), tuple(t for p in parts for t in p.texts),
-                       np.concatenate([p.labels for p in parts]))
+        return type(self.test).joined((self.train, self.validation, self.test))
 
     def class_counts(self) -> dict[str, dict[str, int]]:
         """Per split, how many examples of each label it has, every label named (0 where it has none)."""

@@ -39,6 +39,11 @@ class TaggedSet(TextSet):
         return cls(tuple(ids), tuple(" ".join(w) for w in words), np.full(len(words), -1, np.int64), words,
                    tuple(np.asarray(t, np.int64) for t in tags))
 
+    @classmethod
+    def joined(cls, parts: Sequence["TaggedSet"]) -> "TaggedSet":
+        return cls.of([i for p in parts for i in p.ids], [w for p in parts for w in p.words],
+                      [t for p in parts for t in p.tags])
+
     def take(self, n: int) -> "TaggedSet":
         return self.select(list(range(min(n, len(self)))))
 
@@ -178,16 +183,23 @@ def tag_ids(sentences: list[tuple[list[str], list[str]]], label2id: Mapping[str,
 
 # --- words to sub-words
 
+def first_subword_words(word_ids: Sequence[int | None]) -> np.ndarray:
+    """Per sub-word position, the number of the word whose first sub-word it is, and -1 elsewhere (special tokens,
+    the rest of a word); `word_ids` as a tokenizer's encoding gives them (None for a special token)."""
+    words, seen = np.full(len(word_ids), -1, np.int64), set()
+    for position, word in enumerate(word_ids):
+        if word is not None and word not in seen:
+            words[position] = word
+            seen.add(word)
+    return words
+
+
 def first_subword_labels(word_ids: Sequence[int | None], tags: np.ndarray) -> np.ndarray:
     """Per sub-word position, its word's tag id at the word's first sub-word and IGNORED elsewhere (special tokens,
-    the rest of a word); `word_ids` as a tokenizer's encoding gives them (None for a special token)."""
-    labels = np.full(len(word_ids), IGNORED, np.int64)
-    previous = None
-    for position, word in enumerate(word_ids):
-        if word is not None and word != previous:
-            labels[position] = tags[word]
-        previous = word
-    return labels
+    the rest of a word)."""
+    words = first_subword_words(word_ids)
+    return np.where(words >= 0, np.asarray(tags, np.int64)[np.maximum(words, 0)], IGNORED) if len(tags) else \
+        np.full(len(words), IGNORED, np.int64)
 
 
 # --- a run's splits
@@ -235,8 +247,8 @@ def load_tagged(cfg, label2id: Mapping[str, int]):
     from edgepress.data.dataset import DataSplits
     from edgepress.data.load import _check_sizes, _resolve_splits
 
-    extras = [name for name, value in (("data.unlabeled", cfg.unlabeled), ("data.fidelity_sets", cfg.fidelity_sets),
-                                       ("data.pairs", cfg.pairs)) if value]
+    extras = [name for name, value in (("data.fidelity_sets", cfg.fidelity_sets), ("data.pairs", cfg.pairs))
+              if value]
     if extras:
         raise DataError(f"{', '.join(extras)} not built for token classifiers yet: their data are the tagged "
                         f"sentences of data.source. Fix: remove {', '.join(extras)}")
@@ -250,4 +262,21 @@ def load_tagged(cfg, label2id: Mapping[str, int]):
     (train, validation, test), note = _resolve_splits(sets, cfg)
     _check_sizes({"train": train, "validation": validation, "test": test}, cfg)
     id2label = {i: name for name, i in label2id.items()}
-    return DataSplits(train, validation, test, id2label, cfg.source, note)
+    unlabeled, held = _unlabeled_words(cfg, id2label, {*validation.texts, *test.texts}) if cfg.unlabeled else \
+        ((), "")
+    return DataSplits(train, validation, test, id2label, cfg.source, "; ".join(filter(None, [note, held])),
+                      unlabeled)
+
+
+def _unlabeled_words(cfg, id2label: dict[int, str], held: set[str]) -> tuple[tuple[str, ...], str]:
+    """data.unlabeled's texts as a token classifier's transfer data: each text's words (`words_of`, BERT's
+    pre-tokenizer's cut) joined by one space, as a tagged sentence's text is; the teacher tags them. Those that are a
+    validation or test sentence are left out (and said)."""
+    from edgepress.data.load import read_unlabeled
+
+    texts, _ = read_unlabeled(cfg, id2label, set())
+    joined = [" ".join(word for word, _, _ in words_of(text)) for text in texts]
+    kept = tuple(text for text in joined if text and text not in held)
+    left = len(joined) - len(kept)
+    return kept, f"{left} unlabeled texts also in the validation or test split (or without words) left out" if left \
+        else ""

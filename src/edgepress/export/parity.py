@@ -37,7 +37,8 @@ class ParityConfig(BaseModel):
 
 PARITY_LENGTH = "tokens the parity sentences are cut to"
 LOOSE_PARITY = ("a loose check that catches a broken graph (quantization moves logits; the accuracy gate decides "
-                "whether the move costs predictions)")
+                "whether the move costs predictions); left at its default, a token classifier's graph may move a "
+                "logit by up to 5, the largest over every token")
 
 
 def spread_by_length(texts: tuple[str, ...], n: int) -> list[str]:
@@ -159,11 +160,23 @@ def copy_side_files(src: Path, dst: Path) -> None:
         shutil.copytree(folder, dst / folder.relative_to(src), dirs_exist_ok=True)
 
 
+# A token classifier's loose check (its method's `parity` left at the default) allows this largest |Δlogit|: it is
+# the largest over every token of the parity sentences (about 4,000), not over one logit row per text. The
+# MiniLM-L6 CoNLL-2003 teacher's int8 graph (per channel, 7-bit weights) moved one logit by 2.02 over 4,121 tokens
+# while 99.15% kept their tag, and its test F1 was 0.8671 against the float graph's 0.8673.
+TOKEN_LOOSE_DIFF = 5.0
+
+
 def check_graph_change(src_dir: Path, tmp: Path, texts, max_length: int, parity: ParityConfig, what: str,
-             candidate: SessionConfig) -> dict:
-    """Check the graph written to `tmp` against `src_dir`'s (ORT, unoptimized) on real `texts`."""
+                       candidate: SessionConfig, default: bool = False) -> dict:
+    """Check the graph written to `tmp` against `src_dir`'s (ORT, unoptimized) on real `texts`; `default`: `parity`
+    is a quantizing method's loose default, which a token classifier's graph meets at TOKEN_LOOSE_DIFF."""
+    from edgepress.runtime.predictor import gives_token_logits
+
     check_onnx_file(tmp / ONNX_FILE)
     reference = open_session(src_dir / ONNX_FILE, SessionConfig(optimization="disable"))
+    if default and gives_token_logits(reference):
+        parity = parity.model_copy(update={"max_abs_diff": max(parity.max_abs_diff, TOKEN_LOOSE_DIFF)})
     session = open_session(tmp / ONNX_FILE, candidate)
     feeds = real_feeds(src_dir, texts, max_length, input_names(reference), parity)
     return check_parity(ort_runner(reference), ort_runner(session), feeds, parity, what, output_name(reference))

@@ -21,12 +21,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.data.dataset import TextSet
+from edgepress.data.tagged import IGNORED, TaggedSet, first_subword_words
 from edgepress.errors import ConfigError, ModelError
 from edgepress.interrupt import check as check_interrupt
-from edgepress.models.evaluate import evaluate_classifier, forward_inputs
+from edgepress.models.evaluate import forward_inputs, validation_score
 
 EPOCHS = "passes over the train split; the epoch with the best validation accuracy is kept"
 MAX_LENGTH = "tokens per example after truncation (in a pipeline: data.max_length unless set)"
@@ -51,12 +53,14 @@ class TrainConfig(BaseModel):
 
 @dataclass
 class TrainResult:
-    """What a training run did: the epoch kept, its validation accuracy, and every epoch's numbers."""
+    """What a training run did: the epoch kept, its validation score (`score` names it: accuracy, a token
+    classifier's entity F1, a sentence encoder's neighbour overlap), and every epoch's numbers."""
 
     best_epoch: int
     best_val_accuracy: float
     seconds: float
     history: list[dict] = field(default_factory=list)
+    score: str = "accuracy"
 
 
 LossFn = Callable[[object, dict], object]
@@ -83,22 +87,45 @@ def _default_loss(outputs, batch):
 
 
 def _features(tokenizer, examples: TextSet, max_length: int) -> list[dict]:
-    encoded = tokenizer(list(examples.texts), truncation=True, max_length=max_length)
+    """One row per example: the tokenizer's outputs, `index` (its position in `examples`) and `labels`: the label
+    id of a text, or of tagged sentences (`TaggedSet`) each word's tag at its first sub-word and IGNORED elsewhere,
+    with `word_index`, the number of the word each position starts (-1 elsewhere)."""
+    tagged = isinstance(examples, TaggedSet)
+    encoded = tokenizer([list(w) for w in examples.words] if tagged else list(examples.texts), truncation=True,
+                        max_length=max_length, is_split_into_words=tagged)
     rows = [{key: encoded[key][i] for key in encoded} for i in range(len(examples))]
     for i, row in enumerate(rows):
-        row["labels"] = int(examples.labels[i])
         row["index"] = i
+        if tagged:
+            words = first_subword_words(encoded.word_ids(i))
+            row["word_index"] = words.tolist()
+            row["labels"] = np.where(words >= 0, examples.tags[i][np.maximum(words, 0)], IGNORED).tolist() \
+                if len(examples.tags[i]) else [IGNORED] * len(words)
+        else:
+            row["labels"] = int(examples.labels[i])
     return rows
 
 
+PADDED = {"labels": IGNORED, "word_index": -1}  # a tagged sentence's per-position fields, and what pads them
+
+
 def train_loader(tokenizer, examples: TextSet, cfg: TrainConfig):
+    """Seeded shuffled batches of `examples`, padded to the longest in each (the per-position fields of tagged
+    sentences too, on the tokenizer's padding side)."""
     import torch
     from torch.utils.data import DataLoader
 
     def collate(rows: list[dict]) -> dict:
-        tokens = [{k: v for k, v in row.items() if k not in ("labels", "index")} for row in rows]
+        tokens = [{k: v for k, v in row.items() if k not in (*PADDED, "index")} for row in rows]
         batch = dict(tokenizer.pad(tokens, return_tensors="pt"))  # dynamic padding to the longest in the batch
-        batch["labels"] = torch.tensor([row["labels"] for row in rows])
+        width = batch["input_ids"].shape[1]
+        for key, fill in PADDED.items():
+            if key in rows[0] and not isinstance(rows[0][key], int):
+                padding = [[fill] * (width - len(row[key])) for row in rows]
+                batch[key] = torch.tensor([pad + row[key] if tokenizer.padding_side == "left" else row[key] + pad
+                                           for row, pad in zip(rows, padding, strict=True)])
+            elif key in rows[0]:
+                batch[key] = torch.tensor([row[key] for row in rows])
         batch["index"] = torch.tensor([row["index"] for row in rows])
         return batch
 
@@ -122,8 +149,9 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
                      loss_fn: LossFn = _default_loss, on_step: StepHook | None = None,
                      keep_from_epoch: int = 1, score: Score | None = None,
                      save: Callable[[object, Path], None] | None = None) -> TrainResult:
-    """Fine-tune `model` on `train`; the epoch with the best validation accuracy (or `score`, e.g. a sentence
-    encoder's neighbour overlap; best_val_accuracy then holds it) is saved to `out_dir` (with the tokenizer; by
+    """Fine-tune `model` on `train`; the epoch with the best validation score (`validation_score`: accuracy, or a
+    token classifier's entity F1; or `score`, e.g. a sentence encoder's neighbour overlap; best_val_accuracy then
+    holds it) is saved to `out_dir` (with the tokenizer; by
     `save(model, dir)` for a model that is not a transformers one) and loaded back into `model`. `on_step(unwrapped
     model, step)` runs after every optimizer step. Epochs before `keep_from_epoch` are trained and evaluated but
     never kept (a pruning schedule still under way)."""
@@ -161,16 +189,15 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
             save(unwrapped, out_dir)
         tokenizer.save_pretrained(out_dir)
     accelerator.wait_for_everyone()
-    return TrainResult(best[0], best[1], time.perf_counter() - start, history)
+    return TrainResult(best[0], best[1], time.perf_counter() - start, history, name)
 
 
 def _validation_score(model, tokenizer, validation: TextSet, cfg: TrainConfig, score: Score | None
                       ) -> tuple[str, float]:
-    """(name, value) of what selects the epoch kept: `score`, else the validation accuracy."""
+    """(name, value) of what selects the epoch kept: `score`, else the model's own (`validation_score`)."""
     if score is not None:
         return score[0], float(score[1](model))
-    metrics, _ = evaluate_classifier(model, tokenizer, validation, cfg.max_length)
-    return "accuracy", metrics["accuracy"]
+    return validation_score(model, tokenizer, validation, cfg.max_length)
 
 
 def _accelerator(cfg: TrainConfig):

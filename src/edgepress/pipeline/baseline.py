@@ -5,8 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgepress.data import DataConfig, DataSplits, load_data
-from edgepress.data.tagged import load_tagged
+from edgepress.data import DataConfig, DataSplits
 from edgepress.errors import ConfigError
 from edgepress.models.fakequant import load_for_inference
 from edgepress.models.introspect import param_counts, size_metrics
@@ -14,7 +13,7 @@ from edgepress.models.loading import label2id_of
 from edgepress.models.sentence import is_sentence_dir
 from edgepress.models.teacher import resolve_model
 from edgepress.runtime.latency import LatencyConfig
-from edgepress.tasks import CLASSIFICATION, TokenClassification, task_of
+from edgepress.tasks import CLASSIFICATION, task_of
 
 
 def measure_model_dir(model_dir: Path, data: DataSplits, max_length: int, task=CLASSIFICATION
@@ -46,13 +45,7 @@ def evaluate_model(model: str, data_cfg: DataConfig, split: str = "test") -> dic
     label2id = label2id_of(model_dir, torch_weights=graph is None)
     check_within_positions(model_dir, {"--max-length": data_cfg.max_length})
     task = task_of(model_dir)
-    if isinstance(task, TokenClassification):
-        if split == "all":
-            raise ConfigError("--split all is not built for token classifiers yet. Fix: --split train, validation "
-                              "or test")
-        data = load_tagged(data_cfg, label2id)
-    else:
-        data = load_data(data_cfg, label2id)
+    data = task.load(data_cfg, label2id)
     data = replace(data, test=data.everything() if split == "all" else getattr(data, split))
     metrics = measure_model_dir(model_dir, data, data_cfg.max_length, task)[0] if graph is None else \
         measure_artifact(model_dir, data, data_cfg.max_length, (), None, LatencyConfig(), task)[0]

@@ -4,11 +4,10 @@ labels, every provider asked for really runs, the run directory can be written. 
 
 from pathlib import Path
 
-from edgepress.data import DataConfig, DataSplits, load_data
+from edgepress.data import DataConfig, DataSplits
 from edgepress.data.augment import check_augment
 from edgepress.data.config import DEMO_PAIRS
 from edgepress.data.movie import ID2LABEL as DEMO_LABELS
-from edgepress.data.tagged import load_tagged
 from edgepress.deploy.bundle import web_modules, web_pipeline
 from edgepress.errors import ConfigError, EdgepressError
 from edgepress.files import check_apart, check_owned, check_writable
@@ -22,7 +21,6 @@ from edgepress.runtime.session import check_providers
 from edgepress.tasks import (
     CLASSIFICATION,
     EMBEDDING,
-    TokenClassification,
     check_methods_for,
     check_metrics_for,
     task_of,
@@ -159,7 +157,7 @@ def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bo
         label2id = None  # the data's labels (if any) are the data's own: an embedder has none
     else:
         label2id = label2id_of(model_dir) if model_dir else {name: i for i, name in DEMO_LABELS.items()}
-    data = load_tagged(cfg.data, label2id) if isinstance(task, TokenClassification) else load_data(cfg.data, label2id)
+    data = task.load(cfg.data, label2id)
     if model_dir is not None:
         check_latency_shape(model_dir, cfg, data)
     return model_dir, data

@@ -128,19 +128,19 @@ def _sparse_line(stage: dict, before: dict) -> str:
     control = stage["details"].get("control_test")
     if control:
         lo, hi = control["ticket_minus_control_ci95"]
-        rounds = "; ".join(f"{r['sparsity']:.1%}: {r['val_accuracy']:.4f} vs {r['control_val_accuracy']:.4f}"
+        score = stage["details"].get("score", "accuracy")  # a token classifier's tickets are kept by entity F1
+        rounds = "; ".join(f"{r['sparsity']:.1%}: {r[f'val_{score}']:.4f} vs {r[f'control_val_{score}']:.4f}"
                            for r in stage["details"]["rounds"])
-        line += (f" Ticket against its random control, validation accuracy per round ({rounds}); test "
-                 f"{after['accuracy']:.4f} vs {control['accuracy']:.4f}, ticket − control 95% CI "
-                 f"[{lo:+.4f}, {hi:+.4f}].")
+        line += (f" Ticket against its random control, validation {score} per round ({rounds}); test "
+                 f"{after[score]:.4f} vs {control[score]:.4f}, ticket − control 95% CI [{lo:+.4f}, {hi:+.4f}].")
     return line
 
 
 def _sparse_lines(report: dict) -> list[str]:
     """One line per measured stage that made unstructured zeros, against the model it took."""
-    chain = [report["baseline"], *report["stages"]]
+    chain, primary = [report["baseline"], *report["stages"]], primary_metric(report["baseline"]["metrics"])
     return [_sparse_line(stage, before["metrics"]) for before, stage in pairwise(chain)
-            if "sparsity" in stage.get("details", {}) and "accuracy" in stage["metrics"]
+            if "sparsity" in stage.get("details", {}) and primary in stage["metrics"]
             and "size_gzip_bytes" in before["metrics"]]
 
 

@@ -40,6 +40,13 @@ class Classification:
     methods: tuple[str, ...] | None = None  # every method
     int8_params: tuple[tuple[str, object], ...] = ()  # what `edgepress init` adds to its int8 stage
 
+    def load(self, data, label2id: dict[str, int] | None):
+        """The run's splits of `data` (a DataConfig or a source), labels mapped by `label2id` (None: an embedder's
+        texts, whose labels are their own)."""
+        from edgepress.data.load import load_data
+
+        return load_data(data, label2id)
+
     def torch_predictions(self, model, tokenizer, texts: tuple[str, ...], max_length: int) -> np.ndarray:
         from edgepress.models.evaluate import predict_logits
 
@@ -83,6 +90,8 @@ class Embedding:
                                        "int8-dynamic", "int8-static", "int4")
     # smoothing: all-MiniLM-L6-v2's int8 neighbours 0.84 -> 0.91 on a VNNI CPU (benchmarks/embeddings.py)
     int8_params: tuple[tuple[str, object], ...] = (("smooth", 0.85),)
+
+    load = Classification.load
 
     def torch_predictions(self, model, tokenizer, texts: tuple[str, ...], max_length: int) -> np.ndarray:
         from edgepress.models.evaluate import predict_outputs
@@ -148,7 +157,7 @@ class TokenClassification:
     predicts: str = "tags"
     primary: str = "f1"
     gated: tuple[str, ...] = ("f1",)
-    methods: tuple[str, ...] | None = ("vocab", "export", "optimize", "fp16", "int8-dynamic", "int8-static", "int4")
+    methods: tuple[str, ...] | None = None  # every method: the training ones learn each word's tag
     int8_params: tuple[tuple[str, object], ...] = ()
 
     @property
@@ -165,6 +174,12 @@ class TokenClassification:
         for i, logits in enumerate(word_logits):
             out[i, :len(logits)] = np.where(np.isnan(logits).any(axis=1), outside, logits.argmax(axis=1))
         return out
+
+    def load(self, data, label2id: dict[str, int] | None):
+        """The run's tagged sentences (`load_tagged`), each tag mapped by the model's `label2id`."""
+        from edgepress.data.tagged import load_tagged
+
+        return load_tagged(data, label2id)
 
     def torch_predictions(self, model, tokenizer, texts: tuple[str, ...], max_length: int) -> np.ndarray:
         from edgepress.models.evaluate import predict_word_logits
@@ -249,8 +264,20 @@ def token_task(model_dir: Path) -> TokenClassification:
     return TokenClassification(tags=tags)
 
 
+def token_task_of(model) -> TokenClassification:
+    """The token-classification task of a loaded token classifier: its tags from its config's id2label."""
+    return TokenClassification(tags=tuple(model.config.id2label[i] for i in range(model.config.num_labels)))
+
+
 def check_methods_for(task, stages) -> None:
     """Every stage method built for `task`; the ConfigError lists each that is not."""
+    if isinstance(task, TokenClassification):
+        from edgepress.compress.distill import ONLY_TAGGED_WORDS
+
+        augmented = [f"stage '{stage.name}' ({method})" for stage in stages for method, params in stage.attempts
+                     if params.get("augment") is not None]
+        if augmented:
+            raise ConfigError(f"{', '.join(augmented)}: {ONLY_TAGGED_WORDS}")
     if task.methods is None:
         return
     wrong = [f"stage '{stage.name}': {method}" for stage in stages for method, _ in stage.attempts
