@@ -5,10 +5,14 @@ F1 per entity type, agreement with the teacher's entities, size, and latency tim
 candidate in turn): b1 x 128 tokens and the test sentences at their natural lengths, one a call.
 
     .venv/bin/python benchmarks/ner_teacher.py --out runs/ner/teacher
-    .venv/bin/edgepress run examples/ner.yaml --out runs/ner/run
+    .venv/bin/edgepress run examples/ner-int8.yaml --out runs/ner/run     # the teacher quantized
+    .venv/bin/edgepress run examples/ner.yaml --out runs/ner/small        # distilled, pruned, quantized
     make peer-env && .venv-peer/bin/python benchmarks/peer.py --build runs/ner/optimum --model runs/ner/teacher
-    .venv/bin/python benchmarks/ner_compare.py --run runs/ner/run --peer runs/ner/optimum \\
-        --out benchmarks/results/ner-compare.json
+    .venv/bin/python benchmarks/ner_compare.py --run runs/ner/small --stages distill int8 --peer runs/ner/optimum \\
+        --extra 'edgepress int8 of the teacher=runs/ner/run/stages/03-int8/model' \\
+        --out benchmarks/results/ner-small-compare.json
+
+(`--run runs/ner/run --peer runs/ner/optimum --out benchmarks/results/ner-compare.json` made the teacher's table.)
 """
 
 import argparse
@@ -31,6 +35,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True, help="an edgepress run of a token classifier")
     parser.add_argument("--peer", type=Path, help="optimum's int8 model dir of the run's model (peer.py --build)")
+    parser.add_argument("--extra", action="append", default=[], metavar="NAME=DIR",
+                        help="another ONNX model dir of the same teacher to time beside them (repeatable)")
+    parser.add_argument("--stages", nargs="*", help="the run's stages to compare (default: each with a graph)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path)
@@ -38,9 +45,10 @@ def main() -> None:
     teacher = Path(read_json(args.run / "run.json")["config"]["model"])  # the run's model (its baseline)
     task = task_of(teacher)
     data = load_tagged(DataConfig(source=DEMO_TAGGED), label2id_of(teacher))
-    candidates = {"torch teacher": teacher, **({"optimum int8": args.peer} if args.peer else {})}
+    candidates = {"torch teacher": teacher, **({"optimum int8": args.peer} if args.peer else {}),
+                  **{name: Path(d) for name, d in (extra.split("=", 1) for extra in args.extra)}}
     for stage in sorted((args.run / "stages").iterdir()):
-        if (stage / "model" / "model.onnx").is_file():
+        if (stage / "model" / "model.onnx").is_file() and (args.stages is None or stage.name[3:] in args.stages):
             candidates[f"edgepress {stage.name[3:]}"] = stage / "model"
     true = task.true_names(data.test)
     tags = {}
@@ -65,10 +73,12 @@ def main() -> None:
     teacher_ms = timings["torch teacher"]["natural_p50_ms"]
     for name, latency in timings.items():
         rows[name] |= latency | {"natural_speedup_vs_teacher": teacher_ms / latency["natural_p50_ms"]}
+    command = " ".join(["python benchmarks/ner_compare.py --run", str(args.run),
+                        *([f"--peer {args.peer}"] if args.peer else []), *(f"--extra '{e}'" for e in args.extra),
+                        *([f"--stages {' '.join(args.stages)}"] if args.stages is not None else [])])
     result = {"environment": environment(args.threads), "data": f"{DEMO_TAGGED} test, {len(data.test):,} sentences",
-              "run": str(args.run), "teacher": str(teacher), "rounds": args.rounds,
-              "command": f"python benchmarks/ner_compare.py --run {args.run}" + (
-                  f" --peer {args.peer}" if args.peer else ""), "candidates": rows}
+              "run": str(args.run), "teacher": str(teacher), "rounds": args.rounds, "command": command,
+              "candidates": rows}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")
