@@ -61,6 +61,11 @@ def test_json_lines_with_tokens_and_tags_and_with_character_spans(tmp_path):
      r"the span 'Pet' \(0-3\) does not start and end on word boundaries"),
     ({"text": "Peter", "spans": [[0, 5, "PER"]]}, r"a span is \[0, 5, 'PER'\]"),
     ({"sentence": "Peter"}, "neither tokens and tags nor text and spans"),
+    ({"tokens": [], "tags": []}, "the sentence has no token"),
+    ({"text": "  ", "spans": []}, "has no word"),
+    ({"text": "Peter Blackburn", "spans": [{"start": 0, "end": 15, "label": "PER"},
+                                           {"start": 0, "end": 5, "label": "LOC"}]},
+     r"the span 'Peter' \(0-5, LOC\) overlaps another span"),
 ])
 def test_bad_json_lines_name_the_line_and_the_fix(tmp_path, row, message):
     path = tmp_path / "train.jsonl"
@@ -84,6 +89,25 @@ def test_a_tag_the_model_does_not_know_lists_the_models_tags():
                                         r"Fix: tag the data with the model's tags"):
         tag_ids(sentences, LABEL2ID, "data.source train.txt")
     assert [t.tolist() for t in tag_ids(sentences[:1], LABEL2ID, "x")] == [[5, 0]]
+
+
+def test_data_in_another_scheme_than_the_models_is_refused():
+    """BIO data read by a BIOES model would lose its every entity (a lone B- is no entity in BIOES)."""
+    bioes = {t: i for i, t in enumerate(["O", "B-PER", "I-PER", "E-PER", "S-PER"])}
+    with pytest.raises(DataError, match=r"the data is tagged IOB2 .* the model reads IOBES .* Fix: tag the data in "
+                                        r"IOBES"):
+        tag_ids([(["Peter", "Blackburn"], ["B-PER", "I-PER"])], bioes, "train.conll")
+    assert len(tag_ids([(["Peter", "Blackburn"], ["B-PER", "E-PER"]), (["x"], ["O"])], bioes, "train.conll")) == 2
+    with pytest.raises(DataError, match=r"the data is tagged IO .* the model reads IOB2"):
+        tag_ids([(["Peter", "Blackburn"], ["I-PER", "I-PER"])], LABEL2ID, "train.conll")
+
+
+def test_a_classifiers_demo_data_is_no_token_classifiers():
+    from edgepress.data import DataConfig
+    from edgepress.data.tagged import load_tagged
+
+    with pytest.raises(DataError, match=r"demo:movie-snippets is a classifier's data .* Fix: give demo:conll2003"):
+        load_tagged(DataConfig(source="demo:movie-snippets"), LABEL2ID)
 
 
 def test_the_scheme_is_read_from_the_models_tags_and_bad_tags_refused():

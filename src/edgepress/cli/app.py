@@ -252,7 +252,8 @@ def _validate_search(config: Path) -> None:
 
 @app.command()
 def init(
-    model: Annotated[str, typer.Argument(help="Your model: a Hugging Face sequence-classification dir.")],
+    model: Annotated[str, typer.Argument(help="Your model: a Hugging Face sequence-classification, token-"
+                                              "classification (NER) or sentence-transformers dir.")],
     data: Annotated[str, typer.Argument(help="Your data: a .csv/.jsonl file, a dir with train/test files, or a saved "
                                              "HF dataset.")],
     text_column: Annotated[str, typer.Option(help="Column holding the text.")] = "text",

@@ -248,14 +248,13 @@ def word_targets(model_sha: str, model, tokenizer, train: TaggedSet, cfg):
     for i, row in enumerate(rows):
         if row:
             out[i, :len(row)] = np.asarray(row, np.float32).reshape(-1, labels)
-    log.info("distillation targets: the logits of %d words of %d train sentences",
-             sum(len(r) for r in rows), len(rows))
+    log.info("distillation targets: the logits of %d words of %d sentences", sum(len(r) for r in rows), len(rows))
     return torch.from_numpy(out)
 
 
 ONLY_TAGGED_WORDS = ("augment makes perturbed copies of texts, whose words would no longer carry their tags: it is "
                      "not built for token classifiers. Fix: remove augment (a token classifier distils on the train "
-                     "split's tagged sentences)")
+                     "split's tagged sentences and data.unlabeled's texts, which the teacher tags)")
 
 
 def _hidden_loss(student_states, teacher_states, mask, cfg: DistillConfig):

@@ -115,6 +115,10 @@ def _span_tags(text: str, spans: list, scheme: str, where: str) -> tuple[list[st
             raise DataError(f"{where}: the span {text[span['start']:span['end']]!r} ({span['start']}-{span['end']}) "
                             f"does not start and end on word boundaries (words: letters and digits, and each other "
                             f"character alone). Fix: move its start and end to the edges of the words it covers")
+        if any(tags[i] != "O" for i in range(first, last + 1)):
+            raise DataError(f"{where}: the span {text[span['start']:span['end']]!r} ({span['start']}-{span['end']}, "
+                            f"{span['label']}) overlaps another span; a word has one tag. Fix: keep one of the "
+                            f"overlapping spans")
         for i in range(first, last + 1):
             tags[i] = _prefixed(i - first, last - first + 1, scheme) + "-" + str(span["label"])
     return [w for w, _, _ in words], tags
@@ -141,9 +145,15 @@ def read_tagged_jsonl(path: Path, scheme: str) -> list[tuple[list[str], list[str
             if not (isinstance(words, list) and isinstance(tags, list) and len(words) == len(tags)):
                 raise DataError(f"{where}: tokens and tags must be lists of the same length (got "
                                 f"{_length(words)} tokens, {_length(tags)} tags). Fix: one tag per token")
+            if not words:
+                raise DataError(f"{where}: the sentence has no token. Fix: remove the line (a sentence has at least "
+                                f"one word)")
             sentences.append(([str(w) for w in words], [str(t) for t in tags]))
         elif "text" in row and "spans" in row:
             sentences.append(_span_tags(str(row["text"]), list(row["spans"] or []), scheme, where))
+            if not sentences[-1][0]:
+                raise DataError(f"{where}: the text {row['text']!r} has no word. Fix: remove the line, or give it "
+                                f"its text")
         else:
             raise DataError(f"{where} has neither tokens and tags nor text and spans (its keys: "
                             f"{', '.join(row) or 'none'}). Fix: {{\"tokens\": [...], \"tags\": [...]}} or "
@@ -178,6 +188,12 @@ def tag_ids(sentences: list[tuple[list[str], list[str]]], label2id: Mapping[str,
                         f"{f' (and {len(unknown) - 10} more)' if len(unknown) > 10 else ''}; its tags are: "
                         f"{', '.join(label2id)}. Fix: tag the data with the model's tags (the scheme too: BIO, BIOES "
                         f"or IO), or give a model trained on these")
+    used = {t for _, tags in sentences for t in tags if t != "O"}
+    model_scheme, data_scheme = scheme_of(list(label2id)), scheme_of(sorted(used))
+    if used and data_scheme != model_scheme:  # e.g. BIO data read by a BIOES model: its entities would vanish
+        raise DataError(f"{where}: the data is tagged {data_scheme} (its tags: {', '.join(sorted(used)[:8])}), the "
+                        f"model reads {model_scheme} (its tags: {', '.join(label2id)}): its entities would be read "
+                        f"wrong. Fix: tag the data in {model_scheme}, or give a model trained on {data_scheme} tags")
     return [np.array([label2id[t] for t in tags], np.int64) for _, tags in sentences]
 
 
@@ -219,6 +235,9 @@ def _tagged_source(source: str, scheme: str) -> dict[str, list[tuple[list[str], 
         from edgepress.data.conll import conll2003
 
         return {split: conll2003(split) for split in ("train", "validation", "test")}
+    if source.startswith("demo:"):
+        raise DataError(f"{source} is a classifier's data (texts with a label each); a token classifier reads "
+                        f"sentences with a tag per word. {FIX_TAGGED}")
     path = Path(source).expanduser()
     if not path.exists():
         raise DataError(f"data source {missing(source)}. {FIX_TAGGED}")

@@ -350,9 +350,10 @@ def run_manifest(run_root: Path, cfg, data, metrics: dict, meta: dict, source: P
     pairs = metrics.get("sets", {}).get("pairs", {})  # data.pairs: the labelled check of an embedder
     summary |= {k: pairs[k] for k in ("spearman", "spearman_ci95", "n_pairs") if k in pairs}
     summary["latency_p50_ms"] = {p: m["p50_ms"] for p, m in metrics.get("latency", {}).items()}
-    labels = {} if primary != "accuracy" else {"labels": {str(k): v for k, v in data.id2label.items()}}
+    task = {"accuracy": "classification", "f1": "token-classification"}.get(primary, "embedding")
+    labels = {} if task == "embedding" else {"labels": {str(k): v for k, v in data.id2label.items()}}  # tags too
     return {"model": cfg.model, "data": data.source, "max_length": cfg.data.max_length, **labels,
-            "task": "classification" if primary == "accuracy" else "embedding", "stages": [s.name for s in cfg.stages],
+            "task": task, "stages": [s.name for s in cfg.stages],
             "source_artifact": str(source), "metrics": summary, "environment": meta.get("environment"),
             "measured_on": detect_target(), "run_id": meta.get("run_id"), "run": str(run_root)}
 
