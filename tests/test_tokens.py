@@ -199,6 +199,12 @@ def test_a_token_run_is_gated_on_entity_f1_and_reports_each_type(token_model, ne
     assert "F1 per entity type" in (out / "report.html").read_text()
     manifest = json.loads((out / "final" / "edgepress.json").read_text())  # what a device reads of the bundle
     assert manifest["task"] == "token-classification" and manifest["labels"]["1"] == "B-PER"
+    from typer.testing import CliRunner
+
+    from edgepress.cli.app import app
+
+    result = CliRunner().invoke(app, ["evaluate", str(out), "--data", str(ner_dir)])  # at the bundle's max_length
+    assert result.exit_code == 0 and f"entity F1 {int8['f1']:.4f}" in result.output, result.output
     # --resume reuses every stage, the tags read back from predictions.json
     again = runner.run_pipeline(run_config(tmp_path, token_model, ner_dir, stages), out, resume=True)
     assert again["stages"][2]["metrics"]["f1"] == int8["f1"] and "int8: reused" in (out / "run.log").read_text()

@@ -307,7 +307,8 @@ def evaluate(
     = "demo:movie-snippets",
     text_column: Annotated[str, typer.Option(help="Column holding the text.")] = "text",
     label_column: Annotated[str, typer.Option(help="Column holding the label (name or id).")] = "label",
-    max_length: Annotated[int, typer.Option(help="Tokens per example after truncation (8 to 8192).")] = 128,
+    max_length: Annotated[int | None, typer.Option(help="Tokens per example after truncation (8 to 8192); default: "
+                                                        "a bundle's own (what its run measured), else 128.")] = None,
     split: Annotated[Split, typer.Option(help="Which examples: the test split (as a run reports), another split, or "
                                               "all of them.")] = Split.test,
 ) -> None:
@@ -315,8 +316,10 @@ def evaluate(
     data; of a token classifier, entity-level F1 (with its 95% CI), precision and recall on tagged data."""
     from edgepress.configs import build
     from edgepress.data import DataConfig
-    from edgepress.pipeline.baseline import evaluate_model
+    from edgepress.pipeline.baseline import evaluate_model, recorded_max_length
 
+    if max_length is None:
+        max_length = _call(recorded_max_length, model) or 128
     data_cfg = _call(build, DataConfig, where="data options", source=data, text_column=text_column,
                      label_column=label_column, max_length=max_length)
     metrics = _call(evaluate_model, model, data_cfg, split.value)

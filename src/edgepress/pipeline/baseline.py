@@ -25,6 +25,22 @@ def measure_model_dir(model_dir: Path, data: DataSplits, max_length: int, task=C
     return {**task.scores(data.test, preds), **param_counts(model), **size_metrics(model_dir)}, preds
 
 
+def recorded_max_length(model: str) -> int | None:
+    """The max_length a bundle (or a run dir's final bundle) was measured at, from its manifest; None for a model
+    without one (a model dir, a stage's model)."""
+    from edgepress.deploy.bundle import final_of_run
+    from edgepress.files import read_json
+    from edgepress.runtime.predictor import MANIFEST
+
+    model_dir = resolve_model(model)
+    manifest = (final_of_run(model_dir, "evaluate") or model_dir) / MANIFEST
+    try:
+        value = read_json(manifest).get("max_length") if manifest.is_file() else None
+    except (OSError, ValueError, AttributeError):  # unreadable: evaluate's own checks say what is wrong with it
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def evaluate_model(model: str, data_cfg: DataConfig, split: str = "test") -> dict:
     """Metrics of a model (a torch model dir, an ONNX model dir or any bundle, or a demo name) on one split of
     `data_cfg` (`all`: every example of the source), labels mapped by the model's; an ONNX graph is evaluated one
