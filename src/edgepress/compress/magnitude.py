@@ -368,18 +368,12 @@ def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = Lottery
 def _beside(ticket, control, tokenizer, data: DataSplits, max_length: int) -> dict:
     """The random control on the test split, and the paired 95% CI of ticket minus control on its score (accuracy,
     or a token classifier's entity F1)."""
-    from edgepress.data.metrics import accuracy_drop_ci95
-    from edgepress.data.tagged import TaggedSet
-    from edgepress.models.evaluate import evaluate_classifier
+    from edgepress.tasks import scored_task
 
-    if isinstance(data.test, TaggedSet):
-        from edgepress.tasks import token_task_of
-
-        task = token_task_of(ticket)
-        tags = [task.torch_predictions(m, tokenizer, data.test.texts, max_length) for m in (ticket, control)]
-        figures, drop = task.scores(data.test, tags[1]), task.versus(data.test, tags[0], tags[1])["f1_drop_ci95"]
-        return {"f1": figures["f1"], "f1_ci95": figures["f1_ci95"], "ticket_minus_control_ci95": drop}
-    _, ticket_preds = evaluate_classifier(ticket, tokenizer, data.test, max_length)
-    metrics, control_preds = evaluate_classifier(control, tokenizer, data.test, max_length)
-    return {"accuracy": metrics["accuracy"], "accuracy_ci95": metrics["accuracy_ci95"],
-            "ticket_minus_control_ci95": accuracy_drop_ci95(data.test.labels, ticket_preds, control_preds)}
+    task = scored_task(ticket, data.test)
+    name = task.primary
+    ticket_preds, control_preds = (task.torch_predictions(m, tokenizer, data.test.texts, max_length)
+                                   for m in (ticket, control))
+    figures = task.scores(data.test, control_preds)
+    return {name: figures[name], f"{name}_ci95": figures[f"{name}_ci95"],
+            "ticket_minus_control_ci95": task.versus(data.test, ticket_preds, control_preds)[f"{name}_drop_ci95"]}

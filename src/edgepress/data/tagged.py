@@ -210,12 +210,18 @@ def first_subword_words(word_ids: Sequence[int | None]) -> np.ndarray:
     return words
 
 
+def tags_at(words: np.ndarray, tags: np.ndarray) -> np.ndarray:
+    """Per sub-word position, the tag of the word it starts (`words`, from `first_subword_words`), IGNORED where it
+    starts none."""
+    if not len(tags):
+        return np.full(len(words), IGNORED, np.int64)
+    return np.where(words >= 0, np.asarray(tags, np.int64)[np.maximum(words, 0)], IGNORED)
+
+
 def first_subword_labels(word_ids: Sequence[int | None], tags: np.ndarray) -> np.ndarray:
     """Per sub-word position, its word's tag id at the word's first sub-word and IGNORED elsewhere (special tokens,
     the rest of a word)."""
-    words = first_subword_words(word_ids)
-    return np.where(words >= 0, np.asarray(tags, np.int64)[np.maximum(words, 0)], IGNORED) if len(tags) else \
-        np.full(len(words), IGNORED, np.int64)
+    return tags_at(first_subword_words(word_ids), tags)
 
 
 # --- a run's splits

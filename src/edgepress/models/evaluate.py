@@ -69,16 +69,11 @@ def evaluate_classifier(model, tokenizer, examples: TextSet, max_length: int) ->
 def validation_score(model, tokenizer, part: TextSet, max_length: int) -> tuple[str, float]:
     """(name, value) of the model's score on `part`: the accuracy of a classifier, the entity-level F1 of a token
     classifier on tagged sentences (`TaggedSet`). What a training run keeps its best epoch by."""
-    from edgepress.data.tagged import TaggedSet
+    from edgepress.tasks import scored_task
 
-    if isinstance(part, TaggedSet):
-        from edgepress.tasks import token_task_of
-
-        task = token_task_of(model)
-        return task.primary, task.scores(part, task.torch_predictions(model, tokenizer, part.texts, max_length))[
-            task.primary]
-    metrics, _ = evaluate_classifier(model, tokenizer, part, max_length)
-    return "accuracy", metrics["accuracy"]
+    task = scored_task(model, part)
+    preds = task.torch_predictions(model, tokenizer, part.texts, max_length)
+    return task.primary, task.scores(part, preds)[task.primary]
 
 
 def predict_word_logits(model, tokenizer, texts: tuple[str, ...] | list[str], max_length: int,

@@ -21,11 +21,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.data.dataset import TextSet
-from edgepress.data.tagged import IGNORED, TaggedSet, first_subword_words
+from edgepress.data.tagged import IGNORED, TaggedSet, first_subword_words, tags_at
 from edgepress.errors import ConfigError, ModelError
 from edgepress.interrupt import check as check_interrupt
 from edgepress.models.evaluate import forward_inputs, validation_score
@@ -99,8 +98,7 @@ def _features(tokenizer, examples: TextSet, max_length: int) -> list[dict]:
         if tagged:
             words = first_subword_words(encoded.word_ids(i))
             row["word_index"] = words.tolist()
-            row["labels"] = np.where(words >= 0, examples.tags[i][np.maximum(words, 0)], IGNORED).tolist() \
-                if len(examples.tags[i]) else [IGNORED] * len(words)
+            row["labels"] = tags_at(words, examples.tags[i]).tolist()
         else:
             row["labels"] = int(examples.labels[i])
     return rows

@@ -264,8 +264,13 @@ def token_task(model_dir: Path) -> TokenClassification:
     return TokenClassification(tags=tags)
 
 
-def token_task_of(model) -> TokenClassification:
-    """The token-classification task of a loaded token classifier: its tags from its config's id2label."""
+def scored_task(model, part: TextSet):
+    """The task a loaded model is scored by on `part` in training: a token classifier's (its tags from its config's
+    id2label) on tagged sentences, else classification."""
+    from edgepress.data.tagged import TaggedSet
+
+    if not isinstance(part, TaggedSet):
+        return CLASSIFICATION
     return TokenClassification(tags=tuple(model.config.id2label[i] for i in range(model.config.num_labels)))
 
 
