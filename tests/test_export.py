@@ -242,12 +242,13 @@ def test_auto_fusions_keep_the_fastest_candidate_and_record_every_timing(tiny_on
     assert timing["timed_int8"] is False and timing["shape"] == [1, 128]
 
 
-def test_auto_fusions_time_the_int8_graph_when_int8_follows(tiny_onnx_dir, tmp_path, movie_data):
+def test_auto_fusions_time_the_int8_graph_if_int8_follows_natural_lengths_if_asked(tiny_onnx_dir, tmp_path, movie_data):
     # a quantization whose own parity check would fail: the copies are for timing; the int8 stage judges its graph
     strict = ParityConfig(max_abs_diff=1e-9, min_agreement=1.0)
-    cfg = OptimizeConfig(latency=FAST, disable=("attention",), threads=1,
-                         quantized_with=Int8DynamicConfig(per_channel=True, parity=strict))
+    cfg = OptimizeConfig(latency=FAST, disable=("attention",), threads=1, natural=True,
+                         quantized_with=Int8DynamicConfig(per_channel=True, parity=strict, gptq=True))
     timing = optimize_onnx(tiny_onnx_dir, tmp_path / "f", movie_data.validation.texts, cfg)["timing"]
     assert timing["timed_int8"] is True and timing["threads"] == 1
+    assert timing["shape"] == "natural"  # each text at its own length, as a min_natural_speedup gate times them
     assert "no attention" not in timing["candidates"]  # never used: not a candidate
     assert all("attention" in c["left_out"] for c in timing["candidates"].values())

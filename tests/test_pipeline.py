@@ -312,6 +312,22 @@ def test_optimize_times_its_candidates_as_the_next_stage_will_quantize_them(tmp_
     assert timing["timed_int8"] is True and timing["chosen"] in timing["candidates"]
 
 
+def test_optimize_times_at_natural_lengths_when_a_later_stage_gates_speed_there(tmp_path, tiny_model_dir):
+    fuse = {"name": "fuse", "method": "optimize"}
+    stages = [{"name": "export", "method": "export"}, fuse,
+              {"name": "int8", "method": "int8-dynamic", "params": {"per_channel": True},
+               "gates": {"latency": {"min_natural_speedup": 2.0}}}]
+    cfg = load_config(run_config(tmp_path, stages, tiny_model_dir))
+    filled = runner.next_stage_params(cfg.stages, cfg.stages[1], "x86-avx2")
+    assert filled["natural"] is True and filled["quantized_with"]["reduce_range"] is True  # the target's default
+    stages[2]["gates"] = {"latency": {"min_speedup": 2.0}}  # the fixed shape: timed there
+    cfg = load_config(run_config(tmp_path, stages, tiny_model_dir))
+    assert "natural" not in runner.next_stage_params(cfg.stages, cfg.stages[1], "x86-avx2")
+    fuse["params"] = {"fusions": "all"}  # nothing timed
+    cfg = load_config(run_config(tmp_path, stages, tiny_model_dir))
+    assert runner.next_stage_params(cfg.stages, cfg.stages[1], "x86-avx2") == {}
+
+
 def test_a_qat_stage_then_export_gives_the_int8_graph(tmp_path, tiny_model_dir):
     path = run_config(tmp_path, [
         {"name": "qat", "method": "qat", "params": {"epochs": 1, "max_length": 32}},

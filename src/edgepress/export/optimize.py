@@ -3,10 +3,12 @@ EmbedLayerNormalization, ...), and fp16 conversion for CUDA. Each result is pari
 
 Which fusions make a graph faster depends on the CPU and on what follows (on one machine of this project's kind
 SkipLayerNormalization made the int8 teacher 20% slower, on another slightly faster), so `fusions: auto` times the
-candidate sets on this machine, side by side, at the run's latency shape, and keeps the fastest. When `int8-dynamic`
-follows (the one quantizer that takes a fused graph; `int8-static` and `int4` take the unfused one and ONNX Runtime
-fuses what it can when their session starts), a run fills in `quantized_with` and every candidate is timed as it
-will ship: quantized.
+candidate sets on this machine, side by side, and keeps the fastest: at the run's latency shape, or, when a later
+stage's speed gate judges natural lengths, at the texts' own lengths one a call (`natural`), where the winner can
+differ (all-MiniLM-L6-v2's int8 graph at 27 tokens, 2 threads: ORT's SkipLayerNormalization kernel, a scalar loop,
+takes 3x the time of Add + LayerNormalization). When `int8-dynamic` follows (the one quantizer that takes a fused
+graph; `int8-static` and `int4` take the unfused one and ONNX Runtime fuses what it can when their session starts), a
+run fills in `quantized_with` and every candidate is timed as it will ship: quantized.
 
 Every family is fused with the optimizer's `bert` model type: onnxruntime 1.31 has none for DeBERTa or ModernBERT,
 and on their graphs `bert` fuses the layer norms (SkipLayerNormalization) but no attention (disentangled attention;
@@ -34,7 +36,16 @@ from edgepress.files import atomic_dir, write_json
 from edgepress.logs import parity_text, quiet, readable, step
 from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig
-from edgepress.runtime.predictor import SESSION_FILE, fixed_shape_feeds, load_tokenizer, position_limit, time_runner
+from edgepress.runtime.predictor import (
+    NATURAL_SENTENCES,
+    SESSION_FILE,
+    fixed_shape_feeds,
+    load_tokenizer,
+    natural_feeds,
+    position_limit,
+    time_natural,
+    time_runner,
+)
 from edgepress.runtime.session import SessionConfig, open_session
 
 log = logging.getLogger(__name__)
@@ -69,6 +80,9 @@ class OptimizeConfig(BaseModel):
                                                                               "must be to the unfused graph's")
     threads: int | None = Field(None, ge=1, description="auto: the intra-op threads the candidates are timed on")
     latency: LatencyConfig = Field(LatencyConfig(), description="auto: the shape, warm-up and runs of the timing")
+    natural: bool = Field(False, description="auto: time the candidates at the texts' natural lengths, one a call, "
+                                             "not at latency's shape (a run sets it when a later stage gates "
+                                             "min_natural_speedup)")
     quantized_with: Int8DynamicConfig | None = Field(None, description="auto: the int8-dynamic each candidate is "
                                                      "timed after (a run fills in the next stage's params)")
 
@@ -122,19 +136,30 @@ def candidate_sets(disable: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
 
 
 def _time_side_by_side(graphs: dict[str, Path], texts: tuple[str, ...], cfg: OptimizeConfig) -> dict[str, list]:
-    """p50 ms of each graph at the fixed latency shape, `TIMING_ROUNDS` rounds, every graph once a round in turn
-    (the machine drifts; interleaving spreads the drift over all of them)."""
+    """p50 ms of each graph at the fixed latency shape (`cfg.natural`: over NATURAL_SENTENCES texts at their own
+    lengths, one a call), `TIMING_ROUNDS` rounds, every graph once a round in turn (the machine drifts; interleaving
+    spreads the drift over all of them)."""
     any_dir = next(iter(graphs.values())).parent
     limit = position_limit(read_model_config(any_dir))
     runners = {name: ort_runner(open_session(path, SessionConfig(threads=cfg.threads)))
                for name, path in graphs.items()}
     names = tuple(i.name for i in open_session(next(iter(graphs.values())), SessionConfig()).get_inputs())
-    feeds = [fixed_shape_feeds(load_tokenizer(any_dir, limit), texts, cfg.latency.batch_size,
-                               cfg.latency.sequence_length, names, limit)]
+    tokenizer = load_tokenizer(any_dir, limit)
+    if cfg.natural:
+        feeds = natural_feeds(tokenizer, texts[:NATURAL_SENTENCES], names)
+
+        def timed(run):
+            return time_natural(run, feeds, cfg.latency.warmup, cfg.latency.runs)
+    else:
+        fixed = [fixed_shape_feeds(tokenizer, texts, cfg.latency.batch_size, cfg.latency.sequence_length, names,
+                                   limit)]
+
+        def timed(run):
+            return time_runner(run, fixed, cfg.latency.warmup, cfg.latency.runs)
     timings = {name: [] for name in graphs}
     for _ in range(TIMING_ROUNDS):
         for name, run in runners.items():
-            timings[name].append(time_runner(run, feeds, cfg.latency.warmup, cfg.latency.runs)["p50_ms"])
+            timings[name].append(timed(run)["p50_ms"])
     return timings
 
 
@@ -157,9 +182,10 @@ def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple
             copy_side_files(Path(src_dir), fused)
             fused_ops[name] = _fuse(Path(src_dir) / ONNX_FILE, fused, off)
             if cfg.quantized_with is not None:  # timed as it ships; keep_float's measured choice is left out here
-                # timing only: the int8 stage checks its own graph's parity and accuracy, not this copy's
+                # timing only: the int8 stage checks its own graph's parity and accuracy, not this copy's; GPTQ's
+                # rounding gives the same kernels at the same speed, and takes a while
                 int8 = cfg.quantized_with.model_copy(update={"keep_float": 0, "max_length": cfg.max_length,
-                                                             "parity": UNCHECKED})
+                                                             "parity": UNCHECKED, "gptq": False})
                 with quiet("edgepress.compress.quantize"):  # one candidate among several, timed below
                     int8_dynamic(fused, Path(scratch) / f"{k}-int8", texts, int8)
                 fused = Path(scratch) / f"{k}-int8"
@@ -173,7 +199,8 @@ def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple
              ", int8" if cfg.quantized_with is not None else "",
              ", ".join(f"{n} {m:.2f}" for n, m in medians.items()), best)
     return sets[best], {"chosen": best, "candidates": table, "timed_int8": cfg.quantized_with is not None,
-                        "shape": [cfg.latency.batch_size, cfg.latency.sequence_length], "threads": cfg.threads}
+                        "shape": "natural" if cfg.natural else [cfg.latency.batch_size, cfg.latency.sequence_length],
+                        "threads": cfg.threads}
 
 
 def optimize_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig = OptimizeConfig()) -> dict:

@@ -7,6 +7,7 @@ from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.runtime.predictor import (
     MANIFEST,
+    NATURAL_SENTENCES,
     cpu_model,
     fixed_shape_feeds,
     json_object,
@@ -14,11 +15,10 @@ from edgepress.runtime.predictor import (
     model_file,
     natural_feeds,
     position_limit,
+    time_natural,
     time_runner,
 )
 from edgepress.runtime.session import SessionConfig, cuda_iobinding_runner, open_session
-
-NATURAL_SENTENCES = 200
 
 
 def onnx_path(artifact: Path) -> Path | None:
@@ -91,7 +91,7 @@ def _measure(artifact: Path, path: Path | None, texts: tuple[str, ...], provider
     timed = {"fixed": {**time_runner(run, [fixed], cfg.warmup, cfg.runs), "batch_size": cfg.batch_size,
                        "sequence_length": cfg.sequence_length}}
     if natural:
-        timed["natural"] = {**time_runner(run, lengths, min(cfg.warmup, len(lengths)), max(cfg.runs, len(lengths))),
+        timed["natural"] = {**time_natural(run, lengths, cfg.warmup, cfg.runs),
                             "mean_tokens": float(sum(f["input_ids"].shape[1] for f in lengths) / len(lengths))}
     return {
         **timed,

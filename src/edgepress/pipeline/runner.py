@@ -206,15 +206,17 @@ def _method_params(state: RunState, stage: StageConfig, params: dict, config_typ
 
 
 def next_stage_params(stages: list[StageConfig], stage: StageConfig, target: str) -> dict:
-    """What an `optimize` stage that times its fusions takes from the stage after it: that int8-dynamic's params
-    with the target's defaults (`quantized_with`). Part of the stage's reuse key too: timings made for another
-    quantization are not reused."""
-    position = stages.index(stage)
-    after = stages[position + 1] if position + 1 < len(stages) else None
-    timed = "quantized_with" in METHODS[stage.method].config.model_fields and stage.params.get("fusions") != "all"
-    if not timed or after is None or after.method != "int8-dynamic":
+    """What an `optimize` stage that times its fusions takes from the stages after it: the next stage's int8-dynamic
+    params with the target's defaults (`quantized_with`), and `natural` when a later stage's speed gate judges
+    natural lengths (the candidates are then timed there). Part of the stage's reuse key too: timings made for another
+    quantization or shape are not reused."""
+    if "quantized_with" not in METHODS[stage.method].config.model_fields or stage.params.get("fusions") == "all":
         return {}
-    return {"quantized_with": with_target(target, after.method, after.params)[0]}
+    later = stages[stages.index(stage) + 1:]
+    natural = any(s.gates.latency is not None and s.gates.latency.min_natural_speedup is not None for s in later)
+    return {**({"natural": True} if natural else {}),
+            **({"quantized_with": with_target(target, later[0].method, later[0].params)[0]}
+               if later and later[0].method == "int8-dynamic" else {})}
 
 
 def _parity_gates(error: ExportParityError, cfg) -> list[dict]:

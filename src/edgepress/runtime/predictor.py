@@ -333,6 +333,11 @@ def time_runner(run: Callable[[Feeds], object], feeds: list[Feeds], warmup: int,
     return summarize(seconds_of(run, feeds, warmup, runs))
 
 
+def time_natural(run: Callable[[Feeds], object], feeds: list[Feeds], warmup: int, runs: int) -> dict:
+    """time_runner over natural-length feeds (one sentence each): every sentence timed at least once."""
+    return time_runner(run, feeds, min(warmup, len(feeds)), max(runs, len(feeds)))
+
+
 def fixed_shape_feeds(tokenizer, texts: tuple[str, ...], batch_size: int, sequence_length: int,
                       input_names: tuple[str, ...], limit: int, what: str = "the sentences given") -> Feeds:
     """(batch_size, sequence_length) of real tokens: consecutive sentences concatenated until each row is full;
@@ -353,6 +358,9 @@ def fixed_shape_feeds(tokenizer, texts: tuple[str, ...], batch_size: int, sequen
     ids = np.asarray(stream[:need], dtype=np.int64).reshape(batch_size, sequence_length)
     columns = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
     return {name: columns[name] for name in input_names}
+
+
+NATURAL_SENTENCES = 200  # natural-length timing: this many sentences, one a call
 
 
 def natural_feeds(tokenizer, texts: tuple[str, ...], input_names: tuple[str, ...]) -> list[Feeds]:
