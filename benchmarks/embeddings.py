@@ -71,6 +71,14 @@ def onnx_chain(source: Path, work: Path, texts: tuple[str, ...], keep_float: tup
     return made
 
 
+def left_out(fused: Path) -> list[str]:
+    """The fusions `optimize` left out of the graph in `fused` (what its ort_session.json records)."""
+    from edgepress.files import read_json
+    from edgepress.runtime.predictor import SESSION_FILE
+
+    return read_json(fused / SESSION_FILE)["left_out_fusions"] if (fused / SESSION_FILE).is_file() else []
+
+
 def student(encoder: Path, work: Path, data) -> Path:
     """The 3-layer student of `encoder` (`distill`, STUDENT), made once into work/student."""
     from edgepress.compress.distill import DistillConfig, distill
@@ -165,7 +173,9 @@ def markdown(result: dict) -> str:
                   f"neighbour overlap {taught['val_neighbour_overlap']:.4f}).",
               "", "Nodes left float: " + "; ".join(f"{name}: {', '.join(nodes)}" for name, nodes in kept.items()
                                                   if nodes),
-              "", f"int8 weights 7-bit (reduce_range): {result['reduce_range']}. Peers: " + "; ".join(
+              "", f"Fusions left out (chosen by optimize timing the int8 candidates): "
+                  f"{', '.join(result['fusions_left_out']) or 'none'}. "
+                  f"int8 weights 7-bit (reduce_range): {result['reduce_range']}. Peers: " + "; ".join(
                   f"{name}: {', '.join(f'{k} {v}' for k, v in said.items())}"
                   for name, said in result["peers"].items())]
     return "\n".join(lines) + "\n"
@@ -216,7 +226,8 @@ def main() -> None:
     result = {"cpu": cpu_model(), "rounds": args.rounds, "environment": environment(2), "data": data.source,
               "n_test": len(data.test), "command": "python benchmarks/embeddings.py " + " ".join(sys.argv[1:]),
               "student": {**STUDENT, **read_json(args.work / "student.json")}, "reduce_range": reduce_range,
-              "peers": peers, "kept_float": read_json(args.work / "kept.json"), "candidates": rows}
+              "peers": peers, "kept_float": read_json(args.work / "kept.json"), "candidates": rows,
+              "fusions_left_out": left_out(args.work / "fuse")}
     write_json(args.out, result)
     args.out.with_suffix(".md").write_text(markdown(result))
     print(markdown(result))

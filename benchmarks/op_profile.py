@@ -1,7 +1,7 @@
 """Where an ONNX graph's time goes at the test texts' natural lengths, one text a call, as a device embeds or
-classifies them: ONNX Runtime's own profiler (2 intra-op threads spinning within a run: the bundle's session
-options), each operator type's share of the kernel time, and the mean run time (profiling adds its own overhead:
-compare shares, not absolute times, with benchmarks/embeddings.py's).
+classifies them: ONNX Runtime's own profiler (2 intra-op threads spinning within a run, and the optimizers the graph's
+ort_session.json keeps off: the bundle's session options), each operator type's share of the kernel time, and the
+mean run time (profiling adds its own overhead: compare shares, not absolute times, with benchmarks/embeddings.py's).
 
     .venv/bin/python benchmarks/op_profile.py runs/embdemo/stages/03-int8/model [--texts 200]
 """
@@ -17,7 +17,7 @@ def main() -> None:
     import onnxruntime
 
     from edgepress.data import DataConfig, load_data
-    from edgepress.runtime.predictor import load_tokenizer, natural_feeds, session_options
+    from edgepress.runtime.predictor import disabled_optimizers, load_tokenizer, natural_feeds, session_options
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", type=Path, help="an ONNX model dir (model.onnx and its tokenizer)")
@@ -27,8 +27,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         options = session_options(2)
         options.enable_profiling, options.profile_file_prefix = True, str(Path(scratch) / "profile")
-        session = onnxruntime.InferenceSession(str(args.model / "model.onnx"), options,
-                                               providers=["CPUExecutionProvider"])
+        graph = args.model / "model.onnx"  # the optimizers a left-out fusion keeps off stay off, as in a bundle
+        session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"],
+                                               disabled_optimizers=disabled_optimizers(graph))
         feeds = natural_feeds(load_tokenizer(args.model, 128), texts, tuple(i.name for i in session.get_inputs()))
         for feed in feeds:
             session.run(None, feed)
