@@ -146,20 +146,15 @@ def _time_side_by_side(graphs: dict[str, Path], texts: tuple[str, ...], cfg: Opt
     names = tuple(i.name for i in open_session(next(iter(graphs.values())), SessionConfig()).get_inputs())
     tokenizer = load_tokenizer(any_dir, limit)
     if cfg.natural:
-        feeds = natural_feeds(tokenizer, texts[:NATURAL_SENTENCES], names)
-
-        def timed(run):
-            return time_natural(run, feeds, cfg.latency.warmup, cfg.latency.runs)
+        feeds, timed = natural_feeds(tokenizer, texts[:NATURAL_SENTENCES], names), time_natural
     else:
-        fixed = [fixed_shape_feeds(tokenizer, texts, cfg.latency.batch_size, cfg.latency.sequence_length, names,
+        feeds = [fixed_shape_feeds(tokenizer, texts, cfg.latency.batch_size, cfg.latency.sequence_length, names,
                                    limit)]
-
-        def timed(run):
-            return time_runner(run, fixed, cfg.latency.warmup, cfg.latency.runs)
+        timed = time_runner
     timings = {name: [] for name in graphs}
     for _ in range(TIMING_ROUNDS):
         for name, run in runners.items():
-            timings[name].append(timed(run)["p50_ms"])
+            timings[name].append(timed(run, feeds, cfg.latency.warmup, cfg.latency.runs)["p50_ms"])
     return timings
 
 
