@@ -5,8 +5,9 @@ onnxruntime 1.31's CPU SkipLayerNormalization (contrib_ops/cpu/skip_layer_norm.c
 loop with a division per element; the ONNX LayerNormalization kernel it replaces is vectorized. Part 1 times chains
 of 12 (a 6-layer encoder has 12) of each, on rows of 384 (MiniLM's width) at 27 tokens (the demo's texts' mean) and
 at 128, on 1 and 2 intra-op threads, the two chains in turn for `--rounds` rounds. Part 2 (`--graphs A B`) times two
-ONNX model dirs at the demo's test texts' natural lengths, one text a call, in turn, each session honouring the
-`ort_session.json` beside its graph (the optimizers a left-out fusion keeps off).
+ONNX model dirs side by side as a speed gate does (`compare_latency`: the demo's test texts at their natural lengths,
+one a call, and b1 x 128), each session honouring the `ort_session.json` beside its graph (the optimizers a left-out
+fusion keeps off).
 
     .venv/bin/python benchmarks/layer_norm.py [--graphs runs/embdemo3/stages/03-int8/model \
         runs/embdemo4/stages/03-int8/model]    # writes benchmarks/results/layer_norm.json
@@ -83,25 +84,15 @@ def time_chains(rounds: int) -> list[dict]:
 
 
 def time_graphs(graphs: list[Path], rounds: int) -> dict:
-    """p50 ms of each graph dir at natural lengths (200 test texts, one a call), in turn for `rounds` rounds."""
+    """Each graph dir's median p50 ms over `rounds` rounds taken in turn (pipeline.latency.compare_latency, as a
+    speed gate times them: b1 x 128 real tokens and 200 test texts at their natural lengths), and its natural-length
+    speedup over the first graph."""
     from edgepress.data import DataConfig, load_data
-    from edgepress.export.parity import ort_runner
-    from edgepress.runtime.predictor import NATURAL_SENTENCES, load_tokenizer, natural_feeds, time_natural
-    from edgepress.runtime.session import SessionConfig, open_session
+    from edgepress.pipeline.latency import compare_latency
 
-    texts = load_data(DataConfig()).test.texts[:NATURAL_SENTENCES]
-    sessions = {str(g): open_session(g / "model.onnx", SessionConfig(threads=2)) for g in graphs}
-    runners = {name: ort_runner(s) for name, s in sessions.items()}
-    feeds = {name: natural_feeds(load_tokenizer(Path(name), 128), texts, tuple(i.name for i in s.get_inputs()))
-             for name, s in sessions.items()}
-    p50 = {name: [] for name in runners}
-    for _ in range(rounds + 1):  # the first round warms up
-        for name, run in runners.items():
-            p50[name].append(time_natural(run, feeds[name], 20, len(texts))["p50_ms"])
-    first = str(graphs[0])
-    result = {name: {"p50_ms_per_round": v[1:], "median_p50_ms": float(np.median(v[1:])),
-                     "speedup_vs_first": float(np.median(np.array(p50[first][1:]) / np.array(v[1:])))}
-              for name, v in p50.items()}
+    timed = compare_latency({str(g): g for g in graphs}, load_data(DataConfig()).test.texts, 2, rounds)
+    first = timed[str(graphs[0])]["natural_p50_ms"]
+    result = {name: {**t, "natural_speedup_vs_first": first / t["natural_p50_ms"]} for name, t in timed.items()}
     print(result)
     return result
 

@@ -242,7 +242,7 @@ def test_auto_fusions_keep_the_fastest_candidate_and_record_every_timing(tiny_on
     assert timing["timed_int8"] is False and timing["shape"] == [1, 128]
 
 
-def test_auto_fusions_time_the_int8_graph_if_int8_follows_natural_lengths_if_asked(tiny_onnx_dir, tmp_path, movie_data):
+def test_auto_fusions_time_the_int8_graph_at_natural_lengths_when_asked(tiny_onnx_dir, tmp_path, movie_data):
     # a quantization whose own parity check would fail: the copies are for timing; the int8 stage judges its graph
     strict = ParityConfig(max_abs_diff=1e-9, min_agreement=1.0)
     cfg = OptimizeConfig(latency=FAST, disable=("attention",), threads=1, natural=True,
