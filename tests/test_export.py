@@ -4,8 +4,8 @@ import numpy as np
 import onnx
 import pytest
 
-from edgepress.compress.quantize import Int8DynamicConfig
-from edgepress.errors import ExportParityError
+from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+from edgepress.errors import ConfigError, ExportParityError
 from edgepress.export import onnx as onnx_export
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, optimize_onnx
@@ -252,3 +252,25 @@ def test_auto_fusions_time_the_int8_graph_at_natural_lengths_when_asked(tiny_onn
     assert timing["shape"] == "natural"  # each text at its own length, as a min_natural_speedup gate times them
     assert "no attention" not in timing["candidates"]  # never used: not a candidate
     assert all("attention" in c["left_out"] for c in timing["candidates"].values())
+
+
+def test_auto_fusions_time_keep_floats_nodes_float_and_leave_out_a_set_that_fuses_them_away(tiny_onnx_dir, tmp_path,
+                                                                                          movie_data):
+    # the demo's int8 stage keeps the fused embedding node float: a set without that fusion has no such node
+    cfg = OptimizeConfig(latency=FAST, threads=1,
+                         quantized_with=Int8DynamicConfig(keep_float=("EmbedLayerNormalization_0",)))
+    fused = optimize_onnx(tiny_onnx_dir, tmp_path / "f", movie_data.validation.texts, cfg)
+    candidates = fused["timing"]["candidates"]
+    unusable = {name for name, c in candidates.items() if "unusable" in c}
+    # (ORT's optimizer fuses the embedding's layer norm only where it feeds a fused Attention)
+    assert unusable == {name for name, c in candidates.items() if "EmbedLayerNormalization" not in c["fused_ops"]}
+    assert {"no embed_layer_norm", "none"} <= unusable and "all" not in unusable
+    assert all("EmbedLayerNormalization_0" in candidates[name]["unusable"] for name in unusable)
+    assert fused["timing"]["chosen"] not in unusable and "median_p50_ms" in candidates[fused["timing"]["chosen"]]
+    assert fused["fused_ops"]["EmbedLayerNormalization"] == 1
+    int8_dynamic(tmp_path / "f", tmp_path / "q", movie_data.validation.texts, cfg.quantized_with)  # it quantizes
+
+    with pytest.raises(ConfigError, match="no fusion set .* Gather_9"):
+        optimize_onnx(tiny_onnx_dir, tmp_path / "g", movie_data.validation.texts,
+                      cfg.model_copy(update={"quantized_with": Int8DynamicConfig(keep_float=("Gather_9",))}))
+    assert not (tmp_path / "g").exists()

@@ -8,7 +8,8 @@ stage's speed gate judges natural lengths, at the texts' own lengths one a call 
 differ (all-MiniLM-L6-v2's int8 graph at 27 tokens, 2 threads: ORT's SkipLayerNormalization kernel, a scalar loop,
 takes 3x the time of Add + LayerNormalization). When `int8-dynamic` follows (the one quantizer that takes a fused
 graph; `int8-static` and `int4` take the unfused one and ONNX Runtime fuses what it can when their session starts), a
-run fills in `quantized_with` and every candidate is timed as it will ship: quantized.
+run fills in `quantized_with` and every candidate is timed as it will ship: quantized, with the nodes its
+`keep_float` names kept float (a set that fuses one of them away is left out: the int8 stage would refuse it).
 
 Every family is fused with the optimizer's `bert` model type: onnxruntime 1.31 has none for DeBERTa or ModernBERT,
 and on their graphs `bert` fuses the layer norms (SkipLayerNormalization) but no attention (disentangled attention;
@@ -24,6 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.compress.quantize import Int8DynamicConfig
+from edgepress.errors import ConfigError
 from edgepress.export.parity import (
     ONNX_FILE,
     PARITY_LENGTH,
@@ -170,29 +172,43 @@ def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple
     with tempfile.TemporaryDirectory(prefix="edgepress-fusions-") as scratch, \
             step(f"optimize: {len(sets)} fusion sets{' quantized' if cfg.quantized_with else ''} and timed side by "
                  f"side", log):
-        graphs, fused_ops = {}, {}
+        graphs, fused_ops, unusable = {}, {}, {}
         for k, (name, off) in enumerate(sets.items()):
             fused = Path(scratch) / f"{k}"
             fused.mkdir()
             copy_side_files(Path(src_dir), fused)
             fused_ops[name] = _fuse(Path(src_dir) / ONNX_FILE, fused, off)
-            if cfg.quantized_with is not None:  # timed as it ships; keep_float's measured choice is left out here
+            if cfg.quantized_with is not None:  # timed as it ships, with the nodes keep_float names kept float
                 # timing only: the int8 stage checks its own graph's parity and accuracy, not this copy's; GPTQ's
-                # rounding gives the same kernels at the same speed, and takes a while
-                int8 = cfg.quantized_with.model_copy(update={"keep_float": 0, "max_length": cfg.max_length,
-                                                             "parity": UNCHECKED, "gptq": False})
-                with quiet("edgepress.compress.quantize"):  # one candidate among several, timed below
-                    int8_dynamic(fused, Path(scratch) / f"{k}-int8", texts, int8)
+                # rounding gives the same kernels at the same speed, and takes a while; keep_float's measured
+                # choice (a number) is left out here
+                keep = cfg.quantized_with.keep_float
+                int8 = cfg.quantized_with.model_copy(update={"keep_float": keep if isinstance(keep, tuple) else 0,
+                                                             "max_length": cfg.max_length, "parity": UNCHECKED,
+                                                             "gptq": False})
+                try:
+                    with quiet("edgepress.compress.quantize"):  # one candidate among several, timed below
+                        int8_dynamic(fused, Path(scratch) / f"{k}-int8", texts, int8)
+                except ConfigError as e:  # this set fuses away a node keep_float names: the int8 stage would refuse
+                    unusable[name] = str(e)
+                    continue
                 fused = Path(scratch) / f"{k}-int8"
             graphs[name] = fused / ONNX_FILE
+        if not graphs:
+            raise ConfigError(f"optimize: no fusion set leaves the graph the next int8-dynamic stage can quantize: "
+                              f"{next(iter(unusable.values()))}")
         timings = _time_side_by_side(graphs, texts, cfg)
     medians = {name: float(np.median(t)) for name, t in timings.items()}
     best = min(medians, key=medians.get)
-    table = {name: {"left_out": list(sets[name]), "fused_ops": fused_ops[name], "p50_ms": timings[name],
-                    "median_p50_ms": medians[name]} for name in sets}
+    table = {name: {"left_out": list(sets[name]), "fused_ops": fused_ops[name],
+                    **({"unusable": unusable[name]} if name in unusable else
+                       {"p50_ms": timings[name], "median_p50_ms": medians[name]})} for name in sets}
     log.info("optimize: fusions timed (median p50 ms%s): %s; keeping '%s'",
              ", int8" if cfg.quantized_with is not None else "",
              ", ".join(f"{n} {m:.2f}" for n, m in medians.items()), best)
+    if unusable:
+        log.info("optimize: not timed, as they fuse away a node the int8 stage's keep_float names: %s",
+                 ", ".join(unusable))
     return sets[best], {"chosen": best, "candidates": table, "timed_int8": cfg.quantized_with is not None,
                         "shape": "natural" if cfg.natural else [cfg.latency.batch_size, cfg.latency.sequence_length],
                         "threads": cfg.threads}
