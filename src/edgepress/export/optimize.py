@@ -189,7 +189,7 @@ def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple
                 try:
                     with quiet("edgepress.compress.quantize"):  # one candidate among several, timed below
                         int8_dynamic(fused, Path(scratch) / f"{k}-int8", texts, int8)
-                except ConfigError as e:  # this set fuses away a node keep_float names: the int8 stage would refuse
+                except ConfigError as e:  # e.g. this set fuses away a node keep_float names: the stage would refuse
                     unusable[name] = str(e)
                     continue
                 fused = Path(scratch) / f"{k}-int8"
@@ -207,8 +207,8 @@ def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple
              ", int8" if cfg.quantized_with is not None else "",
              ", ".join(f"{n} {m:.2f}" for n, m in medians.items()), best)
     if unusable:
-        log.info("optimize: not timed, as they fuse away a node the int8 stage's keep_float names: %s",
-                 ", ".join(unusable))
+        log.info("optimize: not timed, as the int8 stage refuses their graphs (e.g. keep_float names a node they fuse "
+                 "away; details.timing says why): %s", ", ".join(unusable))
     return sets[best], {"chosen": best, "candidates": table, "timed_int8": cfg.quantized_with is not None,
                         "shape": "natural" if cfg.natural else [cfg.latency.batch_size, cfg.latency.sequence_length],
                         "threads": cfg.threads}
