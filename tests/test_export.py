@@ -255,8 +255,17 @@ def test_auto_fusions_time_the_int8_graph_at_natural_lengths_when_asked(tiny_onn
 
 
 def test_auto_fusions_time_keep_floats_nodes_float_and_leave_out_a_set_that_fuses_them_away(tiny_onnx_dir, tmp_path,
-                                                                                          movie_data):
+                                                                                          movie_data, monkeypatch):
     # the demo's int8 stage keeps the fused embedding node float: a set without that fusion has no such node
+    from edgepress.compress import quantize
+
+    timed_with = []
+
+    def recorded(src, out, texts, cfg):
+        timed_with.append(cfg.keep_float)
+        return int8_dynamic(src, out, texts, cfg)
+
+    monkeypatch.setattr(quantize, "int8_dynamic", recorded)
     cfg = OptimizeConfig(latency=FAST, threads=1,
                          quantized_with=Int8DynamicConfig(keep_float=("EmbedLayerNormalization_0",)))
     fused = optimize_onnx(tiny_onnx_dir, tmp_path / "f", movie_data.validation.texts, cfg)
@@ -266,11 +275,12 @@ def test_auto_fusions_time_keep_floats_nodes_float_and_leave_out_a_set_that_fuse
     assert unusable == {name for name, c in candidates.items() if "EmbedLayerNormalization" not in c["fused_ops"]}
     assert {"no embed_layer_norm", "none"} <= unusable and "all" not in unusable
     assert all("EmbedLayerNormalization_0" in candidates[name]["unusable"] for name in unusable)
+    assert timed_with == [("EmbedLayerNormalization_0",)] * (len(candidates) - len(unusable))  # timed as it ships
     assert fused["timing"]["chosen"] not in unusable and "median_p50_ms" in candidates[fused["timing"]["chosen"]]
     assert fused["fused_ops"]["EmbedLayerNormalization"] == 1
     int8_dynamic(tmp_path / "f", tmp_path / "q", movie_data.validation.texts, cfg.quantized_with)  # it quantizes
 
-    with pytest.raises(ConfigError, match="no fusion set .* Gather_9"):
+    with pytest.raises(ConfigError, match="fits none of the 6 fusion sets.* Gather_9"):
         optimize_onnx(tiny_onnx_dir, tmp_path / "g", movie_data.validation.texts,
                       cfg.model_copy(update={"quantized_with": Int8DynamicConfig(keep_float=("Gather_9",))}))
     assert not (tmp_path / "g").exists()

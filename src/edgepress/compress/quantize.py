@@ -81,6 +81,14 @@ def _weighted(graph, op_types: tuple[str, ...]) -> list[str]:
             if n.op_type in op_types and any(i in weights for i in n.input)]
 
 
+def int8_dynamic_nodes(path: Path) -> list[str]:
+    """The nodes of the graph at `path` that `int8-dynamic` quantizes: what its `keep_float` may name."""
+    import onnx
+
+    return _weighted(onnx.load(str(path), load_external_data=False).graph,
+                     ("MatMul", "Gemm", "Attention", "Gather", "EmbedLayerNormalization"))
+
+
 def _logits(path: Path, feeds: list[dict]) -> np.ndarray:
     run = ort_runner(open_session(path, SessionConfig()))
     return np.concatenate([run(f) for f in feeds]).astype(np.float64)
@@ -176,8 +184,7 @@ def _int8_dynamic(src: Path, src_dir: Path, out_dir: Path, texts: tuple[str, ...
                          reduce_range=cfg.reduce_range, nodes_to_quantize=only, nodes_to_exclude=exclude,
                          extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
 
-    candidates = _weighted(onnx.load(str(src), load_external_data=False).graph,
-                           ("MatMul", "Gemm", "Attention", "Gather", "EmbedLayerNormalization"))
+    candidates = int8_dynamic_nodes(src)
     keep, ranking = kept_float(cfg.keep_float, candidates,
                                lambda: rank_sensitivity(src_dir, candidates, quantize, texts, cfg.max_length))
     with atomic_dir(out_dir) as tmp:

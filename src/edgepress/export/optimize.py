@@ -164,51 +164,58 @@ def _time_side_by_side(graphs: dict[str, Path], texts: tuple[str, ...], cfg: Opt
 UNCHECKED = ParityConfig.model_construct(max_abs_diff=float("inf"), min_agreement=0.0, n_texts=2, batch_size=2)
 
 
-def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple[tuple[str, ...], dict]:
-    """The fastest candidate's left-out fusions, and every candidate's timings."""
-    from edgepress.compress.quantize import int8_dynamic
+def _timing_copy(src_dir: Path, dst: Path, off: tuple[str, ...], texts: tuple[str, ...],
+                 cfg: OptimizeConfig) -> tuple[dict, Path | None, str | None]:
+    """`src_dir`'s graph fused without `off` into `dst`, and quantized as it will ship when int8-dynamic follows
+    (`cfg.quantized_with`); returns (its fused op counts, the graph to time, or None and why the int8 stage would
+    refuse it: a node its keep_float names is fused away)."""
+    from edgepress.compress.quantize import check_keep_float, int8_dynamic, int8_dynamic_nodes
 
+    dst.mkdir()
+    copy_side_files(src_dir, dst)
+    ops = _fuse(src_dir / ONNX_FILE, dst, off)
+    if cfg.quantized_with is None:
+        return ops, dst / ONNX_FILE, None
+    keep = cfg.quantized_with.keep_float
+    if isinstance(keep, tuple):
+        try:
+            check_keep_float(keep, int8_dynamic_nodes(dst / ONNX_FILE))
+        except ConfigError as e:
+            return ops, None, str(e)
+    # timing only: the int8 stage checks its own graph's parity and accuracy, not this copy's; GPTQ's rounding gives
+    # the same kernels at the same speed, and takes a while; keep_float's measured choice (a number) is left out
+    int8 = cfg.quantized_with.model_copy(update={"keep_float": keep if isinstance(keep, tuple) else 0,
+                                                 "max_length": cfg.max_length, "parity": UNCHECKED, "gptq": False})
+    with quiet("edgepress.compress.quantize"):  # one candidate among several, timed after
+        int8_dynamic(dst, dst.with_name(f"{dst.name}-int8"), texts, int8)
+    return ops, dst.with_name(f"{dst.name}-int8") / ONNX_FILE, None
+
+
+def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple[tuple[str, ...], dict]:
+    """The fastest candidate's left-out fusions, and every candidate's timings (or why it was not timed)."""
     sets = candidate_sets(cfg.disable)
     with tempfile.TemporaryDirectory(prefix="edgepress-fusions-") as scratch, \
             step(f"optimize: {len(sets)} fusion sets{' quantized' if cfg.quantized_with else ''} and timed side by "
                  f"side", log):
-        graphs, fused_ops, unusable = {}, {}, {}
-        for k, (name, off) in enumerate(sets.items()):
-            fused = Path(scratch) / f"{k}"
-            fused.mkdir()
-            copy_side_files(Path(src_dir), fused)
-            fused_ops[name] = _fuse(Path(src_dir) / ONNX_FILE, fused, off)
-            if cfg.quantized_with is not None:  # timed as it ships, with the nodes keep_float names kept float
-                # timing only: the int8 stage checks its own graph's parity and accuracy, not this copy's; GPTQ's
-                # rounding gives the same kernels at the same speed, and takes a while; keep_float's measured
-                # choice (a number) is left out here
-                keep = cfg.quantized_with.keep_float
-                int8 = cfg.quantized_with.model_copy(update={"keep_float": keep if isinstance(keep, tuple) else 0,
-                                                             "max_length": cfg.max_length, "parity": UNCHECKED,
-                                                             "gptq": False})
-                try:
-                    with quiet("edgepress.compress.quantize"):  # one candidate among several, timed below
-                        int8_dynamic(fused, Path(scratch) / f"{k}-int8", texts, int8)
-                except ConfigError as e:  # e.g. this set fuses away a node keep_float names: the stage would refuse
-                    unusable[name] = str(e)
-                    continue
-                fused = Path(scratch) / f"{k}-int8"
-            graphs[name] = fused / ONNX_FILE
-        if not graphs:
-            raise ConfigError(f"optimize: no fusion set leaves the graph the next int8-dynamic stage can quantize: "
-                              f"{next(iter(unusable.values()))}")
-        timings = _time_side_by_side(graphs, texts, cfg)
+        made = {name: _timing_copy(Path(src_dir), Path(scratch) / str(k), off, texts, cfg)
+                for k, (name, off) in enumerate(sets.items())}
+        refused = {name: why for name, (_, graph, why) in made.items() if graph is None}
+        if len(refused) == len(sets):
+            raise ConfigError(f"optimize: the next int8-dynamic stage's keep_float fits none of the {len(sets)} "
+                              f"fusion sets; with every fusion: {refused['all']}")
+        timings = _time_side_by_side({name: graph for name, (_, graph, _) in made.items() if graph}, texts, cfg)
     medians = {name: float(np.median(t)) for name, t in timings.items()}
     best = min(medians, key=medians.get)
-    table = {name: {"left_out": list(sets[name]), "fused_ops": fused_ops[name],
-                    **({"unusable": unusable[name]} if name in unusable else
-                       {"p50_ms": timings[name], "median_p50_ms": medians[name]})} for name in sets}
+    table = {}
+    for name, (ops, _, why) in made.items():
+        table[name] = {"left_out": list(sets[name]), "fused_ops": ops}
+        table[name].update({"unusable": why} if why else {"p50_ms": timings[name], "median_p50_ms": medians[name]})
     log.info("optimize: fusions timed (median p50 ms%s): %s; keeping '%s'",
              ", int8" if cfg.quantized_with is not None else "",
              ", ".join(f"{n} {m:.2f}" for n, m in medians.items()), best)
-    if unusable:
-        log.info("optimize: not timed, as the int8 stage refuses their graphs (e.g. keep_float names a node they fuse "
-                 "away; details.timing says why): %s", ", ".join(unusable))
+    if refused:
+        log.info("optimize: not timed, as they fuse away a node the int8 stage's keep_float names: %s",
+                 ", ".join(refused))
     return sets[best], {"chosen": best, "candidates": table, "timed_int8": cfg.quantized_with is not None,
                         "shape": "natural" if cfg.natural else [cfg.latency.batch_size, cfg.latency.sequence_length],
                         "threads": cfg.threads}
