@@ -236,6 +236,24 @@ def test_a_mobile_bundle_adds_the_ort_format_and_the_usability_report(int8_dirs,
     assert (onnx_logits.argmax(1) == ort_logits.argmax(1)).all() and abs(onnx_logits - ort_logits).max() <= 1e-4
 
 
+def test_a_mobile_bundles_ort_model_leaves_out_the_fusions_its_graph_was_measured_faster_without(tiny_onnx_dir,
+                                                                                                tmp_path, movie_data):
+    from edgepress.export.optimize import OptimizeConfig, optimize_onnx
+
+    fused = tmp_path / "fused"
+    optimize_onnx(tiny_onnx_dir, fused, movie_data.validation.texts,
+                  OptimizeConfig(fusions="all", disable=("skip_layer_norm",)))
+    assert "SkipLayerNormFusion" in predictor.disabled_optimizers(fused / "model.onnx")
+    kept = bundle_model(fused, tmp_path / "kept", "mobile")
+    (fused / predictor.SESSION_FILE).unlink()  # without it, ORT's optimizer fuses Add + LayerNormalization again
+    refused = bundle_model(fused, tmp_path / "refused", "mobile")
+    operators = {name: (out / "model.required_operators.config").read_text() for name, out in
+                 (("kept", kept), ("refused", refused))}
+    assert "SkipLayerNormalization" not in operators["kept"] and "LayerNormalization" in operators["kept"]
+    assert "SkipLayerNormalization" in operators["refused"]
+    assert json.loads((kept / "edgepress.json").read_text())["mobile"]["ort_vs_onnx_max_abs_diff"] <= 1e-4
+
+
 def web_missing() -> str | None:
     """Why the web tests cannot run here, or None."""
     import shutil

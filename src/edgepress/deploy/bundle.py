@@ -4,7 +4,6 @@ tokenizers and numpy are all it needs) and `edgepress.json`, the manifest: targe
 every operator with its domain, inputs, max length, labels, what was measured on the build machine and where, and a
 sha256 per file. A run's last step and `edgepress bundle` both call `bundle_model`."""
 
-import contextlib
 import io
 import json
 import logging
@@ -155,20 +154,32 @@ def _same_logits(onnx_file: Path, ort_file: Path) -> float:
     return diff
 
 
+def _ort_format(graph: Path, out: Path) -> None:
+    """`graph` as `out`/ORT_MODEL, optimized at ORT's full level for ARM (`Fixed` style), and the operator config a
+    size-reduced custom build takes. This is onnxruntime.tools.convert_onnx_models_to_ort's Fixed-style ARM path,
+    which takes no optimizers to leave out: here the ones the graph's SESSION_FILE names stay out too, so a fusion
+    the optimize stage measured slower (SkipLayerNormalization) is not put back into the ORT model."""
+    import onnxruntime as ort
+    from onnxruntime.tools.ort_format_model import create_config_from_models
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.optimized_model_filepath = str(out / ORT_MODEL)
+    options.add_session_config_entry("session.save_model_format", "ORT")
+    options.add_session_config_entry("session.qdqisint8allowed", "1")  # the converter's setting for ARM
+    # NchwcTransformer: x86 only; the converter leaves it out for ARM as well
+    ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"],
+                         disabled_optimizers=["NchwcTransformer", *predictor.disabled_optimizers(graph)])
+    create_config_from_models([out / ORT_MODEL], out / ORT_OPERATORS, enable_type_reduction=False)
+
+
 def _mobile_files(tmp: Path) -> dict:
     """ONNX Runtime's mobile formats beside model.onnx: `model.ort` (optimized for ARM, `Fixed` style), the operator
     config a size-reduced custom build takes, and the mobile usability checker's report (NNAPI / CoreML)."""
-    from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
     from onnxruntime.tools.mobile_helpers.usability_checker import analyze_model
 
     with tempfile.TemporaryDirectory(prefix="edgepress-ort-") as scratch:
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):  # the converter prints its progress; a failure is raised below
-            convert_onnx_models_to_ort(tmp / "model.onnx", output_dir=Path(scratch),
-                                       optimization_styles=[OptimizationStyle.Fixed], target_platform="arm")
-        if not (Path(scratch) / ORT_MODEL).is_file():
-            raise ModelError(f"ONNX Runtime's converter made no ORT model: {printed.getvalue().strip()}. Fix: "
-                             f"report it; bundle for another target meanwhile")
+        _ort_format(tmp / "model.onnx", Path(scratch))
         for name in (ORT_MODEL, ORT_OPERATORS):
             shutil.move(Path(scratch) / name, tmp / name)
     report, logger = io.StringIO(), logging.getLogger("edgepress.deploy.usability")
