@@ -15,7 +15,6 @@ fusion keeps off).
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -51,10 +50,11 @@ def chain(kind: str) -> bytes:
 
 
 def time_chains(rounds: int) -> list[dict]:
-    """µs per layer norm of each chain, per row count and thread count (median over rounds)."""
+    """µs per layer norm of each chain (its p50 run over 300, divided by CHAIN), per row count and thread count
+    (median over rounds)."""
     import onnxruntime
 
-    from edgepress.runtime.predictor import session_options
+    from edgepress.runtime.predictor import session_options, time_runner
 
     kinds = ("SkipLayerNormalization", "Add+Add+LayerNormalization")
     rows = []
@@ -69,12 +69,8 @@ def time_chains(rounds: int) -> list[dict]:
             micros = {k: [] for k in kinds}
             for _ in range(rounds):
                 for kind, session in sessions.items():
-                    for _ in range(50):
-                        session.run(None, feed)
-                    start = time.perf_counter()
-                    for _ in range(300):
-                        session.run(None, feed)
-                    micros[kind].append((time.perf_counter() - start) / 300 / CHAIN * 1e6)
+                    timed = time_runner(lambda f, s=session: s.run(None, f), [feed], warmup=50, runs=300)
+                    micros[kind].append(timed["p50_ms"] * 1e3 / CHAIN)
             row = {"tokens": tokens, "threads": threads, "max_abs_diff": float(np.abs(outputs[0] - outputs[1]).max()),
                    **{f"{k}_us": float(np.median(v)) for k, v in micros.items()}}
             row["ratio"] = row[f"{kinds[0]}_us"] / row[f"{kinds[1]}_us"]

@@ -14,10 +14,9 @@ from pathlib import Path
 
 
 def main() -> None:
-    import onnxruntime
 
     from edgepress.data import DataConfig, load_data
-    from edgepress.runtime.predictor import disabled_optimizers, load_tokenizer, natural_feeds, session_options
+    from edgepress.runtime.predictor import load_session, load_tokenizer, natural_feeds, session_options
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", type=Path, help="an ONNX model dir (model.onnx and its tokenizer)")
@@ -27,9 +26,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         options = session_options(2)
         options.enable_profiling, options.profile_file_prefix = True, str(Path(scratch) / "profile")
-        graph = args.model / "model.onnx"  # the optimizers a left-out fusion keeps off stay off, as in a bundle
-        session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"],
-                                               disabled_optimizers=disabled_optimizers(graph))
+        session = load_session(args.model / "model.onnx", options=options)  # its ort_session.json too, as a bundle
         feeds = natural_feeds(load_tokenizer(args.model, 128), texts, tuple(i.name for i in session.get_inputs()))
         for feed in feeds:
             session.run(None, feed)

@@ -28,7 +28,7 @@ def main() -> None:
 
     from edgepress.data import DataConfig, load_data
     from edgepress.pipeline.latency import torch_model_runner
-    from edgepress.runtime.predictor import cpu_model, disabled_optimizers, load_tokenizer, natural_feeds, time_runner
+    from edgepress.runtime.predictor import cpu_model, load_session, load_tokenizer, natural_feeds, time_runner
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("graphs", type=Path, nargs="+", help="ONNX model dirs (model.onnx and its tokenizer)")
@@ -45,9 +45,7 @@ def main() -> None:
             options.intra_op_num_threads, options.inter_op_num_threads = 2, 1
             for key, value in entries.items():
                 options.add_session_config_entry(key, value)
-            session = onnxruntime.InferenceSession(str(graph / "model.onnx"), options,
-                                                   providers=["CPUExecutionProvider"],
-                                                   disabled_optimizers=disabled_optimizers(graph / "model.onnx"))
+            session = load_session(graph / "model.onnx", options=options)  # with its ort_session.json
             feeds = natural_feeds(load_tokenizer(graph, 128), texts, tuple(i.name for i in session.get_inputs()))
             runners[f"{graph.parent.name}/{policy}"] = (lambda f, s=session: s.run(None, f), feeds)
     if args.torch:
