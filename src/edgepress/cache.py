@@ -56,6 +56,39 @@ def built_once(kind: str, key: dict, make: Callable[[], Any]) -> Any:
             return read_json(path)
 
 
+def built_array(kind: str, key: dict, n: int, rows: Callable[[int, int], Any], chunk: int = 8192,
+                what: str = "targets"):
+    """An (n, ...) float32 array of rows `rows(start, stop)` built chunk by chunk into a .npy file in the cache's
+    `kind` folder, once for `key` (content, as `built_once`'s), and read back memory-mapped: no more than one chunk
+    of it is ever in memory, however many rows it has. A progress line says how fast it goes (`what`)."""
+    import numpy as np
+
+    from edgepress.logs import Pace
+
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    path = cache_dir(kind) / f"{digest}.npy"
+    with cache_lock(f"{kind}-{digest}"):
+        try:
+            return np.load(path, mmap_mode="r")
+        except (OSError, ValueError):  # not built yet, or unreadable (damaged by hand): built (again)
+            pace, out = Pace(what, n), None
+            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+                part = Path(tmp) / path.name
+                for start in range(0, n, chunk):
+                    block = np.asarray(rows(start, min(start + chunk, n)), np.float32)
+                    if out is None:
+                        out = np.lib.format.open_memmap(part, "w+", np.float32, (n, *block.shape[1:]))
+                    out[start:start + len(block)] = block
+                    pace.advance(start + len(block))
+                if out is None:  # no rows
+                    np.save(part, np.zeros((0,), np.float32))
+                else:
+                    out.flush()
+                    del out
+                os.replace(part, path)
+            return np.load(path, mmap_mode="r")
+
+
 def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

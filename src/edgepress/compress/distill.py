@@ -19,6 +19,7 @@ projections record their outputs, and the scores are formed from those: the same
 runs the attention itself, and gradients reach the student's Q and K through them.
 """
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -28,12 +29,12 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from edgepress.cache import built_once
+from edgepress.cache import built_array, built_once
 from edgepress.configs import changed
 from edgepress.data import DataSplits
 from edgepress.data.augment import VERSION as AUGMENT_VERSION
 from edgepress.data.augment import AugmentConfig, augment_texts
-from edgepress.data.dataset import TextSet, text_key
+from edgepress.data.dataset import EpochDraw, TextSet, text_key
 from edgepress.data.tagged import IGNORED, TaggedSet
 from edgepress.errors import ConfigError
 from edgepress.files import tree_sha256
@@ -175,15 +176,34 @@ def _texts_sha256(texts) -> str:
     return hashlib.sha256(json.dumps(list(texts), ensure_ascii=False).encode()).hexdigest()
 
 
-def transfer_set(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[TextSet, object]:
-    """The examples a distilling method trains on and the logits of `model` (loaded from `src`) for them: the train
+class Rows:
+    """The rows of a (memory-mapped) targets array, looked up by a batch's `index`: (batch, ...) float32 tensors. A
+    transfer set's targets stay on disk; a batch reads its own rows."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, index):
+        import torch
+
+        rows = np.array(self.array[np.asarray(index)], np.float32)
+        return torch.from_numpy(rows)
+
+
+def transfer_set(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[TextSet, Rows]:
+    """The examples a distilling method trains on and the outputs of `model` (loaded from `src`) for them: the train
     split, then, with `cfg.augment`, the perturbed copies of its texts (ids `<id>~<k>`), then the data's unlabeled
     texts (`unlabeled:<i>`); the transfer examples are labelled with `model`'s argmax, and the loss gives them the
-    soft targets alone. The copies and the logits are built once per content (the
-    model's files, the texts, the settings) in the cache: every stage and trial asking for the same reuses them."""
+    soft targets alone. The copies and the outputs are built once per content (the model's files, the texts, the
+    settings) in the cache, the outputs chunk by chunk into a file read memory-mapped: every stage and trial asking
+    for the same reuses them. With unlabeled texts, each epoch draws from them as `data.per_epoch` says
+    (`EpochDraw`)."""
     import torch
 
-    from edgepress.models.evaluate import predict_logits
+    from edgepress.models.evaluate import on_accelerator, predict_outputs
 
     train, model_sha = data.train, tree_sha256(src)
     if isinstance(train, TaggedSet):
@@ -203,16 +223,24 @@ def transfer_set(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[Te
     everything = train.texts + tuple(texts)
     key = {"model": model_sha, "texts": _texts_sha256(everything), "max_length": cfg.max_length,
            "torch": torch.__version__}
-    logits = np.asarray(built_once("targets", key, lambda: predict_logits(model, tokenizer, everything,
-                                                                          cfg.max_length).tolist()), np.float32)
-    labels = np.concatenate([train.labels, logits[len(train):].argmax(1)]).astype(np.int64)
+    with on_accelerator(model):
+        targets = built_array("targets", key, len(everything), lambda start, stop: predict_outputs(
+            model, tokenizer, everything[start:stop], cfg.max_length), what="teacher targets")
+    labels = np.concatenate([train.labels, _argmax(targets[len(train):])]).astype(np.int64)
     log.info("distillation targets: %d train examples, %d perturbed copies, %d unlabeled texts", len(train),
              len(texts) - len(data.unlabeled), len(data.unlabeled))
-    train = TextSet(train.ids + tuple(ids), everything, labels)
-    return train, torch.from_numpy(logits)
+    draw = EpochDraw(len(train), data.per_epoch) if data.unlabeled else None
+    return TextSet(train.ids + tuple(ids), everything, labels, draw=draw), Rows(targets)
 
 
-def tagged_transfer_set(model_sha: str, model, tokenizer, data: DataSplits, cfg) -> tuple[TaggedSet, object]:
+def _argmax(rows: np.ndarray, chunk: int = 65536) -> np.ndarray:
+    """The argmax over the last axis of (memory-mapped) `rows`, a chunk at a time; NaN (a word without logits) as
+    -inf: (n,) or (n, words)."""
+    parts = [np.nan_to_num(np.asarray(rows[i:i + chunk]), nan=-np.inf).argmax(-1) for i in range(0, len(rows), chunk)]
+    return np.concatenate(parts) if parts else np.zeros(rows.shape[:-1], np.int64)
+
+
+def tagged_transfer_set(model_sha: str, model, tokenizer, data: DataSplits, cfg) -> tuple[TaggedSet, Rows]:
     """`transfer_set` of a token classifier: the train split's tagged sentences, then data.unlabeled's texts split
     into words (`unlabeled:<i>`), each word of those tagged with the teacher's most likely tag (their loss is the soft
     targets alone); and the teacher's per-word logits of them all (`word_targets`)."""
@@ -222,34 +250,39 @@ def tagged_transfer_set(model_sha: str, model, tokenizer, data: DataSplits, cfg)
     train = TaggedSet.joined([data.train, TaggedSet.of([f"unlabeled:{i}" for i in range(len(words))], words,
                                                        [np.zeros(len(w), np.int64) for w in words])])
     targets = word_targets(model_sha, model, tokenizer, train, cfg)
-    guessed = np.nan_to_num(targets[len(data.train):].numpy(), nan=-np.inf).argmax(-1)  # a word cut off: tag 0
+    guessed = _argmax(targets.array[len(data.train):])  # a word cut off: tag 0
     train = TaggedSet.of(train.ids, train.words, [*data.train.tags, *(row[:len(w)] for row, w in zip(
         guessed, words, strict=True))])
     if words:
         log.info("distillation transfer data: %d unlabeled texts, %d words, tagged by the teacher", len(words),
                  sum(map(len, words)))
+        train = dataclasses.replace(train, draw=EpochDraw(len(data.train), data.per_epoch))
     return train, targets
 
 
-def word_targets(model_sha: str, model, tokenizer, train: TaggedSet, cfg):
+def word_targets(model_sha: str, model, tokenizer, train: TaggedSet, cfg) -> Rows:
     """The token classifier `model`'s logits of each word of the tagged sentences `train` (read at its first
     sub-word), (sentences, most words, labels) with NaN past each sentence's words and for a word cut off by
-    max_length: the targets of a distillation, built once per content in the cache."""
+    max_length: the targets of a distillation, built once per content in the cache, chunk by chunk."""
     import torch
 
-    from edgepress.models.evaluate import predict_word_logits
+    from edgepress.models.evaluate import on_accelerator, predict_word_logits
 
-    key = {"model": model_sha, "texts": _texts_sha256(train.texts), "max_length": cfg.max_length, "per": "word",
+    texts, labels = train.texts, model.config.num_labels
+    width = max((len(words) for words in train.words), default=0)
+
+    def rows(start: int, stop: int) -> np.ndarray:
+        out = np.full((stop - start, width, labels), np.nan, np.float32)
+        for i, row in enumerate(predict_word_logits(model, tokenizer, texts[start:stop], cfg.max_length)):
+            out[i, :len(row)] = row.reshape(-1, labels)
+        return out
+
+    key = {"model": model_sha, "texts": _texts_sha256(texts), "max_length": cfg.max_length, "per": "word",
            "torch": torch.__version__}
-    rows = built_once("targets", key, lambda: [r.tolist() for r in predict_word_logits(
-        model, tokenizer, train.texts, cfg.max_length)])
-    labels = model.config.num_labels
-    out = np.full((len(rows), max((len(r) for r in rows), default=0), labels), np.nan, np.float32)
-    for i, row in enumerate(rows):
-        if row:
-            out[i, :len(row)] = np.asarray(row, np.float32).reshape(-1, labels)
-    log.info("distillation targets: the logits of %d words of %d sentences", sum(len(r) for r in rows), len(rows))
-    return torch.from_numpy(out)
+    with on_accelerator(model):
+        targets = built_array("targets", key, len(texts), rows, what="teacher targets")
+    log.info("distillation targets: the logits of %d words of %d sentences", sum(map(len, train.words)), len(texts))
+    return Rows(targets)
 
 
 ONLY_TAGGED_WORDS = ("augment makes perturbed copies of texts, whose words would no longer carry their tags: it is "
@@ -319,8 +352,6 @@ def _attention_loss(student_scores: list, teacher_scores: list, mask) -> object:
 def kd_training(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[DataSplits, object]:
     """What a fine-tune distilled from `model` as it is now (before it is pruned or quantized) trains on: `data`
     with the transfer set (`transfer_set`) as its train split, and the hinton loss on `model`'s logits."""
-    import dataclasses
-
     train, targets = transfer_set(src, model, tokenizer, data, cfg)
     kd = DistillConfig(temperature=cfg.temperature, alpha=cfg.alpha, max_length=cfg.max_length)
     return dataclasses.replace(data, train=train), distillation_loss(None, targets, kd, labelled=len(data.train))
@@ -461,5 +492,5 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
             f"val_{result.score}": result.best_val_accuracy,
             "history": result.history, "train_seconds": round(result.seconds, 1),
             **({} if isinstance(train, TaggedSet) else {"teacher_train_accuracy": float(np.mean(
-                train_logits[:len(data.train)].numpy().argmax(1) == data.train.labels))}),
+                _argmax(train_logits.array[:len(data.train)]) == data.train.labels))}),
             "transfer_examples": len(train) - len(data.train)}

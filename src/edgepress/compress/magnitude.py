@@ -179,7 +179,9 @@ def cubic_sparsity(step: int, final: float, ramp: int) -> float:
 
 
 def _steps_per_epoch(data: DataSplits, cfg: TrainConfig) -> int:
-    return math.ceil(len(data.train) / cfg.batch_size)
+    from edgepress.models.train import steps_per_epoch
+
+    return steps_per_epoch(data.train, cfg.batch_size)
 
 
 def _cubic_hook(masks: Masks, cfg: MagnitudeConfig, ramp: int):

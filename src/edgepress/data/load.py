@@ -1,13 +1,15 @@
 """`load_data`: any supported source -> checked, labelled train / validation / test splits."""
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Mapping
 
 import numpy as np
 
-from edgepress.data.config import DEMO_SOURCE, DataConfig
+from edgepress.data.config import DEMO_SOURCE, DEMO_UNLABELED, DataConfig
 from edgepress.data.dataset import DataSplits, TextSet, hold_out, split_examples, text_key
+from edgepress.data.imdb import imdb_sentences
 from edgepress.data.movie import ID2LABEL, load_movie_snippets
 from edgepress.data.pairs import read_pairs
 from edgepress.data.sources import RawSource, read_source
@@ -146,11 +148,22 @@ def load_data(cfg: DataConfig, label2id: Mapping[str, int] | None = None) -> Dat
     (train, validation, test), note = _resolve_splits(sets, cfg)
     ignored = f"splits not read: {', '.join(raw.ignored)}" if raw.ignored else ""
     _check_sizes({"train": train, "validation": validation, "test": test}, cfg)
-    unlabeled, held = read_unlabeled(cfg, id2label, {*validation.texts, *test.texts}) if cfg.unlabeled else ((), "")
     fidelity = {name: _fidelity_set(name, path, cfg, id2label) for name, path in cfg.fidelity_sets.items()}
     pairs = read_pairs(cfg.pairs) if cfg.pairs else None
-    return DataSplits(train, validation, test, id2label, cfg.source, "; ".join(filter(None, [note, ignored, held])),
-                      unlabeled, fidelity, pairs)
+    data = DataSplits(train, validation, test, id2label, cfg.source, "; ".join(filter(None, [note, ignored])), (),
+                      fidelity, pairs)
+    return with_unlabeled(data, cfg, id2label)
+
+
+def with_unlabeled(data: DataSplits, cfg: DataConfig, id2label: dict[int, str], read=None) -> DataSplits:
+    """`data` with `cfg.unlabeled`'s texts (`read`: how a task reads them, by default `read_unlabeled`), those judged
+    on (validation, and every set scored: test, typos, fidelity sets, pairs) left out, and its per-epoch draw."""
+    if cfg.unlabeled is None:
+        return data
+    judged = {*data.validation.texts, *(t for part in data.scored().values() for t in part.texts)}
+    unlabeled, held = (read or read_unlabeled)(cfg, id2label, judged)
+    return dataclasses.replace(data, note="; ".join(filter(None, [data.note, held])), unlabeled=unlabeled,
+                               per_epoch=cfg.transfer.per_epoch)
 
 
 def _text_lines(path) -> tuple[str, ...]:
@@ -169,12 +182,40 @@ def _text_lines(path) -> tuple[str, ...]:
 
 
 def read_unlabeled(cfg: DataConfig, id2label: dict[int, str], held: set[str]) -> tuple[tuple[str, ...], str]:
-    """The texts of `cfg.unlabeled` without those in `held` (the validation and test texts: a student taught the
-    teacher's label of a text it is judged on would be judged on its lesson), and a note of how many were left out."""
+    """The texts of `cfg.unlabeled` (its `max_texts` sample when it has one) without those in `held` (the texts
+    judged on: a student taught the teacher's label of a text it is judged on would be judged on its lesson), and a
+    note of how many were left out."""
+    transfer = cfg.transfer
+    texts = imdb_sentences() if transfer.source == DEMO_UNLABELED else _unlabeled_file(cfg, transfer.source, id2label)
+    if transfer.max_texts is not None and transfer.max_texts < len(texts):
+        texts = sampled(texts, transfer.max_texts, transfer.seed)
+    held = {text_key(t) for t in held}
+    kept = tuple(t for t in texts if text_key(t) not in held)
+    if transfer.per_epoch is not None and transfer.per_epoch > len(kept):
+        raise DataError(f"data.unlabeled.per_epoch is {transfer.per_epoch:,}, more than the {len(kept):,} texts "
+                        f"{transfer.source} gives{' under max_texts' if transfer.max_texts else ''}. Fix: per_epoch at "
+                        f"most {len(kept)}, or remove it (every text every epoch)")
+    left = len(texts) - len(kept)
+    return kept, f"{left} unlabeled texts also in the validation or test split or a set judged on left out" if left \
+        else ""
+
+
+def sampled(texts: tuple[str, ...], n: int, seed: int) -> tuple[str, ...]:
+    """A seeded sample of `n` of `texts`, in their order: those whose hash with `seed` ranks lowest (the same on every
+    machine; a smaller sample's texts are among a larger one's)."""
+    import hashlib
+
+    rank = sorted(range(len(texts)), key=lambda i: hashlib.sha256(f"{seed}:{texts[i]}".encode()).digest())
+    return tuple(texts[i] for i in sorted(rank[:n]))
+
+
+def _unlabeled_file(cfg: DataConfig, source: str, id2label: dict[int, str]) -> tuple[str, ...]:
+    """The texts of a data.unlabeled file, checked to be texts (not a column of labels)."""
     from edgepress.data.sources import named_file, read_file
 
-    path = named_file(cfg.unlabeled, "data.unlabeled", TEXT_FILES, "the path of a .txt, .csv or .jsonl file of texts",
-                      f"a .txt file with one text per line, or a .csv / .jsonl file with a '{cfg.text_column}' column")
+    path = named_file(source, "data.unlabeled", TEXT_FILES, "the path of a .txt, .csv or .jsonl file of texts, or "
+                      f"{DEMO_UNLABELED}", f"a .txt file with one text per line, or a .csv / .jsonl file with a "
+                      f"'{cfg.text_column}' column")
     if path.suffix == ".txt":
         texts = _text_lines(path)
     else:
@@ -188,10 +229,7 @@ def read_unlabeled(cfg: DataConfig, id2label: dict[int, str], held: set[str]) ->
         what = "has no texts" if not texts else \
             f"holds labels, not texts (every line is one of: {', '.join(sorted(names))})"
         raise DataError(f"data.unlabeled {path} {what}. Fix: point data.unlabeled at texts to label, one per line")
-    held = {text_key(t) for t in held}
-    kept = tuple(t for t in texts if text_key(t) not in held)
-    left = len(texts) - len(kept)
-    return kept, f"{left} unlabeled texts also in the validation or test split left out" if left else ""
+    return texts
 
 
 def _fidelity_set(name: str, path: str, cfg: DataConfig, id2label: dict[int, str]) -> TextSet:

@@ -287,10 +287,10 @@ def load_tagged(cfg, label2id: Mapping[str, int]):
     (train, validation, test), note = _resolve_splits(sets, cfg)
     _check_sizes({"train": train, "validation": validation, "test": test}, cfg)
     id2label = {i: name for name, i in label2id.items()}
-    unlabeled, held = _unlabeled_words(cfg, id2label, {*validation.texts, *test.texts}) if cfg.unlabeled else \
-        ((), "")
-    return DataSplits(train, validation, test, id2label, cfg.source, "; ".join(filter(None, [note, held])),
-                      unlabeled)
+    from edgepress.data.load import with_unlabeled
+
+    data = DataSplits(train, validation, test, id2label, cfg.source, note)
+    return with_unlabeled(data, cfg, id2label, read=_unlabeled_words)
 
 
 def _unlabeled_words(cfg, id2label: dict[int, str], held: set[str]) -> tuple[tuple[str, ...], str]:
@@ -303,5 +303,5 @@ def _unlabeled_words(cfg, id2label: dict[int, str], held: set[str]) -> tuple[tup
     joined = [" ".join(word for word, _, _ in words_of(text)) for text in texts]
     kept = tuple(text for text in joined if text and text not in held)
     left = len(joined) - len(kept)
-    return kept, f"{left} unlabeled texts also in the validation or test split (or without words) left out" if left \
-        else ""
+    return kept, f"{left} unlabeled texts also in the validation or test split or a set judged on (or without words) " \
+                 f"left out" if left else ""

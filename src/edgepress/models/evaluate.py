@@ -1,5 +1,6 @@
 """Torch-side inference: logits for a list of texts, length-sorted batches with dynamic padding."""
 
+import contextlib
 import inspect
 
 import numpy as np
@@ -22,6 +23,20 @@ def forward_inputs(model, batch) -> dict:
     does not accept)."""
     accepted = accepted_inputs(model)
     return {k: v for k, v in batch.items() if k in accepted}
+
+
+@contextlib.contextmanager
+def on_accelerator(model):
+    """Inside, `model` is on the device training would use (accelerate's: a GPU where there is one, this process's
+    under a launcher), and back where it was after: how a teacher labels many transfer texts fast."""
+    from accelerate import PartialState
+
+    where = next(model.parameters()).device
+    model.to(PartialState().device)
+    try:
+        yield model
+    finally:
+        model.to(where)
 
 
 def _batches(model, tokenizer, inputs: list, max_length: int, batch_size: int, **tokenizing):

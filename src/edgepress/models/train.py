@@ -16,17 +16,20 @@ import contextlib
 import contextvars
 import copy
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgepress.data.dataset import TextSet
+from edgepress.data.dataset import EpochDraw, TextSet
 from edgepress.data.tagged import IGNORED, TaggedSet, first_subword_words, tags_at
 from edgepress.errors import ConfigError, ModelError
 from edgepress.interrupt import check as check_interrupt
+from edgepress.logs import Pace
 from edgepress.models.evaluate import forward_inputs, validation_score
 
 EPOCHS = "passes over the train split; the epoch with the best validation accuracy is kept"
@@ -109,7 +112,8 @@ PADDED = {"labels": IGNORED, "word_index": -1}  # a tagged sentence's per-positi
 
 def train_loader(tokenizer, examples: TextSet, cfg: TrainConfig):
     """Seeded shuffled batches of `examples`, padded to the longest in each (the per-position fields of tagged
-    sentences too, on the tokenizer's padding side)."""
+    sentences too, on the tokenizer's padding side). A transfer set (`examples.draw`) is drawn from as its draw says
+    (`DrawnBatches`) and tokenized a batch at a time: its texts may be hundreds of thousands."""
     import torch
     from torch.utils.data import DataLoader
 
@@ -127,9 +131,62 @@ def train_loader(tokenizer, examples: TextSet, cfg: TrainConfig):
         batch["index"] = torch.tensor([row["index"] for row in rows])
         return batch
 
-    rows = _features(tokenizer, examples, cfg.max_length)
-    generator = torch.Generator().manual_seed(cfg.seed)
-    return DataLoader(rows, batch_size=cfg.batch_size, shuffle=True, collate_fn=collate, generator=generator)
+    if examples.draw is None:
+        rows = _features(tokenizer, examples, cfg.max_length)
+        generator = torch.Generator().manual_seed(cfg.seed)
+        return DataLoader(rows, batch_size=cfg.batch_size, shuffle=True, collate_fn=collate, generator=generator)
+
+    def tokenized(indices: list[int]) -> dict:
+        rows = _features(tokenizer, examples.select(indices), cfg.max_length)
+        return collate([{**row, "index": i} for row, i in zip(rows, indices, strict=True)])
+
+    lengths = np.fromiter(map(len, examples.texts), np.int64, len(examples))  # characters: the batches' bucket key
+    return DataLoader(range(len(examples)), batch_sampler=DrawnBatches(lengths, examples.draw, cfg.batch_size,
+                                                                       cfg.seed), collate_fn=tokenized)
+
+
+class DrawnBatches:
+    """The batches of a training run over a transfer set, as its `EpochDraw` says. Each pass (an epoch): every
+    labelled example and `per_epoch` of the transfer examples (all when None), drawn afresh by a generator seeded
+    with (seed, epoch); shuffled, cut into windows of `WINDOW` batches, each window sorted by length and cut into
+    batches (few padding tokens), and the batches shuffled, a short one last (accelerate's split_batches tops up a
+    short last batch and drops a short one anywhere else). Every process of a launched run draws the same."""
+
+    WINDOW = 64
+
+    def __init__(self, lengths: np.ndarray, draw: EpochDraw, batch_size: int, seed: int) -> None:
+        self.lengths, self.draw, self.batch_size, self.seed, self.epoch = lengths, draw, batch_size, seed, 0
+
+    def __len__(self) -> int:
+        return math.ceil(drawn_per_epoch(len(self.lengths), self.draw) / self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng, self.epoch = np.random.default_rng([self.seed % 2**32, self.epoch]), self.epoch + 1
+        transfer = np.arange(self.draw.labelled, len(self.lengths))
+        if self.draw.per_epoch is not None:
+            transfer = rng.choice(transfer, min(self.draw.per_epoch, len(transfer)), replace=False)
+        chosen = rng.permutation(np.concatenate([np.arange(self.draw.labelled), transfer]))
+        span, batches = self.batch_size * self.WINDOW, []
+        for start in range(0, len(chosen), span):
+            window = chosen[start:start + span]
+            window = window[np.argsort(self.lengths[window], kind="stable")]
+            batches += [window[i:i + self.batch_size].tolist() for i in range(0, len(window), self.batch_size)]
+        short = [batches.pop()] if batches and len(batches[-1]) < self.batch_size else []  # a launcher tops it up
+        for i in rng.permutation(len(batches)):
+            yield batches[i]
+        yield from short
+
+
+def drawn_per_epoch(n: int, draw: EpochDraw | None) -> int:
+    """How many of a set's `n` examples an epoch trains on."""
+    if draw is None or draw.per_epoch is None:
+        return n
+    return draw.labelled + min(draw.per_epoch, n - draw.labelled)
+
+
+def steps_per_epoch(examples: TextSet, batch_size: int) -> int:
+    """Optimizer steps in an epoch over `examples` (a transfer set's: as its draw says)."""
+    return math.ceil(drawn_per_epoch(len(examples), examples.draw) / batch_size)
 
 
 def _optimizer(model, cfg: TrainConfig, steps: int):
@@ -168,11 +225,13 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
     with Progress(console=console, disable=not (accelerator.is_local_main_process and console.is_terminal),
                   transient=True) as progress:
         for epoch in range(1, cfg.epochs + 1):
-            loss = _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn, progress, epoch, counter)
+            pace = Pace(f"epoch {epoch}/{cfg.epochs}", len(loader) * cfg.batch_size)
+            loss = _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn, progress, epoch, counter, pace)
+            rate = pace.rate(len(loader) * cfg.batch_size)
             name, value = _validation_score(accelerator.unwrap_model(model), tokenizer, validation, cfg, score)
             history.append({"epoch": epoch, "train_loss": loss, f"val_{name}": value})
-            log.info("epoch %d/%d: train loss %.4f, validation %s %.4f", epoch, cfg.epochs, loss,
-                     name.replace("_", " "), value)
+            log.info("epoch %d/%d: train loss %.4f, validation %s %.4f (%s texts/s)", epoch, cfg.epochs, loss,
+                     name.replace("_", " "), value, f"{rate:,.0f}")
             if _watch.get() is not None and epoch >= keep_from_epoch:  # a schedule under way is not judged
                 _watch.get()(history[keep_from_epoch - 1:], cfg.epochs)
             if epoch >= keep_from_epoch and (best is None or value > best[1]):
@@ -239,8 +298,8 @@ class _Steps:
 
 
 def _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn: LossFn, progress, epoch: int,
-           counter: _Steps) -> float:
-    """One pass over `loader`; returns the mean training loss."""
+           counter: _Steps, pace: Pace) -> float:
+    """One pass over `loader`; returns the mean training loss. `pace` says how far it is, in the log."""
     import torch
 
     model.train()
@@ -262,6 +321,8 @@ def _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn: LossFn, pr
         counter.after_step()
         total, steps = total + float(loss.detach()), steps + 1
         progress.update(task, advance=1, description=f"epoch {epoch} loss {total / steps:.3f}")
+        if accelerator.is_main_process:
+            pace.advance(steps * accelerator.num_processes * len(index))
     progress.remove_task(task)
     mean = total / max(steps, 1)  # over this process's slices of the batches: the epoch's is the mean over processes
     if accelerator.num_processes == 1:
