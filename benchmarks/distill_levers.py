@@ -13,7 +13,9 @@ registers (`edgepress.data.fidelity`): accuracy, and agreement with the teacher'
     .venv/bin/python benchmarks/distill_levers.py --merge A.json B.json   # runs made in parallel, into --out
 
 A plain student takes 6–11 min on 2 cores, the chain about 15; transfer data multiplies the steps by (1 + copies
-per text). On a CUDA GPU training and prediction run there (80–280 s a chain variant on an H100). Results are
+per text), or by (train + per_epoch) / train for unlabeled texts drawn per epoch (`imdb*` variants: 25,000 IMDB
+sentences an epoch make a 3-layer student's 4 epochs 105 s on an H100, 27 s without them; about 4x the 2-core
+time). On a CUDA GPU training and prediction run there (80–280 s a chain variant on an H100). Results are
 written after each variant to benchmarks/results/distill_levers.json (an interrupted run keeps what finished; a
 re-run skips the variants already there), each with the device it trained on; a file measured against a teacher
 whose labels differ on any text is refused.
@@ -21,6 +23,7 @@ whose labels differ on any text is refused.
 
 import argparse
 import json
+import logging
 import tempfile
 from pathlib import Path
 
@@ -70,6 +73,28 @@ VARIANTS = {
     "chain-seed1": {"seed": 1, "then": {"seed": 1}},
     "chain-teacher-augment2-seed1": {"seed": 1, "augment": {"factor": 2},
                                      "then": {"seed": 1, "teacher": True, "augment": {"factor": 2}}},
+    # transfer data (issue 49): IMDB users' review sentences (demo:imdb-sentences) labelled by the teacher, in
+    # every stage of the chain with teacher recoveries; `imdb<pool>` the texts sampled (max_texts), `pe<n>` the
+    # texts each epoch draws (per_epoch; unset: all). Measured against chain-teacher.
+    **{f"chain-teacher-imdb{name}": {"unlabeled": unlabeled, "then": {"teacher": True}, "against": "chain-teacher"}
+       for name, unlabeled in {
+           "25k": {"max_texts": 25_000},
+           "100k-pe25k": {"max_texts": 100_000, "per_epoch": 25_000},
+           "300k-pe25k": {"max_texts": 300_000, "per_epoch": 25_000},
+           "300k-pe50k": {"max_texts": 300_000, "per_epoch": 50_000},
+           "all-pe25k": {"per_epoch": 25_000},
+           "all-pe100k": {"per_epoch": 100_000}}.items()},
+    # plain and layers4 again, on the GPU the imdb variants trained on: what those are paired with
+    "plain-gpu": {},
+    "layers4-gpu": {"student_layers": 4},
+    **{f"imdb{name}": {"unlabeled": unlabeled, "against": "plain-gpu"} for name, unlabeled in {
+        "25k": {"max_texts": 25_000}, "100k-pe25k": {"max_texts": 100_000, "per_epoch": 25_000},
+        "300k-pe25k": {"max_texts": 300_000, "per_epoch": 25_000},
+        "300k-pe50k": {"max_texts": 300_000, "per_epoch": 50_000}}.items()},
+    "layers4-imdb25k": {"student_layers": 4, "unlabeled": {"max_texts": 25_000}, "against": "layers4-gpu"},
+    "chain-teacher-layers4-imdb300k-pe25k": {"student_layers": 4, "then": {"teacher": True},
+                                             "unlabeled": {"max_texts": 300_000, "per_epoch": 25_000},
+                                             "against": "chain-teacher-layers4"},
 }
 CHAIN = (("heads", 0.5), ("ffn", 0.25))  # the demo's structured stages and what they keep
 REGISTER_SIZE = 500  # as benchmarks/compare.py
@@ -93,8 +118,12 @@ def predictions(model_dir: Path, sets: dict) -> dict[str, list[int]]:
 
 def run_one(teacher: Path, data, sets: dict, variant: dict) -> dict:
     """The variant's student (and with `then`, the chain's heads and ffn stages after it, `teacher: true` recovering
-    from the teacher's logits instead of the stage input's), measured after its last stage."""
-    changes = {k: v for k, v in variant.items() if k not in ("then", "ffn_keep")}
+    from the teacher's logits instead of the stage input's), measured after its last stage; with `unlabeled`, every
+    stage trains on demo:imdb-sentences too (data.unlabeled with those settings)."""
+    if "unlabeled" in variant:
+        config = DataConfig(unlabeled={"source": "demo:imdb-sentences", **variant["unlabeled"]})
+        data = load_data(config, {name: i for i, name in data.id2label.items()})
+    changes = {k: v for k, v in variant.items() if k not in ("then", "ffn_keep", "unlabeled", "against")}
     cfg = DistillConfig(**{**DEMO, **changes})
     with tempfile.TemporaryDirectory() as tmp:
         details = distill(teacher, Path(tmp) / "student", data, cfg)
@@ -140,7 +169,7 @@ def summary(runs: dict, teacher: dict, sets: dict) -> dict:
             p, t, labels = np.asarray(run["predictions"][s]), np.asarray(teacher[s]), truth["labels"]
             row = {"accuracy": float(np.mean(p == labels)), "teacher_accuracy": float(np.mean(t == labels)),
                    "agreement": float(np.mean(p == t))}
-            reference = "chain" if "then" in run["changes"] else "plain"
+            reference = run["changes"].get("against", "chain" if "then" in run["changes"] else "plain")
             if reference in runs and name != reference:
                 base = runs[reference]["predictions"][s]
                 row["agreement_gain_ci95"] = _gain(t, base, p)
@@ -161,6 +190,7 @@ def main() -> None:
                         "parallel runs against the same teacher) to --out, and rewrite its summary; a variant in "
                         "several files: the last file's run")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")  # progress lines
     if args.merge:
         return merge(args.out, args.merge)
     teacher_dir = resolve_model(args.model)
