@@ -15,13 +15,17 @@ import dataclasses
 from pathlib import Path
 
 
-def distill_job(teacher: Path, out: Path, n_train: int, batch_size: int, epochs: int = 2, seed: int = 13) -> None:
-    """Distill `teacher` into a 1-layer student on the first `n_train` train sentences (hinton, as `distill()`)."""
+def distill_job(teacher: Path, out: Path, n_train: int, batch_size: int, epochs: int = 2, seed: int = 13,
+                per_epoch: int | None = None) -> None:
+    """Distill `teacher` into a 1-layer student on the first `n_train` train sentences (hinton, as `distill()`); with
+    `per_epoch`, as a transfer set: the second half of them transfer texts, `per_epoch` of which each epoch draws
+    (`EpochDraw`)."""
     import torch
     from accelerate import PartialState
 
     from edgepress.compress.distill import DistillConfig, distillation_loss, make_student
     from edgepress.data import DataConfig, load_data
+    from edgepress.data.dataset import EpochDraw
     from edgepress.files import write_json
     from edgepress.models.evaluate import predict_logits
     from edgepress.models.loading import load_classifier
@@ -29,6 +33,8 @@ def distill_job(teacher: Path, out: Path, n_train: int, batch_size: int, epochs:
 
     data = load_data(DataConfig())
     train, validation = data.train.take(n_train), data.validation.take(200)
+    if per_epoch is not None:
+        train = dataclasses.replace(train, draw=EpochDraw(labelled=n_train // 2, per_epoch=per_epoch))
     cfg = DistillConfig(student_layers=1, style="hinton", epochs=epochs, batch_size=batch_size, learning_rate=2e-3,
                         warmup_ratio=0.25, max_length=48, seed=seed)
     model, tokenizer = load_classifier(teacher)
@@ -56,8 +62,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, required=True)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--per-epoch", type=int, default=None)
     args = parser.parse_args()
-    distill_job(args.teacher, args.out, args.train, args.batch_size, args.epochs, args.seed)
+    distill_job(args.teacher, args.out, args.train, args.batch_size, args.epochs, args.seed, args.per_epoch)
 
 
 if __name__ == "__main__":

@@ -47,23 +47,23 @@ def _ranks(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
 
 
-def _one_process(teacher: Path, out: Path) -> dict:
+def _one_process(teacher: Path, out: Path, *more: str) -> dict:
     """The job as one plain process."""
-    (result,) = _run([sys.executable], teacher, out)
+    (result,) = _run([sys.executable], teacher, out, more=more)
     return result
 
 
-def _two_processes(teacher: Path, out: Path) -> list[dict]:
+def _two_processes(teacher: Path, out: Path, *more: str) -> list[dict]:
     """The job under `accelerate launch`, 2 processes."""
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
               "--main_process_port", "0"]  # 0: a free one
-    return _run(launch, teacher, out)
+    return _run(launch, teacher, out, more=more)
 
 
-def _run(launcher: list[str], teacher: Path, out: Path, timeout: int = 300) -> list[dict]:
+def _run(launcher: list[str], teacher: Path, out: Path, timeout: int = 300, more=()) -> list[dict]:
     """Every process's rank<i>.json, by rank. A hang (a collective some process never joins) fails."""
-    args = [*launcher, str(JOB), str(teacher), str(out), "--train", str(TRAIN), "--batch-size", str(BATCH)]
+    args = [*launcher, str(JOB), str(teacher), str(out), "--train", str(TRAIN), "--batch-size", str(BATCH), *more]
     with subprocess.Popen(args, env=_env(out.parent), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           start_new_session=True) as proc:
         try:
@@ -110,6 +110,21 @@ def test_two_processes_train_the_weights_of_one(runs):
         assert [h["train_loss"] for h in rank["history"]] == pytest.approx(
             [h["train_loss"] for h in one["history"]], abs=TOLERANCE)
     diff, name = _max_diff(root / "one", root / "two")
+    assert diff <= TOLERANCE, f"{name} differs by {diff:.2e}"
+
+
+def test_two_processes_draw_a_transfer_set_as_one_does(runs):
+    """A transfer set (`EpochDraw`: 64 labelled sentences and 32 of 64 transfer ones drawn each epoch, in batches of
+    like lengths) under 2 processes: the same draws, each process half of every batch, the weights of one."""
+    teacher, _, root = runs
+    one = _one_process(teacher, root / "draw-one", "--per-epoch", "32")
+    ranks = _two_processes(teacher, root / "draw-two", "--per-epoch", "32")
+    assert len(one["steps"]) == len(ranks[0]["steps"]) == 2 * (64 + 32) // BATCH
+    for whole, first, second in zip(one["steps"], ranks[0]["steps"], ranks[1]["steps"], strict=True):
+        assert sorted(first + second) == sorted(whole)
+    epochs = [{i for step in one["steps"][k * 6:(k + 1) * 6] for i in step} for k in range(2)]
+    assert all(set(range(64)) < e and len(e) == 96 for e in epochs) and epochs[0] != epochs[1]  # drawn afresh
+    diff, name = _max_diff(root / "draw-one", root / "draw-two")
     assert diff <= TOLERANCE, f"{name} differs by {diff:.2e}"
 
 

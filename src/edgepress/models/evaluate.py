@@ -30,9 +30,12 @@ def on_accelerator(model):
     """Inside, `model` is on the device training would use (accelerate's: a GPU where there is one, this process's
     under a launcher), and back where it was after: how a teacher labels many transfer texts fast."""
     from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
 
     where = next(model.parameters()).device
-    model.to(PartialState().device)
+    # the process state the training's Accelerator will share: ACCELERATE_USE_CPU read as it reads it (a state made
+    # without it would take launched CPU processes for one each, which training refuses)
+    model.to(PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU")).device)
     try:
         yield model
     finally:
