@@ -155,6 +155,35 @@ def test_bad_searches_exit_2_before_any_training(tmp_path, tiny_model_dir, movie
     assert not (tmp_path / "out" / "trials").exists()
 
 
+def test_the_space_chooses_how_many_transfer_texts_each_trial_draws(tmp_path, tiny_model_dir, movie_data):
+    """space.transfer: each point's pipeline draws that many of data.unlabeled's texts an epoch (0: none), and a
+    trial with transfer texts trains on them; a space that chooses it without data.unlabeled is refused."""
+    texts = tmp_path / "u.txt"
+    texts.write_text("\n".join(movie_data.test.texts[500:700]) + "\n")  # none of the 200-row CSV's
+    data = _csv(tmp_path / "d.csv", movie_data)
+    space = {**SPACE, "heads_keep": [1.0], "quantization": ["int8-dynamic"], "transfer": [0, 64]}
+    config = search_config(tmp_path / "s.yaml", tiny_model_dir, data, space=space)
+    body = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**body, "data": {**body["data"], "unlabeled": str(texts)}}))
+    cfg = load_search(config)
+    points = cfg.space.filled(2).points()
+    assert [p["transfer"] for p in points] == [0, 64]
+    pipelines = [pipeline_for(cfg, 2, point) for point in points]
+    assert pipelines[0].data.unlabeled is None and pipelines[1].data.transfer.per_epoch == 64
+    result = invoke("search", config, "--out", tmp_path / "out", "--trials", 2)
+    assert result.exit_code == 0, result.output
+    trials = {t["params"]["transfer"]: t for t in _report(tmp_path / "out")["trials"]}
+    assert set(trials) == {0, 64}
+    for transfer, trial in trials.items():
+        assert trial["stop"] == "passed"  # one shape: neither is beaten, both run
+        details = json.loads((Path(trial["run_dir"]) / "report.json").read_text())["stages"][0]["details"]
+        assert details["transfer_examples"] == (200 if transfer else 0)
+    bad = search_config(tmp_path / "bad.yaml", tiny_model_dir, data, space=space)
+    result = invoke("validate", bad)
+    assert result.exit_code == 2 and "space.transfer draws transfer texts from data.unlabeled, which is not set" \
+        in result.output, result.output
+
+
 def test_validate_checks_a_search_config_and_run_refuses_one(tmp_path, tiny_model_dir, movie_data):
     data = _csv(tmp_path / "d.csv", movie_data)
     config = search_config(tmp_path / "s.yaml", tiny_model_dir, data)

@@ -6,7 +6,7 @@ import itertools
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from edgepress.compress.structured import BASELINE
 from edgepress.configs import build
@@ -112,12 +112,22 @@ class Space(BaseModel):
     vocab: list[bool] | None = _choices("vocabulary pruning off (false) and on (true)")
     quantization: list[Quantization] | None = _choices("quantizations")
     epochs: list[int] | None = _choices("epochs of every training stage (distill, heads, ffn)")
+    transfer: list[int] | None = Field(None, min_length=1, description="transfer texts each epoch of every training "
+                                       "stage draws from data.unlabeled (its per_epoch), 0: none; unset: every trial "
+                                       "trains on data.unlabeled as the data config says")
 
     @field_validator("layers", "epochs")
     @classmethod
     def _positive(cls, values: list[int] | None) -> list[int] | None:
         if values is not None and min(values) < 1:
             raise ValueError("every choice must be 1 or more")
+        return None if values is None else sorted(set(values))
+
+    @field_validator("transfer")
+    @classmethod
+    def _counts(cls, values: list[int] | None) -> list[int] | None:
+        if values is not None and min(values) < 0:
+            raise ValueError("every choice must be 0 (no transfer texts) or more")
         return None if values is None else sorted(set(values))
 
     @field_validator("heads_keep", "ffn_keep")
@@ -141,10 +151,16 @@ class Space(BaseModel):
                 for ffn in self.ffn_keep]
 
     def points(self) -> list[dict]:
-        """Every point of a filled space: {layers, heads_keep, ffn_keep, vocab, quantization, epochs}."""
+        """Every point of a filled space: {layers, heads_keep, ffn_keep, vocab, quantization, epochs}, and transfer
+        when the space chooses it."""
         return [{"layers": s.layers, "heads_keep": s.heads_keep, "ffn_keep": s.ffn_keep, "vocab": v,
-                 "quantization": q, "epochs": e}
-                for s, v, q, e in itertools.product(self.shapes(), self.vocab, self.quantization, self.epochs)]
+                 "quantization": q, "epochs": e, **transfer}
+                for s, v, q, e, transfer in itertools.product(self.shapes(), self.vocab, self.quantization,
+                                                              self.epochs, self.transfers())]
+
+    def transfers(self) -> list[dict]:
+        """The transfer choices as points take them: [{}] when the space does not choose (no `transfer` param)."""
+        return [{"transfer": n} for n in self.transfer] if self.transfer else [{}]
 
 
 class SearchConfig(BaseModel):
@@ -165,6 +181,13 @@ class SearchConfig(BaseModel):
                                           "stage's teacher labels; each epoch is then (1 + factor) times as long")
     pruning: Pruning | None = Field(Pruning(), description="null: every trial trains all its epochs")
     seed: int = Field(13, ge=0, description="the sampler's seed")
+
+    @model_validator(mode="after")
+    def _transfer_has_texts(self) -> "SearchConfig":
+        if self.space.transfer and max(self.space.transfer) > 0 and self.data.unlabeled is None:
+            raise ValueError("space.transfer draws transfer texts from data.unlabeled, which is not set. Fix: "
+                             "data.unlabeled: demo:imdb-sentences (or a file of your texts), or remove space.transfer")
+        return self
 
 
 def load_search(path: str | Path) -> SearchConfig:
@@ -189,10 +212,14 @@ def final_gates(constraints: Constraints, provider: str) -> Gates:
 
 
 def pipeline_for(cfg: SearchConfig, depth: int, point: dict) -> PipelineConfig:
-    """The pipeline of one point ({layers, heads_keep, ffn_keep, vocab, quantization, epochs}) of a teacher of
-    `depth` layers: distill, heads, ffn, vocab (those the point asks for), then the quantization's stages; the
-    constraints gate the last stage only (a trial is judged by what ships)."""
-    epochs = point["epochs"]
+    """The pipeline of one point ({layers, heads_keep, ffn_keep, vocab, quantization, epochs}, and transfer: the
+    texts each epoch draws from data.unlabeled) of a teacher of `depth` layers: distill, heads, ffn, vocab (those
+    the point asks for), then the quantization's stages; the constraints gate the last stage only (a trial is judged
+    by what ships)."""
+    epochs, data = point["epochs"], cfg.data
+    if "transfer" in point:  # the point's own draw from data.unlabeled (0: none)
+        drawn = data.transfer.model_copy(update={"per_epoch": point["transfer"]}) if point["transfer"] else None
+        data = data.model_copy(update={"unlabeled": drawn})
     training = {"epochs": epochs, **({"augment": cfg.augment.model_dump(mode="json")} if cfg.augment else {})}
     stages = []
     if point["layers"] < depth:
@@ -209,7 +236,7 @@ def pipeline_for(cfg: SearchConfig, depth: int, point: dict) -> PipelineConfig:
         stages[-2] = {**stages[-2], "params": {**stages[-2]["params"], **training, "epochs": max(1, epochs // 2)}}
     gates = final_gates(cfg.constraints, cfg.runtime.providers[0])
     stages[-1] = {**stages[-1], "gates": gates.model_dump(exclude_none=True)}
-    return build(PipelineConfig, {"model": cfg.model, "data": cfg.data.model_dump(mode="json"),
+    return build(PipelineConfig, {"model": cfg.model, "data": data.model_dump(mode="json"),
                                   "runtime": cfg.runtime.model_dump(mode="json", exclude_none=True),
                                   "stages": [StageConfig.model_validate(s).model_dump(mode="json") for s in stages]},
                  where=f"the pipeline of search point {point}")

@@ -192,7 +192,8 @@ def check_search(cfg: SearchConfig, build_teacher: bool = True) -> tuple[Path | 
     depth = depth_of(loaded[0]) if loaded else demo_depth()
     space = cfg.space.filled(depth)
     check_space(cfg, loaded, depth, space)
-    _, data = check_inputs(pipeline_for(cfg, depth, space.points()[0]), build_teacher=build_teacher)
+    most = max(space.points(), key=lambda point: point.get("transfer", 0))  # the largest draw: it must fit the texts
+    _, data = check_inputs(pipeline_for(cfg, depth, most), build_teacher=build_teacher)
     return model_dir, loaded, depth, space, data
 
 
@@ -312,13 +313,15 @@ def _distributions(prepared: Prepared) -> dict:
 
     space = prepared.space
     return {"shape": Choice([s.name for s in prepared.shapes]), "vocab": Choice(space.vocab),
-            "quantization": Choice(space.quantization), "epochs": Choice(space.epochs)}
+            "quantization": Choice(space.quantization), "epochs": Choice(space.epochs),
+            **({"transfer": Choice(space.transfer)} if space.transfer else {})}
 
 
 def _point(prepared: Prepared, params: dict) -> dict:
     shape = next(s for s in prepared.shapes if s.name == params["shape"])
     return {"layers": shape.layers, "heads_keep": shape.heads_keep, "ffn_keep": shape.ffn_keep,
-            "vocab": params["vocab"], "quantization": params["quantization"], "epochs": params["epochs"]}
+            "vocab": params["vocab"], "quantization": params["quantization"], "epochs": params["epochs"],
+            **({"transfer": params["transfer"]} if "transfer" in params else {})}
 
 
 def _stopped_at(report: dict) -> dict | None:
@@ -351,10 +354,13 @@ def trial_result(cfg: SearchConfig, run_dir: Path) -> dict:
 
 
 def _prefix(pipeline, stage: str) -> str:
-    """The stages of `pipeline` up to `stage`, as what they compute (method and params): two trials with the same
-    prefix train the same models on the same teacher and data."""
+    """The stages of `pipeline` up to `stage`, as what they compute (method and params, and the transfer texts they
+    draw): two trials with the same prefix train the same models on the same teacher and data."""
     names = [s.name for s in pipeline.stages]
-    return json.dumps([[s.method, s.params] for s in pipeline.stages[:names.index(stage) + 1]], sort_keys=True)
+    stages = [[s.method, s.params] for s in pipeline.stages[:names.index(stage) + 1]]
+    unlabeled = pipeline.data.unlabeled  # trained on too: part of what the prefix computes (when there is any)
+    return json.dumps(stages if unlabeled is None else {"unlabeled": pipeline.data.transfer.model_dump(mode="json"),
+                                                        "stages": stages}, sort_keys=True)
 
 
 def pruned_prefixes(study) -> dict[str, int]:
@@ -565,9 +571,9 @@ def unsettled_points(cfg: SearchConfig, prepared: Prepared, study) -> list[dict]
     pruned, passing = pruned_prefixes(study), _passing(study)
     space, points = prepared.space, []
     shapes = sorted(prepared.shapes, key=lambda shape: _shape_figure(cfg, prepared, shape.name))
-    for shape, vocab, quantization, epochs in itertools.product(shapes, space.vocab, space.quantization,
-                                                                 space.epochs):
-        params = {"shape": shape.name, "vocab": vocab, "quantization": quantization, "epochs": epochs}
+    for shape, vocab, quantization, epochs, transfer in itertools.product(shapes, space.vocab, space.quantization,
+                                                                           space.epochs, space.transfers()):
+        params = {"shape": shape.name, "vocab": vocab, "quantization": quantization, "epochs": epochs, **transfer}
         if json.dumps(params, sort_keys=True) in tried or beaten_by(cfg, prepared, passing, params):
             continue
         if not (cfg.pruning and pruned_before(pipeline_for(cfg, prepared.depth, _point(prepared, params)), pruned)):
