@@ -91,6 +91,8 @@ VARIANTS = {
         "25k": {"max_texts": 25_000}, "100k-pe25k": {"max_texts": 100_000, "per_epoch": 25_000},
         "300k-pe25k": {"max_texts": 300_000, "per_epoch": 25_000},
         "300k-pe50k": {"max_texts": 300_000, "per_epoch": 50_000}}.items()},
+    # a cap a newcomer's 2 cores can afford: 8,000 of a 25,000 pool an epoch (the train split's size again)
+    "imdb25k-pe8k": {"unlabeled": {"max_texts": 25_000, "per_epoch": 8_000}, "against": "plain"},
     "layers4-imdb25k": {"student_layers": 4, "unlabeled": {"max_texts": 25_000}, "against": "layers4-gpu"},
     "chain-teacher-layers4-imdb300k-pe25k": {"student_layers": 4, "then": {"teacher": True},
                                              "unlabeled": {"max_texts": 300_000, "per_epoch": 25_000},

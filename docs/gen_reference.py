@@ -32,8 +32,9 @@ def _type(prop: dict, page: str = "") -> str:
         return "one of " + ", ".join(f"`{v}`" for v in prop["enum"])
     if "const" in prop:
         return f"`{prop['const']}`"
-    if "anyOf" in prop:
-        return " or ".join(_type(p, page) for p in prop["anyOf"])
+    for either in ("anyOf", "oneOf"):  # oneOf: a union told apart by its form (data.unlabeled)
+        if either in prop:
+            return " or ".join(_type(p, page) for p in prop[either])
     if prop.get("type") == "array":
         return f"list of {_type(prop.get('items', {}), page)}" if prop.get("items") else "list"
     if prop.get("type") == "object" and "additionalProperties" in prop and isinstance(prop["additionalProperties"],

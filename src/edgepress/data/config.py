@@ -1,6 +1,8 @@
 """The `data:` section of a pipeline config."""
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 DEMO_SOURCE = "demo:movie-snippets"
 # names a fidelity set may not take: the splits, and typos (the test split with typos, measured in every run)
@@ -48,6 +50,16 @@ class UnlabeledConfig(BaseModel):
                       "method's seed)")
 
 
+def _unlabeled_kind(value) -> str:
+    """Which form data.unlabeled is written in: a mapping is the whole config, anything else the source alone (so
+    that an error names what is wrong with the form used, not with both)."""
+    return "config" if isinstance(value, dict | UnlabeledConfig) else "source"
+
+
+Unlabeled = Annotated[Annotated[str, Tag("source")] | Annotated[UnlabeledConfig, Tag("config")],
+                      Discriminator(_unlabeled_kind)]
+
+
 class DataConfig(BaseModel):
     """Where the examples come from and how they are read."""
 
@@ -59,7 +71,7 @@ class DataConfig(BaseModel):
                               "knows, or its id")
     max_length: int = Field(128, ge=8, le=8192, description="tokens per example after truncation")
     split: SplitConfig = Field(SplitConfig(), description="how a source without its own splits is divided")
-    unlabeled: str | UnlabeledConfig | None = Field(
+    unlabeled: Unlabeled | None = Field(
         None, description="texts without labels that every training method trains on, labelled by its teacher: "
         "demo:imdb-sentences, a .txt file (one text per line) or a .csv / .jsonl file (its text_column), or {source, "
         "max_texts, per_epoch, seed}; texts also in the validation split or a set judged on (test, typos, fidelity "
