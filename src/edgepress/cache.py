@@ -56,11 +56,12 @@ def built_once(kind: str, key: dict, make: Callable[[], Any]) -> Any:
             return read_json(path)
 
 
-def built_array(kind: str, key: dict, n: int, rows: Callable[[int, int], Any], chunk: int = 8192,
+def built_array(kind: str, key: dict, n: int, rows: Callable[[int, int], Any], chunk: int = 65536,
                 what: str = "targets"):
     """An (n, ...) float32 array of rows `rows(start, stop)` built chunk by chunk into a .npy file in the cache's
     `kind` folder, once for `key` (content, as `built_once`'s), and read back memory-mapped: no more than one chunk
-    of it is ever in memory, however many rows it has. A progress line says how fast it goes (`what`)."""
+    of it is ever in memory, however many rows it has. A progress line says how fast it goes (`what`). A set of up
+    to `chunk` rows is made in one call, as it was before chunks (the same batches: the same float bits)."""
     import numpy as np
 
     from edgepress.logs import Pace
