@@ -2,6 +2,7 @@
 per-epoch draw of transfer texts in batches of similar lengths, and the progress line."""
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -138,3 +139,14 @@ def test_a_distillation_trains_on_its_draw_and_says_how_fast(trained_teacher, sm
     assert any("texts/s" in m and "left" in m and m.startswith("epoch 1/2: ") for m in said), said
     assert any(m.startswith("epoch 2/2: train loss") and m.endswith("texts/s)") for m in said)
 
+
+
+def test_a_run_keeps_apart_from_an_unlabeled_file_and_takes_the_demo_corpus_for_none(tmp_path):
+    from edgepress.data import DataConfig
+    from edgepress.pipeline.inputs import local_inputs
+
+    texts = tmp_path / "u.txt"
+    for unlabeled, expected in (("demo:imdb-sentences", None), ({"source": "demo:imdb-sentences"}, None),
+                                (str(texts), texts), ({"source": str(texts), "max_texts": 5}, texts), (None, None)):
+        found = local_inputs("demo:minilm-movie", DataConfig(unlabeled=unlabeled))
+        assert found.get("data.unlabeled") == expected and all(isinstance(p, Path) for p in found.values())

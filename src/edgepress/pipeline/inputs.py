@@ -130,8 +130,8 @@ def local_inputs(model: str, data: str | DataConfig, config: Path | None = None)
     found = {"the model": None if model.startswith("demo:") else Path(model).expanduser(),
              "the data": None if source.startswith("demo:") else Path(source).expanduser(), "the config": config}
     if isinstance(data, DataConfig):
-        unlabeled = data.transfer and data.transfer.source
-        found["data.unlabeled"] = unlabeled and not unlabeled.startswith("demo:") and Path(unlabeled).expanduser()
+        unlabeled = data.transfer.source if data.transfer else "demo:"  # a demo source is no file here
+        found["data.unlabeled"] = None if unlabeled.startswith("demo:") else Path(unlabeled).expanduser()
         found |= {f"data.fidelity_sets.{name}": Path(path).expanduser() for name, path in data.fidelity_sets.items()}
         found["data.pairs"] = Path(data.pairs).expanduser() if data.pairs not in (None, DEMO_PAIRS) else None
     return {what: path for what, path in found.items() if path is not None}
