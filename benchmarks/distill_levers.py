@@ -97,6 +97,18 @@ VARIANTS = {
     "chain-teacher-layers4-imdb300k-pe25k": {"student_layers": 4, "then": {"teacher": True},
                                              "unlabeled": {"max_texts": 300_000, "per_epoch": 25_000},
                                              "against": "chain-teacher-layers4"},
+    # the chain at the demo's cap, with the augmentation cross, and the 4-layer chain at that cap
+    "chain-teacher-imdb25k-pe8k": {"unlabeled": {"max_texts": 25_000, "per_epoch": 8_000}, "then": {"teacher": True},
+                                   "against": "chain-teacher"},
+    "chain-teacher-augment2-imdb25k-pe8k": {"augment": {"factor": 2}, "unlabeled": {"max_texts": 25_000,
+                                            "per_epoch": 8_000}, "then": {"teacher": True, "augment": {"factor": 2}},
+                                            "against": "chain-teacher-augment2"},
+    "chain-teacher-layers4-imdb25k-pe8k": {"student_layers": 4, "then": {"teacher": True},
+                                           "unlabeled": {"max_texts": 25_000, "per_epoch": 8_000},
+                                           "against": "chain-teacher-layers4"},
+    # TinyBERT's hidden-state and attention losses beside the soft targets, without and with the transfer texts
+    "tinybert-gpu": {"style": "tinybert", "against": "plain-gpu"},
+    "tinybert-imdb25k": {"style": "tinybert", "unlabeled": {"max_texts": 25_000}, "against": "tinybert-gpu"},
 }
 CHAIN = (("heads", 0.5), ("ffn", 0.25))  # the demo's structured stages and what they keep
 REGISTER_SIZE = 500  # as benchmarks/compare.py
