@@ -28,7 +28,9 @@ def tiny_demo(monkeypatch, tiny_model_dir, tmp_path):
     in the slow tests)."""
     cfg = demo.demo_config()
     fast = RuntimeConfig(threads=1, latency=LatencyConfig(warmup=2, runs=10))
+    few = cfg.data.transfer.model_copy(update={"max_texts": 300, "per_epoch": 100})  # the demo's transfer texts, few
     tiny = cfg.model_copy(update={"model": str(tiny_model_dir), "runtime": fast,
+                                  "data": cfg.data.model_copy(update={"unlabeled": few}),
                                   "stages": [tiny_stage(s) for s in cfg.stages]})
     monkeypatch.setattr(demo, "demo_config", lambda task="classification": tiny)
     return tmp_path / "run"
@@ -38,6 +40,8 @@ def test_demo_writes_the_contract_report(tiny_demo):
     report = demo.run_demo(tiny_demo, quick=True)
     distilled = report["stages"][0]
     assert distilled["method"] == "distill" and distilled["details"]["layer_map"] == [0]
+    assert distilled["details"]["transfer_examples"] == 300  # every training stage learns the teacher on them too
+    assert all(s["details"]["transfer_examples"] == 300 for s in report["stages"][1:3])  # heads, ffn
     assert len(distilled["details"]["history"]) == 1  # --quick: one epoch
     assert distilled["metrics"]["params"] < report["baseline"]["metrics"]["params"]
     assert json.loads((tiny_demo / "report.json").read_text()) == report
@@ -64,7 +68,7 @@ def test_demo_writes_the_contract_report(tiny_demo):
 def test_demo_records_the_split_and_each_stage(tiny_demo):
     demo.run_demo(tiny_demo, quick=True)
     split = json.loads((tiny_demo / "data_split.json").read_text())
-    assert split["sizes"] == {"train": 8454, "validation": 1057, "test": 1057}
+    assert split["sizes"] == {"train": 8454, "validation": 1057, "test": 1057, "unlabeled": 300}
     baseline = tiny_demo / "stages" / "00-baseline"
     predictions = json.loads((baseline / "predictions.json").read_text())
     assert predictions["ids"] == split["ids"]["test"]
