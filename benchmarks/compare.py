@@ -209,7 +209,7 @@ def quality(candidates: list[Candidate], sets: dict, max_length: int, threads: i
 
 # --- timing ---------------------------------------------------------------------------------------------------
 
-def prepare(candidate: Candidate, texts: tuple[str, ...], threads: int) -> None:
+def prepare(candidate: Candidate, texts: tuple[str, ...], threads: int, max_length: int) -> None:
     """Open the candidate once (ORT session or torch model) and build its three kinds of feeds."""
     from edgepress.pipeline.latency import torch_model_runner
 
@@ -224,7 +224,9 @@ def prepare(candidate: Candidate, texts: tuple[str, ...], threads: int) -> None:
     limit = position_limit(read_model_config(candidate.path))
     tokenizer = load_tokenizer(candidate.path, limit)
     candidate.feeds = {"fixed": [fixed_shape_feeds(tokenizer, texts, 1, 128, names, limit)],
-                       "natural": natural_feeds(tokenizer, texts[:NATURAL], names),
+                       # the texts as the run's bundle reads them: cut at its data.max_length
+                       "natural": natural_feeds(load_tokenizer(candidate.path, min(limit, max_length)),
+                                                texts[:NATURAL], names),
                        "batch32": [fixed_shape_feeds(tokenizer, texts, 32, 128, names, limit)]}
 
 
@@ -308,7 +310,7 @@ def compare(run: Path, threads: int, rounds: int, peer_python: Path, work: Path,
     rows = quality(candidates, sets, max_length, threads)
     peaks = measured_peaks(threads)
     for candidate in candidates:
-        prepare(candidate, data.test.texts, threads)
+        prepare(candidate, data.test.texts, threads, max_length)
     for r in range(rounds + 1):
         time_round(candidates, keep=r > 0)
     for candidate in candidates:

@@ -244,6 +244,24 @@ def test_compare_latency_times_every_candidate_in_each_round(monkeypatch, tiny_o
     assert all(r["fixed_p50_ms"] > 0 and r["natural_p50_ms"] > 0 for r in result.values())
 
 
+def test_natural_lengths_are_the_texts_as_the_run_reads_them(tiny_onnx_dir, tiny_model_dir, tmp_path, movie_data):
+    """Timed at natural lengths, a text is cut where the run's data.max_length (or a bundle's own) cuts it, not at
+    the model's position limit: a long text is timed as the bundle will read it."""
+    from edgepress.pipeline import latency
+
+    long = tuple(" ".join(movie_data.test.texts[i:i + 8]) for i in range(0, 160, 8))  # about 200 tokens each
+    cfg, cut = LatencyConfig(runs=3, warmup=0), 24
+    whole = latency.measure_latency(tiny_onnx_dir, long, "cpu", 1, cfg)["natural"]["mean_tokens"]
+    assert whole > 100
+    for artifact in (tiny_onnx_dir, tiny_model_dir):  # ONNX and torch
+        assert latency.measure_latency(artifact, long, "cpu", 1, cfg, max_length=cut)["natural"]["mean_tokens"] == cut
+    timed = latency.compare_latency({"a": tiny_onnx_dir}, long, 1, rounds=1, cfg=cfg, max_length=cut)
+    assert timed["a"]["natural_mean_tokens"] == cut
+    bundle = shutil.copytree(tiny_onnx_dir, tmp_path / "bundle")  # a bundle reads with its manifest's max_length
+    (bundle / "edgepress.json").write_text(json.dumps({"max_length": cut, "files": {}}))
+    assert latency.measure_latency(bundle, long, "cpu", 1, cfg)["natural"]["mean_tokens"] == cut
+
+
 def test_worker_threads_spin_within_a_run_and_are_parked_when_it_returns():
     """Every session (edgepress's and predict.py's): workers spin between a run's operators, as torch's OpenMP
     threads do, and `session.force_spinning_stop` parks them as the run returns; `spinning` keeps them spinning."""

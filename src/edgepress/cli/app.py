@@ -385,7 +385,7 @@ def bench(
     text_column: Annotated[str, typer.Option(help="Column holding the text.")] = "text",
 ) -> None:
     """Latency of one model: a fixed batch x sequence shape of real tokens, and real sentences at their natural
-    lengths (batch 1), tokenized with the model's own tokenizer."""
+    lengths (batch 1), tokenized with the model's own tokenizer (a bundle's cut at its max_length, as it reads them)."""
     from rich.table import Table
 
     from edgepress.configs import build

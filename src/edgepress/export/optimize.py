@@ -147,8 +147,9 @@ def _time_side_by_side(graphs: dict[str, Path], texts: tuple[str, ...], cfg: Opt
                for name, path in graphs.items()}
     names = tuple(i.name for i in open_session(next(iter(graphs.values())), SessionConfig()).get_inputs())
     tokenizer = load_tokenizer(any_dir, limit)
-    if cfg.natural:
-        feeds, timed = natural_feeds(tokenizer, texts[:NATURAL_SENTENCES], names), time_natural
+    if cfg.natural:  # the texts as the run reads them: cut at its max_length
+        feeds = natural_feeds(load_tokenizer(any_dir, min(limit, cfg.max_length)), texts[:NATURAL_SENTENCES], names)
+        timed = time_natural
     else:
         feeds = [fixed_shape_feeds(tokenizer, texts, cfg.latency.batch_size, cfg.latency.sequence_length, names,
                                    limit)]

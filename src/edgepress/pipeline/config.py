@@ -48,7 +48,8 @@ class AccuracyGate(BaseModel):
 class LatencyGate(BaseModel):
     """Latency limits on one provider at the runtime's fixed shape; `min_speedup` is baseline p50 / stage p50, timed
     side by side so that a load on the machine falls on both; `min_natural_speedup` the same at the test texts'
-    natural lengths, one text a call (as a device embeds or labels them)."""
+    natural lengths (cut at data.max_length, as the bundle reads them), one text a call (as a device embeds or labels
+    them)."""
 
     model_config = Strict
     provider: Literal["cpu", "cuda"] = Field("cpu", description="whose latency is judged (one of "
@@ -60,8 +61,9 @@ class LatencyGate(BaseModel):
                                                               "measured (cpu only: the torch baseline is timed on "
                                                               "cpu)")
     min_natural_speedup: float | None = Field(None, gt=0, description="smallest baseline p50 / stage p50 at the "
-                                              "test texts' natural lengths, one text a call, timed side by side "
-                                              "as min_speedup is (cpu only)")
+                                              "test texts' natural lengths (cut at data.max_length, as the "
+                                              "bundle reads them), one text a call, timed side by side as "
+                                              "min_speedup is (cpu only)")
 
 
 class SizeGate(BaseModel):

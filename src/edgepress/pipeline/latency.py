@@ -31,6 +31,18 @@ def onnx_path(artifact: Path) -> Path | None:
     return graph if graph.is_file() else None
 
 
+NATURAL_CUT = "data.max_length"  # where natural lengths end (before 2026-11-27: the model's position limit)
+
+
+def natural_cut(artifact: Path, limit: int, max_length: int | None) -> int:
+    """Where natural lengths are cut: at `max_length` (the run's data.max_length, what its stages and bundle read
+    with), else at a bundle's own (its manifest's max_length), else at the model's position `limit`; never past it."""
+    manifest = Path(artifact) / MANIFEST
+    if max_length is None and manifest.is_file():
+        max_length = json_object(manifest).get("max_length")
+    return min(limit, max_length) if isinstance(max_length, int) and max_length > 0 else limit
+
+
 def model_dir_of(artifact: Path) -> Path:
     """The dir holding an artifact's config and tokenizer: the artifact itself, or a .onnx file's folder."""
     return artifact.parent if artifact.suffix == ".onnx" else artifact
@@ -50,9 +62,10 @@ def torch_model_runner(model_dir: Path, threads: int | None):
 
 
 def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu", threads: int | None = None,
-                    cfg: LatencyConfig = LatencyConfig(), natural: bool = True) -> dict:
+                    cfg: LatencyConfig = LatencyConfig(), natural: bool = True, max_length: int | None = None) -> dict:
     """{"fixed": {p50_ms, ...}, "natural": {...}, "providers_used"} of an ONNX artifact or a torch model dir
-    (`natural=False`: the fixed shape alone)."""
+    (`natural=False`: the fixed shape alone); natural lengths are the texts as `max_length` cuts them
+    (`natural_cut`)."""
     if not Path(artifact).exists():
         raise ModelError(f"{artifact} does not exist. Fix: check the path")
     path = onnx_path(artifact)
@@ -63,14 +76,14 @@ def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu
 
         before = torch.get_num_threads()
         try:  # timed on `threads`; training afterwards gets torch's own count back
-            return _measure(artifact, None, texts, provider, threads, cfg, natural)
+            return _measure(artifact, None, texts, provider, threads, cfg, natural, max_length)
         finally:
             torch.set_num_threads(before)
-    return _measure(artifact, path, texts, provider, threads, cfg, natural)
+    return _measure(artifact, path, texts, provider, threads, cfg, natural, max_length)
 
 
 def _measure(artifact: Path, path: Path | None, texts: tuple[str, ...], provider: str, threads: int | None,
-             cfg: LatencyConfig, natural: bool) -> dict:
+             cfg: LatencyConfig, natural: bool, max_length: int | None) -> dict:
     import onnxruntime
 
     from edgepress.export.parity import ort_runner
@@ -85,7 +98,8 @@ def _measure(artifact: Path, path: Path | None, texts: tuple[str, ...], provider
     limit = position_limit(read_model_config(model_dir))
     tokenizer = load_tokenizer(model_dir, limit)
     fixed = fixed_shape_feeds(tokenizer, texts, cfg.batch_size, cfg.sequence_length, names, limit)
-    lengths = natural_feeds(tokenizer, texts[:NATURAL_SENTENCES], names) if natural else []
+    lengths = natural_feeds(load_tokenizer(model_dir, natural_cut(artifact, limit, max_length)),
+                            texts[:NATURAL_SENTENCES], names) if natural else []
     if path is not None:
         run = cuda_iobinding_runner(session, [fixed, *lengths]) if provider == "cuda" else ort_runner(session)
     timed = {"fixed": {**time_runner(run, [fixed], cfg.warmup, cfg.runs), "batch_size": cfg.batch_size,
@@ -103,18 +117,20 @@ def _measure(artifact: Path, path: Path | None, texts: tuple[str, ...], provider
 
 
 def latency_metrics(artifact: Path, texts: tuple[str, ...], provider: str, threads: int | None,
-                    cfg: LatencyConfig) -> dict:
+                    cfg: LatencyConfig, max_length: int | None = None) -> dict:
     """The report's `latency.<provider>` entry: the fixed shape's numbers at the top level, natural lengths nested."""
-    result = measure_latency(artifact, texts, provider, threads, cfg)
+    result = measure_latency(artifact, texts, provider, threads, cfg, max_length=max_length)
     return {**result["fixed"], "providers_used": result["providers_used"], "threads": threads,
             "natural": result["natural"]}
 
 
 def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads: int | None, rounds: int = 3,
-                    cfg: LatencyConfig = LatencyConfig(warmup=20, runs=100), natural: bool = True) -> dict[str, dict]:
+                    cfg: LatencyConfig = LatencyConfig(warmup=20, runs=100), natural: bool = True,
+                    max_length: int | None = None) -> dict[str, dict]:
     """Candidates timed side by side on CPU: `rounds` rounds, each timing every artifact once in turn (the machine
     drifts; interleaving spreads the drift over all of them). Per name: the medians over rounds of the fixed-shape
-    p50 and p90 and (unless `natural=False`) the natural-length p50 and natural_mean_tokens; providers_used."""
+    p50 and p90 and (unless `natural=False`) the natural-length p50 (texts cut at `max_length`: `natural_cut`) and
+    natural_mean_tokens; providers_used."""
     import time
 
     import numpy as np
@@ -122,7 +138,7 @@ def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads:
     runs = {name: [] for name in artifacts}
     for _ in range(rounds):
         for name, artifact in artifacts.items():
-            runs[name].append(measure_latency(Path(artifact), texts, "cpu", threads, cfg, natural))
+            runs[name].append(measure_latency(Path(artifact), texts, "cpu", threads, cfg, natural, max_length))
             time.sleep(0.2)  # torch's OpenMP threads spin a while after a run: let them idle before the next one
 
     def medians(results: list[dict]) -> dict:
@@ -138,11 +154,13 @@ def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads:
 
 
 def side_by_side_speedup(baseline: Path, artifact: Path, texts: tuple[str, ...], threads: int | None,
-                         cfg: LatencyConfig, rounds: int = 3, natural: bool = False) -> dict:
+                         cfg: LatencyConfig, rounds: int = 3, natural: bool = False,
+                         max_length: int | None = None) -> dict:
     """The baseline's CPU p50 over the artifact's at the fixed shape (`natural`: at the texts' natural lengths, one
     a call), the two timed in turn (`compare_latency`) so that a load on the machine falls on both: what a speedup
     gate judges. Timed apart, minutes apart, one busy minute under the baseline's timing would pass any stage."""
-    timed = compare_latency({"baseline": baseline, "stage": artifact}, texts, threads, rounds, cfg, natural=natural)
+    timed = compare_latency({"baseline": baseline, "stage": artifact}, texts, threads, rounds, cfg, natural=natural,
+                            max_length=max_length)
     key = "natural_p50_ms" if natural else "fixed_p50_ms"
     base, now = timed["baseline"][key], timed["stage"][key]
     return {"speedup": base / now, "baseline_p50_ms": base, "p50_ms": now, "rounds": rounds,

@@ -54,7 +54,8 @@ def measure_artifact(artifact: Path, data: DataSplits, max_length: int, provider
     else:
         preds = onnx_predictions(artifact, data.test.texts, max_length, threads, task)
         metrics = {**task.scores(data.test, preds), **onnx_param_counts(path), **size_metrics(path)}
-    metrics["latency"] = {p: latency_metrics(artifact, data.test.texts, p, threads, latency) for p in providers}
+    metrics["latency"] = {p: latency_metrics(artifact, data.test.texts, p, threads, latency, max_length)
+                          for p in providers}
     return metrics, preds
 
 

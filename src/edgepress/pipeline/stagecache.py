@@ -43,10 +43,12 @@ def machine_key() -> dict:
     import onnxruntime
     import torch
 
+    from edgepress.pipeline.latency import NATURAL_CUT
     from edgepress.runtime.predictor import SPINNING, cpu_model
 
     return {"cpu": cpu_model(), "machine": platform.machine(), "cores": os.cpu_count(), "edgepress": __version__,
-            "torch": torch.__version__, "onnxruntime": onnxruntime.__version__, "spinning": SPINNING}
+            "torch": torch.__version__, "onnxruntime": onnxruntime.__version__, "spinning": SPINNING,
+            "natural_cut": NATURAL_CUT}
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ def build_shape(teacher, shape: Shape):
 
 
 def time_shapes(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...], threads: int | None,
-                latency: LatencyConfig, int8: Int8DynamicConfig | None = Int8DynamicConfig()) -> dict[str, dict]:
+                latency: LatencyConfig, int8: Int8DynamicConfig | None = Int8DynamicConfig(),
+                max_length: int | None = None) -> dict[str, dict]:
     """Per shape (by name): the median fixed-shape and natural p50 over interleaved rounds (`compare_latency`) and
     the shipped graph's size in MB, each shape exported, fused and (with `int8`) quantized as a run would."""
     from edgepress.models.loading import load_classifier
@@ -65,7 +66,7 @@ def time_shapes(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...], 
                 if int8 is not None:  # timing only: the graph a run ships is checked by its own stages
                     int8_dynamic(step / "fused", step / "int8", texts, int8.model_copy(update={"parity": UNCHECKED}))
             graphs[shape.name] = step / ("int8" if int8 is not None else "fused")
-        timings = compare_latency(graphs, texts, threads, cfg=latency)
+        timings = compare_latency(graphs, texts, threads, cfg=latency, max_length=max_length)
         return {name: {**timings[name], "size_mb": (graph / ONNX_FILE).stat().st_size / 1e6}
                 for name, graph in graphs.items()}
 

@@ -143,14 +143,14 @@ def shape_table(prepared_dir: Path, model_dir: Path, shapes: list[Shape], cfg: S
     from edgepress.pipeline.stagecache import machine_key
 
     key = {"model_sha256": tree_sha256(model_dir), "shapes": [s.name for s in shapes],
-           "runtime": cfg.runtime.model_dump(mode="json"), "machine": machine_key()}
+           "runtime": cfg.runtime.model_dump(mode="json"), "max_length": cfg.data.max_length, "machine": machine_key()}
     path = prepared_dir / "shapes.json"
     if path.is_file() and read_json(path).get("key") == key:
         return read_json(path)["table"]
     latency = cfg.runtime.latency.model_copy(update={"warmup": min(cfg.runtime.latency.warmup, 10),
                                                      "runs": min(cfg.runtime.latency.runs, 50)})
     log.info("timing %d shapes as they would ship (export, fusion, int8), side by side", len(shapes))
-    table = time_shapes(model_dir, shapes, texts, cfg.runtime.threads, latency)
+    table = time_shapes(model_dir, shapes, texts, cfg.runtime.threads, latency, max_length=cfg.data.max_length)
     write_json(path, {"key": key, "table": table})
     return table
 
