@@ -91,13 +91,15 @@ def teacher(family: str, data, work: Path, cache: Path) -> Path:
     from tests.conftest import tiny_encoder
 
     from edgepress.models.train import TrainConfig, train_classifier
+    from edgepress.tasks import CLASSIFICATION
 
     out = work / family / "teacher"
     if not (out / "config.json").is_file():
         tokenizer = tokenizer_of(family, data, cache)
         model = tiny_encoder(family, tokenizer, layers=4, heads=4, seed=0, **overrides(family))
         cfg = TrainConfig(epochs=3, batch_size=32, learning_rate=5e-4, max_length=64, warmup_ratio=0.1, seed=0)
-        train_classifier(model, tokenizer, data.train, data.validation, cfg, out)
+        train_classifier(model, tokenizer, data.train, cfg, out,
+                         score=CLASSIFICATION.training_score(tokenizer, data.validation, cfg.max_length))
     return out
 
 

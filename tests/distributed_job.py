@@ -30,6 +30,7 @@ def distill_job(teacher: Path, out: Path, n_train: int, batch_size: int, epochs:
     from edgepress.models.evaluate import predict_logits
     from edgepress.models.loading import load_classifier
     from edgepress.models.train import train_classifier
+    from edgepress.tasks import CLASSIFICATION
 
     data = load_data(DataConfig())
     train, validation = data.train.take(n_train), data.validation.take(200)
@@ -47,7 +48,8 @@ def distill_job(teacher: Path, out: Path, n_train: int, batch_size: int, epochs:
         steps.append(batch["index"].tolist())  # the examples this process took in this step
         return hinton(outputs, batch)
 
-    result = train_classifier(student, tokenizer, train, validation, cfg, out / "student", loss_fn=loss_fn)
+    result = train_classifier(student, tokenizer, train, cfg, out / "student", loss_fn=loss_fn,
+                              score=CLASSIFICATION.training_score(tokenizer, validation, cfg.max_length))
     state = PartialState()
     write_json(out / f"rank{state.process_index}.json",
                {"num_processes": state.num_processes, "distributed_type": str(state.distributed_type),

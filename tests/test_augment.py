@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from edgepress.compress.distill import DistillConfig, _hinton, distill, transfer_set
+from edgepress.compress.distill import DistillConfig, distill
+from edgepress.compress.kd import hinton, transfer_set
 from edgepress.data.augment import WORD, AugmentConfig, augment_texts, neighbour_table
 from edgepress.data.dataset import DataSplits
 from edgepress.errors import ConfigError
@@ -62,15 +63,15 @@ def test_masking_needs_a_mask_token(tokenizer):
 def test_transfer_examples_have_the_soft_loss_alone():
     student, teacher = torch.randn(4, 2), torch.randn(4, 2)
     labels, cfg = torch.tensor([0, 1, 0, 1]), DistillConfig(alpha=0.25, temperature=2.0)
-    everyone = _hinton(student, teacher, labels, cfg)
-    soft_only = _hinton(student, teacher, labels, cfg.model_copy(update={"alpha": 1.0}))
+    everyone = hinton(student, teacher, labels, cfg)
+    soft_only = hinton(student, teacher, labels, cfg.model_copy(update={"alpha": 1.0}))
     gold = torch.tensor([True, True, False, False])
-    mixed = _hinton(student, teacher, labels, cfg, gold)
-    each = [(_hinton(student[i:i + 1], teacher[i:i + 1], labels[i:i + 1], cfg.model_copy(update={"alpha": a})))
+    mixed = hinton(student, teacher, labels, cfg, gold)
+    each = [(hinton(student[i:i + 1], teacher[i:i + 1], labels[i:i + 1], cfg.model_copy(update={"alpha": a})))
             for i, a in enumerate((0.25, 0.25, 1.0, 1.0))]
     assert float(mixed) == pytest.approx(float(sum(each)) / 4, rel=1e-5)
-    assert float(_hinton(student, teacher, labels, cfg, torch.ones(4, dtype=bool))) == pytest.approx(float(everyone))
-    assert float(_hinton(student, teacher, labels, cfg, torch.zeros(4, dtype=bool))) == pytest.approx(float(soft_only))
+    assert float(hinton(student, teacher, labels, cfg, torch.ones(4, dtype=bool))) == pytest.approx(float(everyone))
+    assert float(hinton(student, teacher, labels, cfg, torch.zeros(4, dtype=bool))) == pytest.approx(float(soft_only))
 
 
 def test_distill_trains_on_the_teacher_labelled_copies(trained_teacher, tmp_path, movie_data):
@@ -90,7 +91,7 @@ def test_distill_trains_on_the_teacher_labelled_copies(trained_teacher, tmp_path
 
 
 def test_the_transfer_set_and_its_targets_are_built_once_per_content(trained_teacher, small_data, monkeypatch):
-    import edgepress.compress.distill as distill_module
+    import edgepress.compress.kd as kd_module
     import edgepress.models.evaluate as evaluate
 
     teacher, tokenizer = load_classifier(trained_teacher)
@@ -100,7 +101,7 @@ def test_the_transfer_set_and_its_targets_are_built_once_per_content(trained_tea
     def rebuilt(*args, **kwargs):
         raise AssertionError("built again")
 
-    monkeypatch.setattr(distill_module, "augment_texts", rebuilt)
+    monkeypatch.setattr(kd_module, "augment_texts", rebuilt)
     monkeypatch.setattr(evaluate, "predict_outputs", rebuilt)
     again, cached = transfer_set(trained_teacher, teacher, tokenizer, small_data, cfg)  # another stage, trial, run
     assert again.texts == train.texts and np.array_equal(again.labels, train.labels) and np.array_equal(

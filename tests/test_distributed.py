@@ -18,6 +18,7 @@ import pytest
 
 from edgepress.errors import ConfigError
 from edgepress.models.train import TrainConfig, train_classifier
+from edgepress.tasks import CLASSIFICATION
 from tests.conftest import save, tiny_bert
 from tests.distributed_job import distill_job
 
@@ -142,8 +143,9 @@ def test_processes_that_found_no_device_are_refused(monkeypatch, tokenizer, movi
     would each train alone on all the data and write the same files."""
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match=r"launched as 2 processes, .* Fix: on CPUs, set ACCELERATE_USE_CPU=1"):
-        train_classifier(tiny_bert(tokenizer), tokenizer, movie_data.train.take(8), movie_data.validation.take(8),
-                         TrainConfig(epochs=1, batch_size=8), tmp_path / "out")
+        train_classifier(tiny_bert(tokenizer), tokenizer, movie_data.train.take(8),
+                         TrainConfig(epochs=1, batch_size=8), tmp_path / "out",
+                         score=CLASSIFICATION.training_score(tokenizer, movie_data.validation.take(8), 128))
 
 
 LAUNCH = (f"{sys.executable} -m accelerate.commands.launch --multi_gpu --num_processes 2 --num_machines 1 "

@@ -8,6 +8,7 @@ from edgepress.models.evaluate import evaluate_classifier, predict_logits
 from edgepress.models.introspect import param_counts, size_metrics
 from edgepress.models.loading import label2id_of, load_classifier
 from edgepress.models.train import TrainConfig, train_classifier
+from edgepress.tasks import CLASSIFICATION
 from tests.conftest import tiny_bert
 
 
@@ -81,7 +82,8 @@ def test_training_learns_above_chance_on_real_sentences(tmp_path, tokenizer, mov
     model = tiny_bert(tokenizer, seed=1)
     train, validation, test = movie_data.train.take(3000), movie_data.validation.take(300), movie_data.test.take(600)
     cfg = TrainConfig(epochs=3, batch_size=32, learning_rate=2e-3, max_length=48, warmup_ratio=0.0, seed=5)
-    result = train_classifier(model, tokenizer, train, validation, cfg, tmp_path)
+    result = train_classifier(model, tokenizer, train, cfg, tmp_path,
+                              score=CLASSIFICATION.training_score(tokenizer, validation, cfg.max_length))
     assert len(result.history) == 3 and result.history[-1]["train_loss"] < result.history[0]["train_loss"]
     reloaded, _ = load_classifier(tmp_path)
     metrics, _ = evaluate_classifier(reloaded, tokenizer, test, max_length=48)
@@ -95,8 +97,8 @@ def test_training_is_deterministic(tmp_path, tokenizer, movie_data):
     runs = []
     for name in ("a", "b"):
         model = tiny_bert(tokenizer, seed=2)
-        train_classifier(model, tokenizer, movie_data.train.take(200), movie_data.validation.take(50), cfg,
-                         tmp_path / name)
+        train_classifier(model, tokenizer, movie_data.train.take(200), cfg, tmp_path / name,
+                         score=CLASSIFICATION.training_score(tokenizer, movie_data.validation.take(50), cfg.max_length))
         runs.append((tmp_path / name / "model.safetensors").read_bytes())
     assert runs[0] == runs[1]
     shutil.rmtree(tmp_path)
@@ -125,8 +127,8 @@ def test_on_step_runs_after_every_optimizer_step_and_its_masks_hold(tmp_path, to
             trained.bert.encoder.layer[0].intermediate.dense.weight.mul_(mask)
 
     cfg = TrainConfig(epochs=2, batch_size=32, learning_rate=1e-3, max_length=32, seed=3)
-    train_classifier(model, tokenizer, movie_data.train.take(96), movie_data.validation.take(32), cfg, tmp_path,
-                     on_step=prune)
+    train_classifier(model, tokenizer, movie_data.train.take(96), cfg, tmp_path, on_step=prune,
+                     score=CLASSIFICATION.training_score(tokenizer, movie_data.validation.take(32), cfg.max_length))
     assert seen == list(range(1, 7))  # 3 batches x 2 epochs, counted from 1
     saved, _ = load_classifier(tmp_path)
     kept = saved.bert.encoder.layer[0].intermediate.dense.weight.detach()

@@ -318,14 +318,17 @@ def test_optimize_times_at_natural_lengths_when_a_later_stage_gates_speed_there(
               {"name": "int8", "method": "int8-dynamic", "params": {"per_channel": True},
                "gates": {"latency": {"min_natural_speedup": 2.0}}}]
     cfg = load_config(run_config(tmp_path, stages, tiny_model_dir))
-    filled = runner.next_stage_params(cfg.stages, cfg.stages[1], "x86-avx2")
+    def later(cfg):
+        return METHODS["optimize"].later(cfg.stages[1].params, runner.stage_context(cfg, cfg.stages[1], "x86-avx2"))
+
+    filled = later(cfg)
     assert filled["natural"] is True and filled["quantized_with"]["reduce_range"] is True  # the target's default
     stages[2]["gates"] = {"latency": {"min_speedup": 2.0}}  # the fixed shape: timed there
     cfg = load_config(run_config(tmp_path, stages, tiny_model_dir))
-    assert "natural" not in runner.next_stage_params(cfg.stages, cfg.stages[1], "x86-avx2")
+    assert "natural" not in later(cfg)
     fuse["params"] = {"fusions": "all"}  # nothing timed
     cfg = load_config(run_config(tmp_path, stages, tiny_model_dir))
-    assert runner.next_stage_params(cfg.stages, cfg.stages[1], "x86-avx2") == {}
+    assert later(cfg) == {}
 
 
 def test_a_qat_stage_then_export_gives_the_int8_graph(tmp_path, tiny_model_dir):

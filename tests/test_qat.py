@@ -7,10 +7,10 @@ import torch
 from onnx import numpy_helper
 
 from edgepress.compress.qat import QatConfig, qat
-from edgepress.export.onnx import export_onnx
 from edgepress.models.fakequant import QAT_FILE, attach, detach, input_qparams, load_for_inference
 from edgepress.models.loading import load_classifier
 from edgepress.pipeline.config import PipelineConfig
+from edgepress.registry import METHODS, torch_kind
 from edgepress.runtime.predictor import Predictor
 
 
@@ -55,7 +55,7 @@ def test_qat_saves_a_plain_model_and_its_learned_ranges(qat_dir, tiny_model_dir,
 
 
 def test_export_of_a_qat_model_is_the_int8_graph_of_its_learned_ranges(qat_dir, tmp_path, small_data):
-    details = export_onnx(qat_dir, tmp_path / "onnx", small_data.validation.texts)
+    details = METHODS["export"].function(torch_kind(qat_dir))(qat_dir, tmp_path / "onnx", small_data.validation.texts)
     assert details["carried_ranges"] == 2 * 4  # Q/K/V share their input: 4 distinct inputs per layer
     assert details["parity"]["agreement"] >= 0.99 and details["float_parity"]["max_abs_diff"] <= 1e-4
     assert details["ort_kernels"] == {"MatMulIntegerToFloat": 2 * 6}  # integer kernels, float outputs
@@ -82,7 +82,7 @@ def test_reduce_range_trains_and_exports_7_bit_weights(tiny_model_dir, small_dat
                                                        reduce_range=True))
     assert json.loads((trained / QAT_FILE).read_text())["weight_qmax"] == 64
     assert load_for_inference(trained)[0].bert.encoder.layer[0].intermediate.dense.qat_weight_qmax == 64
-    details = export_onnx(trained, tmp_path / "onnx", small_data.validation.texts)
+    details = METHODS["export"].function(torch_kind(trained))(trained, tmp_path / "onnx", small_data.validation.texts)
     assert set(int8_weight_ranges(tmp_path / "onnx" / "model.onnx").values()) == {64}
     assert details["parity"]["agreement"] >= 0.99
 

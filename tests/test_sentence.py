@@ -415,7 +415,7 @@ def test_an_embedding_run_refuses_what_is_not_built_for_it_yet(tmp_path, sentenc
     message = refused({"model": str(tiny_model_dir), "task": "embedding", "stages": []})
     assert "is a sequence classifier (no modules.json" in message
     from edgepress.data import DataConfig
-    from edgepress.pipeline.baseline import evaluate_model
+    from edgepress.pipeline.evaluate import evaluate_model
 
     with pytest.raises(ConfigError, match="is a sentence-embedding model: its vectors are scored against another"):
         evaluate_model(str(sentence_dir), DataConfig())

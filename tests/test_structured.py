@@ -92,15 +92,15 @@ def test_heads_are_pruned_once(tmp_path, tokenizer, small_data):
 
 def test_a_recovery_learns_the_given_teachers_logits(four_heads, tmp_path, small_data, tiny_model_dir, monkeypatch):
     """`teacher`: the recovery fine-tune's targets are that model's logits, not those of the stage's input."""
-    from edgepress.compress import distill as distill_module
+    from edgepress.compress import kd as kd_module
 
-    real, seen = distill_module.kd_training, []
+    real, seen = kd_module.kd_training, []
 
     def spy(src, model, *rest):
         seen.append((src, model))
         return real(src, model, *rest)
 
-    monkeypatch.setattr(distill_module, "kd_training", spy)
+    monkeypatch.setattr(kd_module, "kd_training", spy)
     details = heads(four_heads, tmp_path / "out", small_data,
                     HeadsConfig(keep=0.75, epochs=1, importance_batches=4, teacher=tiny_model_dir))
     (src, model), = seen
@@ -114,12 +114,12 @@ def test_a_recovery_learns_the_given_teachers_logits(four_heads, tmp_path, small
 
 def test_after_vocab_pruning_the_teacher_reads_the_texts_with_its_own_tokenizer(four_heads, tmp_path, small_data,
                                                                                   monkeypatch):
-    from edgepress.compress import distill as distill_module
+    from edgepress.compress import kd as kd_module
     from edgepress.compress.vocab import vocab_prune
 
     vocab_prune(four_heads, tmp_path / "small", small_data)
-    real, seen = distill_module.kd_training, []
-    monkeypatch.setattr(distill_module, "kd_training",
+    real, seen = kd_module.kd_training, []
+    monkeypatch.setattr(kd_module, "kd_training",
                         lambda src, model, words, *rest: seen.append(words) or real(src, model, words, *rest))
     heads(tmp_path / "small", tmp_path / "out", small_data,
           HeadsConfig(keep=0.75, epochs=1, importance_batches=4, teacher=four_heads))

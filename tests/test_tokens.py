@@ -433,7 +433,8 @@ def test_the_per_word_soft_targets_are_read_at_each_words_first_sub_word():
     (NaN: cut off in its tokens) left out; the mean over the words equals the sentence-level loss on those rows."""
     import torch
 
-    from edgepress.compress.distill import DistillConfig, _at_positions, _hinton
+    from edgepress.compress.distill import DistillConfig
+    from edgepress.compress.kd import at_positions, hinton
 
     torch.manual_seed(0)
     cfg = DistillConfig(temperature=2.0, alpha=0.5)
@@ -441,19 +442,19 @@ def test_the_per_word_soft_targets_are_read_at_each_words_first_sub_word():
     words[1, 2] = float("nan")  # sentence 1 has 2 words, or its third was cut off
     word_index = torch.tensor([[-1, 0, -1, 1, 2, -1], [-1, 0, 1, 2, -1, -1]])
     labels = torch.tensor([[-100, 1, -100, 0, 3, -100], [-100, 2, 2, 1, -100, -100]])
-    placed = _at_positions(words, word_index)
+    placed = at_positions(words, word_index)
     assert torch.equal(placed[0, 3], words[0, 1]) and placed[0, 0].isnan().all() and placed[1, 3].isnan().all()
     student = torch.randn(2, 6, 4)
     rows = [(0, 1), (0, 3), (0, 4), (1, 1), (1, 2)]  # labelled, with a teacher row
-    expected = _hinton(torch.stack([student[r] for r in rows]), torch.stack([placed[r] for r in rows]),
+    expected = hinton(torch.stack([student[r] for r in rows]), torch.stack([placed[r] for r in rows]),
                        torch.stack([labels[r] for r in rows]), cfg)
-    assert torch.allclose(_hinton(student, placed, labels, cfg), expected)
+    assert torch.allclose(hinton(student, placed, labels, cfg), expected)
     gold = torch.tensor([True, False])  # sentence 1 a transfer example: its words have the soft loss alone
     soft = DistillConfig(temperature=2.0, alpha=1.0)
-    mixed = torch.stack([_hinton(student[r][None], placed[r][None], labels[r][None], cfg if r[0] == 0 else soft)
+    mixed = torch.stack([hinton(student[r][None], placed[r][None], labels[r][None], cfg if r[0] == 0 else soft)
                          for r in rows]).mean()
-    assert torch.allclose(_hinton(student, placed, labels, cfg, gold), mixed)
-    assert _hinton(student, placed, torch.full_like(labels, -100), cfg) == 0  # no word: no loss, and no NaN
+    assert torch.allclose(hinton(student, placed, labels, cfg, gold), mixed)
+    assert hinton(student, placed, torch.full_like(labels, -100), cfg) == 0  # no word: no loss, and no NaN
 
 
 def test_evaluate_scores_a_token_classifier_on_every_split(token_model, ner_dir, conll):
@@ -463,7 +464,7 @@ def test_evaluate_scores_a_token_classifier_on_every_split(token_model, ner_dir,
 
     from edgepress.cli.app import app
     from edgepress.data import DataConfig
-    from edgepress.pipeline.baseline import evaluate_model
+    from edgepress.pipeline.evaluate import evaluate_model
 
     every = evaluate_model(str(token_model), DataConfig(source=str(ner_dir), max_length=64), "all")
     test = evaluate_model(str(token_model), DataConfig(source=str(ner_dir), max_length=64), "test")

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgepress.compress.distill import DistillConfig, distill, transfer_set
+from edgepress.compress.distill import DistillConfig, distill
+from edgepress.compress.kd import transfer_set
 from edgepress.data.dataset import EpochDraw
 from edgepress.models.loading import load_classifier
 
@@ -69,7 +70,7 @@ def test_the_demo_corpus_is_read_capped_by_a_seeded_sample_and_drawn_per_epoch(c
 def test_targets_built_in_chunks_equal_those_built_at_once(trained_teacher, small_data, monkeypatch):
     import dataclasses
 
-    import edgepress.compress.distill as distill_module
+    import edgepress.compress.kd as kd_module
     from edgepress.cache import built_array
     from edgepress.models.evaluate import predict_outputs
 
@@ -83,8 +84,8 @@ def test_targets_built_in_chunks_equal_those_built_at_once(trained_teacher, smal
     # a transfer set's targets are built so, and found again by the next stage, trial or run
     data = dataclasses.replace(small_data, unlabeled=small_data.test.texts[:40] + ("an unseen text",))
     calls = []
-    real = distill_module.built_array
-    monkeypatch.setattr(distill_module, "built_array", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    real = kd_module.built_array
+    monkeypatch.setattr(kd_module, "built_array", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     train, targets = transfer_set(trained_teacher, teacher, tokenizer, data, DistillConfig(max_length=32))
     np.testing.assert_allclose(targets.array, predict_outputs(teacher, tokenizer, train.texts, 32), atol=1e-5)
     monkeypatch.setattr("edgepress.models.evaluate.predict_outputs", lambda *a, **k: pytest.fail("built again"))

@@ -217,6 +217,7 @@ def test_gates_and_runtime_take_no_true_for_a_number(tmp_path):
 def test_a_loss_that_becomes_nan_fails_training_naming_the_step(tmp_path, tiny_model_dir, small_data):
     from edgepress.models.loading import load_classifier
     from edgepress.models.train import TrainConfig, train_classifier
+    from edgepress.tasks import CLASSIFICATION
 
     model, tokenizer = load_classifier(tiny_model_dir)
     steps = []
@@ -227,8 +228,9 @@ def test_a_loss_that_becomes_nan_fails_training_naming_the_step(tmp_path, tiny_m
 
     with pytest.raises(ModelError, match=r"training diverged: the loss is nan at step 3 \(epoch 1\)\. Fix: a lower "
                                          r"learning_rate"):
-        train_classifier(model, tokenizer, small_data.train, small_data.validation,
-                         TrainConfig(epochs=1, max_length=32), tmp_path / "out", loss_fn=nan_at_step_3)
+        train_classifier(model, tokenizer, small_data.train, TrainConfig(epochs=1, max_length=32), tmp_path / "out",
+                         loss_fn=nan_at_step_3,
+                         score=CLASSIFICATION.training_score(tokenizer, small_data.validation, 32))
     assert not (tmp_path / "out").exists()
 
 

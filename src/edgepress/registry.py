@@ -3,24 +3,36 @@
 Every function is `fn(src: Path, out: Path, inputs, cfg) -> dict` (details to record): `src` is the previous
 stage's artifact, `out` the directory this stage writes, and `inputs` either the validation sentences (`texts`:
 parity checks, calibration) or the whole `DataSplits` (`splits`: methods that train). The CLI and the YAML validator
-read their choices from `METHODS`.
+read their choices from `METHODS`. A method that takes more than one kind may run another function for one of them
+(`runs_from`: export runs qat's own export on a qat model); the runner asks `Method.function` with the kind it holds.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, get_args
 
 from pydantic import BaseModel
 
 from edgepress.compress.distill import DistillConfig, check_student, distill
-from edgepress.compress.int4 import Int4Config, int4
+from edgepress.compress.int4 import Int4Config, fill_int4, int4
 from edgepress.compress.magnitude import LotteryConfig, MagnitudeConfig, check_sparse, lottery, magnitude
-from edgepress.compress.qat import QatConfig, qat
+from edgepress.compress.qat import QatConfig, export_qat, qat
 from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
-from edgepress.compress.structured import FfnConfig, HeadsConfig, check_structured, ffn, heads
+from edgepress.compress.structured import BASELINE, FfnConfig, HeadsConfig, check_structured, ffn, fill_teacher, heads
 from edgepress.compress.vocab import VocabConfig, check_vocab, vocab_prune
 from edgepress.export.onnx import ExportConfig, export_onnx
-from edgepress.export.optimize import Fp16Config, OptimizeConfig, check_fp16, fp16_onnx, optimize_onnx
+from edgepress.export.optimize import (
+    Fp16Config,
+    OptimizeConfig,
+    check_fp16,
+    fill_optimize,
+    fp16_onnx,
+    later_params,
+    optimize_onnx,
+)
+from edgepress.files import tree_sha256
+from edgepress.models.fakequant import QAT_FILE
 
 # What an artifact is: each method declares the kinds it takes and the kind it gives; the pipeline validator
 # chains them, so an impossible order is refused before anything runs.
@@ -39,6 +51,19 @@ TORCH: tuple[Kind, ...] = ("torch", "torch-qat")  # torch model dirs: measured (
 
 
 @dataclass(frozen=True)
+class RunContext:
+    """What a method may take from the run it is a stage of, where the stage leaves a param unset (`Method.fill`):
+    the runner builds one per stage and knows no method by name."""
+
+    torch_source: Path | None = None  # the last torch model dir of the chain (what an ONNX graph was exported from)
+    baseline: Path | None = None  # the run's baseline model (`teacher: baseline`)
+    threads: int | None = None  # runtime.threads
+    latency: dict = field(default_factory=dict)  # runtime.latency, as a dict
+    later: tuple[tuple[str, dict], ...] = ()  # (method, params with the target's defaults) of each later stage
+    natural_later: bool = False  # a later stage's speed gate judges natural lengths (min_natural_speedup)
+
+
+@dataclass(frozen=True)
 class Method:
     config: type[BaseModel]
     run: Callable[..., dict]
@@ -51,10 +76,35 @@ class Method:
     # (run on the model the config names, by `validate` and before `run` touches anything)
     check: Callable[..., None] | None = None
     reads_test: bool = False  # its details are computed on the test split, not only its metrics
+    runs_from: tuple[tuple[Kind, Callable[..., dict]], ...] = ()  # (kind taken, the function for it) where not `run`
+    # `fill(params, run)`: the params with what the method takes from the run (`RunContext`) where they are unset
+    fill: Callable[[dict, RunContext], dict] | None = None
+    # `reads_later(params, run)`: what it takes from the stages after it, part of the stage's reuse key
+    reads_later: Callable[[dict, RunContext], dict] | None = None
 
     def output(self, taken: str) -> str:
         """The kind of artifact this method makes from one of kind `taken`."""
         return dict(self.gives_from).get(taken, self.gives)
+
+    def function(self, taken: str) -> Callable[..., dict]:
+        """What runs this method on an artifact of kind `taken` (export's of a qat model: `export_qat`)."""
+        return dict(self.runs_from).get(taken, self.run)
+
+    def filled(self, params: dict, run: RunContext) -> dict:
+        """`params` with what this method takes from the run."""
+        return params if self.fill is None else self.fill(params, run)
+
+    def later(self, params: dict, run: RunContext) -> dict:
+        """What this method's params take from the stages after it ({} for most)."""
+        return {} if self.reads_later is None else self.reads_later(params, run)
+
+    def files_read(self, params: dict) -> dict[str, str]:
+        """{param: sha256} of the files or dirs its params name (a path field, e.g. int4's `torch_model`): what they
+        hold can change under the same name. (`teacher: baseline` names the run's baseline, not a file.)"""
+        fields = self.config.model_fields
+        paths = {name: Path(value) for name, value in params.items() if name in fields and isinstance(value, str)
+                 and value != BASELINE and Path in (fields[name].annotation, *get_args(fields[name].annotation))}
+        return {name: tree_sha256(path) if path.exists() else "missing" for name, path in paths.items()}
 
     @property
     def trains(self) -> bool:
@@ -68,10 +118,10 @@ METHODS: dict[str, Method] = {
                       inputs="splits", check=check_student),
     "heads": Method(HeadsConfig, heads, ("torch",), "torch",
                     "remove the least important attention heads of every layer, then recover by distillation",
-                    inputs="splits", check=check_structured),
+                    inputs="splits", check=check_structured, fill=fill_teacher),
     "ffn": Method(FfnConfig, ffn, ("torch",), "torch",
                   "remove the least important FFN neurons of every layer, then recover by distillation",
-                  inputs="splits", check=check_structured),
+                  inputs="splits", check=check_structured, fill=fill_teacher),
     "vocab": Method(VocabConfig, vocab_prune, ("torch",), "torch",
                     "drop the word-embedding rows of tokens the train split never uses (no training)",
                     inputs="splits", check=check_vocab, reads_test=True),
@@ -86,9 +136,11 @@ METHODS: dict[str, Method] = {
                   "export writes its int8 graph", inputs="splits"),
     "export": Method(ExportConfig, export_onnx, TORCH, "onnx",
                      "torch -> ONNX (torch.onnx), parity-checked against torch on real sentences (a qat model: its "
-                     "int8 QDQ graph)", gives_from=(("torch-qat", "onnx-int8"),)),
+                     "int8 QDQ graph)", gives_from=(("torch-qat", "onnx-int8"),),
+                     runs_from=(("torch-qat", export_qat),)),
     "optimize": Method(OptimizeConfig, optimize_onnx, ("onnx",), "onnx-fused",
-                       "ONNX Runtime transformer fusions (Attention, SkipLayerNorm, BiasGelu, EmbedLayerNorm)"),
+                       "ONNX Runtime transformer fusions (Attention, SkipLayerNorm, BiasGelu, EmbedLayerNorm)",
+                       fill=fill_optimize, reads_later=later_params),
     "fp16": Method(Fp16Config, fp16_onnx, FLOAT_ONNX, "onnx-fp16",
                    "float16 weights and compute for CUDA; int64 inputs and float32 logits kept", check=check_fp16),
     "int8-dynamic": Method(Int8DynamicConfig, int8_dynamic, FLOAT_ONNX, "onnx-int8",
@@ -96,5 +148,12 @@ METHODS: dict[str, Method] = {
     "int8-static": Method(Int8StaticConfig, int8_static, ("onnx",), "onnx-int8",
                           "int8 weights and activations, ranges calibrated on real sentences (QDQ)"),
     "int4": Method(Int4Config, int4, ("onnx",), "onnx-int4",
-                   "4-bit weights (MatMulNBits; the word embeddings too with embeddings: true): rtn, hqq, gptq or awq"),
+                   "4-bit weights (MatMulNBits; the word embeddings too with embeddings: true): rtn, hqq, gptq or awq",
+                   fill=fill_int4),
 }
+
+
+def torch_kind(model_dir: Path) -> Kind:
+    """The kind of a torch model dir met outside a run (`edgepress export`'s model): torch-qat where qat wrote its
+    record, else torch. (A run knows each stage's kind from the method that made it.)"""
+    return "torch-qat" if (Path(model_dir) / QAT_FILE).is_file() else "torch"

@@ -316,7 +316,7 @@ def evaluate(
     data; of a token classifier, entity-level F1 (with its 95% CI), precision and recall on tagged data."""
     from edgepress.configs import build
     from edgepress.data import DataConfig
-    from edgepress.pipeline.baseline import evaluate_model, recorded_max_length
+    from edgepress.pipeline.evaluate import evaluate_model, recorded_max_length
 
     if max_length is None:
         max_length = _call(recorded_max_length, model) or 128

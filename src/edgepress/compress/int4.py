@@ -93,6 +93,14 @@ class Int4Config(BaseModel):
         return self.algorithm != "hqq" if self.symmetric is None else self.symmetric
 
 
+def fill_int4(params: dict, run) -> dict:
+    """A torch-side algorithm (gptq, awq) reads the torch model the graph was exported from: the run's
+    (`RunContext.torch_source`), unless torch_model is given."""
+    if "torch_model" in params or params.get("algorithm") not in TORCH_ALGORITHMS:
+        return params
+    return {**params, "torch_model": str(run.torch_source)}
+
+
 def _word_gather(graph) -> str | None:
     """The Gather that looks the input ids up in the word-embedding table."""
     weights = {t.name for t in graph.initializer}

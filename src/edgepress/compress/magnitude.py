@@ -33,11 +33,11 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from edgepress.compress.distill import KdLoss
+from edgepress.compress.kd import KdLoss, load_with_kd_targets, training_score
 from edgepress.configs import changed
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
-from edgepress.models.arch import ARCHS, arch_for, layer_list
+from edgepress.models.arch import prunable_weights
 from edgepress.models.sentence import encoder_of
 from edgepress.models.train import TrainConfig
 
@@ -99,37 +99,6 @@ class LotteryConfig(_Sparse):
         if self.rewind == "init" and self.rewind_step:
             raise ValueError("rewind_step is used only with rewind: step; remove it or set rewind: step")
         return self
-
-
-def _part(module, in_encoder: bool, in_base: bool) -> str | None:
-    import torch.nn as nn
-
-    if isinstance(module, nn.LayerNorm):
-        return "layernorm"
-    if isinstance(module, nn.Embedding):
-        return "embeddings"
-    if isinstance(module, nn.Linear):
-        return "encoder" if in_encoder else "pooler" if in_base else "classifier"
-    return None
-
-
-def prunable_weights(model, include: tuple[str, ...] = ()) -> dict:
-    """name -> weight Parameter of everything the methods prune: the encoder layers' Linear weights, and the parts
-    `include` names."""
-    base = getattr(model, model.base_model_prefix, model)  # an encoder without a head (AutoModel) is its own base
-    if arch_for(model.config.model_type) is None:
-        raise ConfigError(f"unstructured pruning supports the encoder families edgepress knows "
-                          f"({', '.join(sorted(ARCHS))}); got {model.config.model_type}. Fix: a model of one of "
-                          f"those families")
-    layers = layer_list(model)
-    encoder = {id(m) for layer in layers for m in layer.modules()}
-    inside = {id(m) for m in base.modules()}
-    chosen = {}
-    for name, module in model.named_modules():
-        part = _part(module, id(module) in encoder, id(module) in inside)
-        if part == "encoder" or (part is not None and part in include):
-            chosen[f"{name}.weight"] = module.weight
-    return chosen
 
 
 def lowest_masks(scores: dict, sparsity: float, scope: str = "global", keep: dict | None = None) -> dict:
@@ -209,27 +178,6 @@ def _overall(model, weights: dict) -> dict:
             "all_params_sparsity": counts["sparsity"]}
 
 
-def load_with_kd_targets(src: Path, data: DataSplits, cfg):
-    """The model, its tokenizer, the splits its fine-tune trains on (train: the transfer set), the loss on the
-    unpruned model's outputs (the recovery's distillation targets: a classifier's logits by the hinton loss, a
-    sentence encoder's vectors by `vector_loss`) and what the training loop takes besides (a sentence encoder's
-    score and save)."""
-    import dataclasses
-
-    from edgepress.compress.distill import kd_training, transfer_set, validation_vectors, vector_loss, vector_scoring
-    from edgepress.models.loading import load_classifier
-    from edgepress.models.sentence import is_sentence_dir, load_sentence_encoder
-
-    if is_sentence_dir(src):
-        model, tokenizer = load_sentence_encoder(src)
-        train, targets = transfer_set(src, model, tokenizer, data, cfg)
-        scoring = vector_scoring(validation_vectors(model, tokenizer, data, cfg), tokenizer, data, cfg)
-        return model, tokenizer, dataclasses.replace(data, train=train), vector_loss(targets), scoring
-    model, tokenizer = load_classifier(src)
-    return model, tokenizer, *kd_training(src, model, tokenizer, data, cfg), {}
-
-
-
 def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = MagnitudeConfig()) -> dict:
     """Prune the smallest weights of the classifier in `src` to `cfg.sparsity`, fine-tune with the masks held, save
     to `out` (the zeros are in the saved weights)."""
@@ -249,7 +197,7 @@ def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = Mag
     # a cubic ramp still under way at an epoch's end: that epoch is trained but never kept
     first = 1 if cfg.schedule == "oneshot" else math.ceil(ramp / per_epoch)
     with artifact_dir(Path(out)) as tmp:
-        result = train_classifier(model, tokenizer, data.train, data.validation, cfg, tmp, loss_fn=loss,
+        result = train_classifier(model, tokenizer, data.train, cfg, tmp, loss_fn=loss,
                                   on_step=on_step, keep_from_epoch=first, **scoring)
     counts = _overall(model, weights)
     score = result.score  # what the kept epoch was chosen by
@@ -286,8 +234,9 @@ def _train(model, tokenizer, data: DataSplits, cfg: LotteryConfig, loss, out_dir
     from edgepress.models.train import train_classifier
 
     with tempfile.TemporaryDirectory(prefix="edgepress-lottery-") as scratch:
-        return train_classifier(model, tokenizer, data.train, data.validation, cfg, out_dir or Path(scratch),
-                                loss_fn=loss, on_step=on_step)
+        return train_classifier(model, tokenizer, data.train, cfg, out_dir or Path(scratch), loss_fn=loss,
+                                on_step=on_step, score=training_score(model, tokenizer, data.validation,
+                                                                      cfg.max_length))
 
 
 def _train_ticket(model, tokenizer, data: DataSplits, cfg: LotteryConfig, rewound: dict, keep: dict, loss,

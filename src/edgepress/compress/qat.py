@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from edgepress.compress.distill import KdLoss
+from edgepress.compress.kd import KdLoss
 from edgepress.data import DataSplits
 from edgepress.errors import ModelError
+from edgepress.export.onnx import ExportConfig
 from edgepress.export.parity import (
     ONNX_FILE,
     ParityConfig,
@@ -46,24 +47,25 @@ class QatConfig(TrainConfig, KdLoss):
 
 def quantized_linears(model) -> list[str]:
     """Module names of the encoder's Linears: what `qat` quantizes."""
-    from edgepress.compress.magnitude import prunable_weights
+    from edgepress.models.arch import prunable_weights
 
     return [name.removesuffix(".weight") for name in prunable_weights(model)]
 
 
 def qat(src: Path, out: Path, data: DataSplits, cfg: QatConfig = QatConfig()) -> dict:
     """Fine-tune the classifier in `src` under int8 fake quantization; the weights and learned ranges go to `out`."""
-    from edgepress.compress.magnitude import load_with_kd_targets
+    from edgepress.compress.kd import load_with_kd_targets
     from edgepress.files import artifact_dir
     from edgepress.models.fakequant import QAT_FILE, attach, detach
     from edgepress.models.train import train_classifier
 
-    model, tokenizer, data, loss, _ = load_with_kd_targets(src, data, cfg)
+    model, tokenizer, data, loss, scoring = load_with_kd_targets(src, data, cfg)
     names = quantized_linears(model)
     qmax = 64 if cfg.reduce_range else 127  # onnxruntime.quantization's symmetric int8 range, reduced or not
     attach(model, names, momentum=cfg.momentum, weight_qmax=qmax)
     with tempfile.TemporaryDirectory(prefix="edgepress-qat-") as scratch:  # the loop saves the best epoch there
-        result = train_classifier(model, tokenizer, data.train, data.validation, cfg, Path(scratch), loss_fn=loss)
+        result = train_classifier(model, tokenizer, data.train, cfg, Path(scratch), loss_fn=loss,
+                                  score=scoring["score"])
     ranges = detach(model, names)  # the best epoch's weights and ranges: the loop restored its state
     with artifact_dir(Path(out)) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
@@ -134,7 +136,7 @@ def _float_beside_matmuls(path: Path) -> None:
     onnx.save(model, str(path))
 
 
-def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg) -> dict:
+def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig = ExportConfig()) -> dict:
     """The QDQ int8 graph of a QAT artifact: the float model exported (hard parity against torch), then quantized by
     onnxruntime.quantization with the learned input ranges as its calibration (nothing is re-calibrated), inputs
     only (`OpTypesToExcludeOutputQuantization`), checked against the fake-quantized torch model."""

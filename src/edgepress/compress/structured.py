@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field, field_validator
 
-from edgepress.compress.distill import KdLoss
+from edgepress.compress.kd import KdLoss
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError, missing
 from edgepress.models.arch import arch_of, keep_neurons, layer_list, neurons_of, part
@@ -62,7 +62,12 @@ class FfnConfig(_Recovery):
     """The `ffn` method: keep the `keep` most important FFN neurons of every layer (the same number in each)."""
 
 
-BASELINE = "baseline"  # `teacher: baseline`: the runner puts the run's baseline dir in its place
+BASELINE = "baseline"  # `teacher: baseline`: the run's baseline dir goes in its place (`fill_teacher`)
+
+
+def fill_teacher(params: dict, run) -> dict:
+    """`teacher: baseline` is the run's baseline model dir (`RunContext.baseline`)."""
+    return {**params, "teacher": str(run.baseline)} if params.get("teacher") == BASELINE else params
 
 
 def check_structured(model, tokenizer, cfg: _Recovery) -> None:
@@ -166,7 +171,7 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
     """Prune `what` (heads, ffn) of the model in `src` by importance and recover it into `out`."""
     if is_sentence_dir(src):
         return _prune_embedder(src, out, data, cfg, what)
-    from edgepress.compress.distill import kd_training
+    from edgepress.compress.kd import kd_training, training_score
     from edgepress.files import artifact_dir
     from edgepress.models.introspect import param_counts
     from edgepress.models.loading import load_classifier
@@ -183,7 +188,8 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
     scores = _gated_importance(model, tokenizer, data, cfg, what)
     pruned = _prune(model, scores, cfg.keep, what)
     with artifact_dir(Path(out)) as tmp:
-        result = train_classifier(model, tokenizer, recovery.train, data.validation, cfg, tmp, loss_fn=loss)
+        result = train_classifier(model, tokenizer, recovery.train, cfg, tmp, loss_fn=loss,
+                                  score=training_score(model, tokenizer, data.validation, cfg.max_length))
     log.info("%s: kept %s of every layer, %d -> %d params, validation %s %.4f", what, cfg.keep, before,
              param_counts(model)["params"], result.score, result.best_val_accuracy)
     return {"pruned": pruned, "importance": scores.round(6).tolist(), "recovered_from": str(cfg.teacher or src),
@@ -211,7 +217,7 @@ def _prune_embedder(src: Path, out: Path, data: DataSplits, cfg: _Recovery, what
     """`_prune_and_recover` for a sentence encoder: its Transformer pruned by the importance of the vector loss
     against the unpruned model's vectors (or `cfg.teacher`'s, a sentence-transformers dir), then recovered to
     them (`distill.vector_training`)."""
-    from edgepress.compress.distill import transfer_set, validation_vectors, vector_loss, vector_training
+    from edgepress.compress.kd import transfer_set, validation_vectors, vector_loss, vector_training
     from edgepress.models.introspect import param_counts
     from edgepress.models.sentence import load_sentence_encoder
 

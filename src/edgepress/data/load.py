@@ -12,16 +12,10 @@ from edgepress.data.dataset import DataSplits, TextSet, hold_out, split_examples
 from edgepress.data.imdb import imdb_sentences
 from edgepress.data.movie import ID2LABEL, load_movie_snippets
 from edgepress.data.pairs import read_pairs
-from edgepress.data.sources import RawSource, read_source
+from edgepress.data.sources import SHOWN, RawSource, column_texts, read_source, row_numbers
 from edgepress.errors import DataError
 
-SHOWN = 5  # rows named in an error message
 TEXT_FILES = (".txt", ".csv", ".jsonl")  # what data.unlabeled and a fidelity set may be
-
-
-def _rows(indices: list[int]) -> str:
-    more = f" and {len(indices) - SHOWN} more" if len(indices) > SHOWN else ""
-    return ", ".join(str(i + 1) for i in indices[:SHOWN]) + more
 
 
 def _check_columns(raw: RawSource, cfg: DataConfig) -> None:
@@ -36,17 +30,6 @@ def _check_columns(raw: RawSource, cfg: DataConfig) -> None:
                     f"{where} has no {role} column '{column}'; its columns are: {', '.join(columns)}. "
                     f"Fix: set data.{role}_column to one of them"
                 )
-
-
-def _texts(rows: list[dict], column: str, where: str) -> tuple[str, ...]:
-    values = [row.get(column) for row in rows]
-    bad = [i for i, v in enumerate(values) if not isinstance(v, str) or not v.strip()]
-    if bad:
-        raise DataError(
-            f"{where}: column '{column}' must hold non-empty text; rows {_rows(bad)} do not "
-            f"(first: {values[bad[0]]!r}). Fix: drop or fill those rows"
-        )
-    return tuple(v.strip() for v in values)
 
 
 def _is_int_like(value: object) -> bool:
@@ -76,7 +59,7 @@ def _keys(raw: RawSource, cfg: DataConfig) -> dict[str, list[str]]:
             first = rows[bad[0]].get(cfg.label_column)
             raise DataError(
                 f"{cfg.source} ({split}): column '{cfg.label_column}' must hold a class name or id; rows "
-                f"{_rows(bad)} do not (first: {first!r}). Fix: drop or fill those rows"
+                f"{row_numbers(bad)} do not (first: {first!r}). Fix: drop or fill those rows"
             )
         keys[split] = split_keys
     return keys
@@ -130,7 +113,7 @@ def _text_sets(raw: RawSource, cfg: DataConfig, label2id) -> tuple[dict[str, Tex
             raise DataError(f"{cfg.source}: ids must be unique; repeated: {', '.join(duplicated[:SHOWN])}. "
                             f"Fix: make the id column unique, or drop it (rows are then numbered)")
         labels = np.array([mapping[k] for k in keys[split]], dtype=np.int64)
-        sets[split] = TextSet(ids, _texts(rows, cfg.text_column, f"{cfg.source} ({split})"), labels)
+        sets[split] = TextSet(ids, column_texts(rows, cfg.text_column, f"{cfg.source} ({split})"), labels)
     return sets, id2label
 
 
@@ -145,9 +128,9 @@ def load_data(cfg: DataConfig, label2id: Mapping[str, int] | None = None) -> Dat
     raw = _demo_source() if cfg.source == DEMO_SOURCE else read_source(cfg.source, cfg.label_column)
     _check_columns(raw, cfg)
     sets, id2label = _text_sets(raw, cfg, label2id)
-    (train, validation, test), note = _resolve_splits(sets, cfg)
+    (train, validation, test), note = resolve_splits(sets, cfg)
     ignored = f"splits not read: {', '.join(raw.ignored)}" if raw.ignored else ""
-    _check_sizes({"train": train, "validation": validation, "test": test}, cfg)
+    check_sizes({"train": train, "validation": validation, "test": test}, cfg)
     fidelity = {name: _fidelity_set(name, path, cfg, id2label) for name, path in cfg.fidelity_sets.items()}
     pairs = read_pairs(cfg.pairs) if cfg.pairs else None
     data = DataSplits(train, validation, test, id2label, cfg.source, "; ".join(filter(None, [note, ignored])), (),
@@ -177,7 +160,7 @@ def _text_lines(path) -> tuple[str, ...]:
     lines = text.splitlines()
     empty = [i for i, line in enumerate(lines) if not line.strip()]
     if empty:
-        raise DataError(f"{path}: lines {_rows(empty)} are empty. Fix: one text per line, no empty lines")
+        raise DataError(f"{path}: lines {row_numbers(empty)} are empty. Fix: one text per line, no empty lines")
     return tuple(line.strip() for line in lines)
 
 
@@ -223,7 +206,7 @@ def _unlabeled_file(cfg: DataConfig, source: str, id2label: dict[int, str]) -> t
         if rows and cfg.text_column not in rows[0]:
             raise DataError(f"data.unlabeled {path} has no text column '{cfg.text_column}'; its columns are: "
                             f"{', '.join(rows[0])}. Fix: set data.text_column, or give a .txt file")
-        texts = _texts(rows, cfg.text_column, f"data.unlabeled {path}")
+        texts = column_texts(rows, cfg.text_column, f"data.unlabeled {path}")
     names = {str(k) for k in id2label} | {v.lower() for v in id2label.values()}
     if not texts or all(t.lower() in names for t in texts):
         what = "has no texts" if not texts else \
@@ -252,7 +235,7 @@ def _fidelity_set(name: str, path: str, cfg: DataConfig, id2label: dict[int, str
         columns = ", ".join(rows[0]) if rows else "none (no rows)"
         raise DataError(f"{where} has no text column '{cfg.text_column}'; its columns are: {columns}. Fix: set "
                         f"data.text_column, or give a .txt file")
-    texts = _texts(rows, cfg.text_column, where)
+    texts = column_texts(rows, cfg.text_column, where)
     labels = np.full(len(texts), -1, np.int64)
     if cfg.label_column in rows[0]:
         raw = RawSource({"all": rows}, None)
@@ -262,7 +245,7 @@ def _fidelity_set(name: str, path: str, cfg: DataConfig, id2label: dict[int, str
     return TextSet(tuple(f"{name}:{i}" for i in range(len(texts))), texts, labels)
 
 
-def _resolve_splits(sets: dict[str, TextSet], cfg: DataConfig) -> tuple[tuple[TextSet, TextSet, TextSet], str]:
+def resolve_splits(sets: dict[str, TextSet], cfg: DataConfig) -> tuple[tuple[TextSet, TextSet, TextSet], str]:
     """(train, validation, test) from the splits a source has, and how they were made ("" when as given)."""
     held = f"a seeded {cfg.split.validation:g} of train{' (by label)' if cfg.stratified else ''} held out as " \
         f"validation"
@@ -281,7 +264,8 @@ def _resolve_splits(sets: dict[str, TextSet], cfg: DataConfig) -> tuple[tuple[Te
     return split_examples(sets["train"], cfg.split, cfg.stratified), "a train split alone: split by data.split"
 
 
-def _check_sizes(splits: dict[str, TextSet], cfg: DataConfig) -> None:
+def check_sizes(splits: dict[str, TextSet], cfg: DataConfig) -> None:
+    """A DataError with its fix when a split is empty."""
     empty = [name for name, part in splits.items() if len(part) == 0]
     if empty:
         sizes = ", ".join(f"{name} {len(part)}" for name, part in splits.items())
@@ -303,7 +287,7 @@ def load_texts(source: str, text_column: str = "text") -> tuple[str, ...]:
         if text_column not in rows[0]:
             raise DataError(f"{where} has no text column '{text_column}'; its columns are: {', '.join(rows[0])}. "
                             f"Fix: name the column that holds the text (--text-column)")
-        texts += _texts(rows, text_column, where)
+        texts += column_texts(rows, text_column, where)
     if not texts:
         raise DataError(f"{source} has no texts. Fix: point --data at a file with a text per row")
     return tuple(texts)

@@ -27,8 +27,7 @@ def _score(value: object) -> float | None:
 
 
 def _file_rows(source: str) -> list[tuple[str, str, float]]:
-    from edgepress.data.load import _rows, _texts
-    from edgepress.data.sources import named_file, read_file
+    from edgepress.data.sources import column_texts, named_file, read_file, row_numbers
 
     where, fix = f"data.pairs {source}", f"a .csv or .jsonl file with {', '.join(COLUMNS)} columns, or {DEMO_PAIRS}"
     rows = read_file(named_file(source, "data.pairs", (".csv", ".jsonl"), f"the path of {fix}", fix))
@@ -39,11 +38,11 @@ def _file_rows(source: str) -> list[tuple[str, str, float]]:
     if absent:
         raise DataError(f"{where} has no {', '.join(absent)} column; its columns are: {', '.join(rows[0])}. Fix: "
                         f"name the columns {', '.join(COLUMNS)}")
-    first, second = _texts(rows, "sentence1", where), _texts(rows, "sentence2", where)
+    first, second = column_texts(rows, "sentence1", where), column_texts(rows, "sentence2", where)
     scores = [_score(row.get("score")) for row in rows]
     bad = [i for i, s in enumerate(scores) if s is None]
     if bad:
-        raise DataError(f"{where}: column 'score' must hold a number; rows {_rows(bad)} do not (first: "
+        raise DataError(f"{where}: column 'score' must hold a number; rows {row_numbers(bad)} do not (first: "
                         f"{rows[bad[0]].get('score')!r}). Fix: drop or fill those rows")
     return list(zip(first, second, scores, strict=True))
 

@@ -10,10 +10,29 @@ from edgepress.errors import DataError, missing
 SPLIT_ALIASES = {"train": ("train",), "validation": ("validation", "valid", "dev"), "test": ("test",)}
 UNLABELED = ("unsupervised", "unlabeled", "unlabelled")  # splits without labels (IMDB's unsupervised: labels -1)
 FILE_KINDS = (".csv", ".jsonl")
+SHOWN = 5  # rows named in an error message
 FIX_SOURCE = (
     "Fix: give a .csv or .jsonl file, a directory with train (and test) .csv/.jsonl files, a dataset saved with "
     "datasets' save_to_disk, or demo:movie-snippets"
 )
+
+
+def row_numbers(indices: list[int]) -> str:
+    """Rows `indices` (0-based) as an error names them: 1-based, the first SHOWN, and how many more."""
+    more = f" and {len(indices) - SHOWN} more" if len(indices) > SHOWN else ""
+    return ", ".join(str(i + 1) for i in indices[:SHOWN]) + more
+
+
+def column_texts(rows: list[dict], column: str, where: str) -> tuple[str, ...]:
+    """The stripped texts of `column` in every row; a DataError naming the rows whose value is not non-empty text."""
+    values = [row.get(column) for row in rows]
+    bad = [i for i, v in enumerate(values) if not isinstance(v, str) or not v.strip()]
+    if bad:
+        raise DataError(
+            f"{where}: column '{column}' must hold non-empty text; rows {row_numbers(bad)} do not "
+            f"(first: {values[bad[0]]!r}). Fix: drop or fill those rows"
+        )
+    return tuple(v.strip() for v in values)
 
 
 @dataclass(frozen=True)
@@ -48,7 +67,7 @@ def _read_csv(path: Path) -> list[dict]:
     return rows
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict]:
     rows = []
     with path.open(encoding="utf-8-sig") as f:
         for number, line in enumerate(f, start=1):
@@ -83,7 +102,7 @@ def read_file(path: Path) -> list[dict]:
     try:
         if path.suffix == ".csv":
             return _read_csv(path)
-        return _read_jsonl(path)
+        return read_jsonl(path)
     except UnicodeDecodeError as e:
         raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). Fix: save it as UTF-8") from e
     except csv.Error as e:  # a NUL byte, an unterminated quote at the end of the file
@@ -92,7 +111,7 @@ def read_file(path: Path) -> list[dict]:
         raise DataError(f"{path} cannot be read: {e.strerror}. Fix: check the path and its permissions") from e
 
 
-def _split_files(directory: Path, kinds: tuple[str, ...] = FILE_KINDS) -> dict[str, Path]:
+def split_files(directory: Path, kinds: tuple[str, ...] = FILE_KINDS) -> dict[str, Path]:
     """{train, validation, test: the file of `directory` for it}, by name (train.csv, TEST.jsonl, dev.csv), of the
     suffixes `kinds`; two files for one split are an error."""
     found: dict[str, list[Path]] = {}
@@ -156,7 +175,7 @@ def read_source(source: str, label_column: str) -> RawSource:
         return RawSource({"all": read_file(path)})
     if _is_hf_dataset(path):
         return _read_hf_dataset(path, label_column)
-    files = _split_files(path)
+    files = split_files(path)
     if "train" not in files:
         found = ", ".join(sorted(p.name for p in files.values())) or "none"
         raise DataError(f"data directory {source} needs a train file (found: {found}). {FIX_SOURCE}")

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
+from edgepress.data.conll import conll2003, read_conll
 from edgepress.data.dataset import TextSet
 from edgepress.errors import DataError
 
 IGNORED = -100  # a position no loss or metric reads (torch's CrossEntropyLoss ignore_index)
 CONLL_SUFFIXES = (".conll", ".txt", ".iob", ".bio", ".tsv")
-DOCSTART = "-DOCSTART-"
 WORD = re.compile(r"\w+|[^\w\s]")  # how a text with character spans is split into words: BERT's pre-tokenizer's cut
 SCHEMES = ("IOB2", "IOBES", "IO")
 
@@ -72,29 +72,6 @@ def check_tag_names(tag_names: Sequence[str], where: str) -> None:
 
 # --- reading files
 
-def read_conll(path: Path) -> list[tuple[list[str], list[str]]]:
-    """(words, tags) per sentence of a CoNLL-style file: white-space separated columns, the word first and the tag
-    last (CoNLL-2003's four columns, or two), a blank line between sentences."""
-    sentences, words, tags = [], [], []
-    with path.open(encoding="utf-8-sig") as f:
-        for number, line in enumerate(f, start=1):
-            columns = line.split()
-            if not columns or columns[0] == DOCSTART:
-                if words:
-                    sentences.append((words, tags))
-                words, tags = [], []
-                continue
-            if len(columns) < 2:
-                raise DataError(f"{path}: line {number} ({line.strip()!r}) has a word and no tag. Fix: a word and its "
-                                f"tag per line, separated by white space, the tag last; a blank line between "
-                                f"sentences")
-            words.append(columns[0])
-            tags.append(columns[-1])
-    if words:
-        sentences.append((words, tags))
-    return sentences
-
-
 def words_of(text: str) -> list[tuple[str, int, int]]:
     """(word, start, end) of each word of `text`: runs of letters and digits, and each other character alone."""
     return [(m.group(), m.start(), m.end()) for m in WORD.finditer(text)]
@@ -135,10 +112,10 @@ def _prefixed(position: int, length: int, scheme: str) -> str:
 def read_tagged_jsonl(path: Path, scheme: str) -> list[tuple[list[str], list[str]]]:
     """(words, tags) per line of a JSON-lines file: `tokens` and `tags` (tag names, as long as the tokens), or
     `text` and `spans` (character offsets and a label each: tags made in `scheme`)."""
-    from edgepress.data.sources import _read_jsonl
+    from edgepress.data.sources import read_jsonl
 
     sentences = []
-    for number, row in enumerate(_read_jsonl(path), start=1):
+    for number, row in enumerate(read_jsonl(path), start=1):
         where = f"{path}: line {number}"
         if "tokens" in row and "tags" in row:
             words, tags = row["tokens"], row["tags"]
@@ -234,12 +211,10 @@ FIX_TAGGED = (f"Fix: give {DEMO_TAGGED}, a CoNLL-style ({', '.join(CONLL_SUFFIXE
 
 def _tagged_source(source: str, scheme: str) -> dict[str, list[tuple[list[str], list[str]]]]:
     """Sentences per split of `source` ({"all": ...} for a single file, to be split by data.split)."""
-    from edgepress.data.sources import _split_files
+    from edgepress.data.sources import split_files
     from edgepress.errors import missing
 
     if source == DEMO_TAGGED:
-        from edgepress.data.conll import conll2003
-
         return {split: conll2003(split) for split in ("train", "validation", "test")}
     if source.startswith("demo:"):
         raise DataError(f"{source} is a classifier's data (texts with a label each); a token classifier reads "
@@ -249,7 +224,7 @@ def _tagged_source(source: str, scheme: str) -> dict[str, list[tuple[list[str], 
         raise DataError(f"data source {missing(source)}. {FIX_TAGGED}")
     if path.is_file():
         return {"all": read_tagged(path, scheme)}
-    files = _split_files(path, TAGGED_KINDS)
+    files = split_files(path, TAGGED_KINDS)
     if "train" not in files:
         raise DataError(f"data directory {source} has no train file of a token classifier's data "
                         f"({', '.join(TAGGED_KINDS)}). {FIX_TAGGED}")
@@ -270,7 +245,7 @@ def load_tagged(cfg, label2id: Mapping[str, int]):
     (a `DataConfig`), its tags mapped through the model's `label2id`; splits missing from the source are made as
     `load_data` makes them."""
     from edgepress.data.dataset import DataSplits
-    from edgepress.data.load import _check_sizes, _resolve_splits
+    from edgepress.data.load import check_sizes, resolve_splits
 
     extras = [name for name, value in (("data.fidelity_sets", cfg.fidelity_sets), ("data.pairs", cfg.pairs))
               if value]
@@ -284,8 +259,8 @@ def load_tagged(cfg, label2id: Mapping[str, int]):
         prefix = "" if split == "all" else f"{split}:"
         sets[split] = TaggedSet.of([f"{prefix}{i}" for i in range(len(sentences))], [w for w, _ in sentences],
                                    tag_ids(sentences, label2id, where))
-    (train, validation, test), note = _resolve_splits(sets, cfg)
-    _check_sizes({"train": train, "validation": validation, "test": test}, cfg)
+    (train, validation, test), note = resolve_splits(sets, cfg)
+    check_sizes({"train": train, "validation": validation, "test": test}, cfg)
     id2label = {i: name for name, i in label2id.items()}
     from edgepress.data.load import with_unlabeled
 

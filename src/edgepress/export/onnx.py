@@ -214,13 +214,8 @@ def export_model_object(model, tokenizer, out_dir: Path, texts: tuple[str, ...],
 def export_onnx(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig = ExportConfig()) -> dict:
     """Export `model_dir` to `out_dir`/model.onnx (+ config.json, tokenizer) and check it against torch on real
     `texts`; returns {"parity": numbers, "attention"}. Nothing is left in `out_dir` when a check fails."""
-    from edgepress.models.fakequant import QAT_FILE
     from edgepress.models.loading import load_classifier
     from edgepress.models.sentence import is_sentence_dir, load_sentence_encoder
 
-    if (Path(model_dir) / QAT_FILE).is_file():  # a qat artifact: its int8 graph
-        from edgepress.compress.qat import export_qat
-
-        return export_qat(Path(model_dir), out_dir, texts, cfg)
     model, tokenizer = (load_sentence_encoder if is_sentence_dir(model_dir) else load_classifier)(model_dir)
     return export_model_object(model, tokenizer, out_dir, texts, cfg, f"ONNX export of {model_dir}")

@@ -89,6 +89,23 @@ class OptimizeConfig(BaseModel):
                                                      "timed after (a run fills in the next stage's params)")
 
 
+def later_params(params: dict, run) -> dict:
+    """What an `optimize` stage that times its fusions takes from the stages after it (`RunContext.later`): the next
+    stage's int8-dynamic params with the target's defaults (`quantized_with`), and `natural` when a later stage's
+    speed gate judges natural lengths (the candidates are then timed there). Part of the stage's reuse key too:
+    timings made for another quantization or shape are not reused."""
+    if params.get("fusions") == "all":
+        return {}
+    return {**({"natural": True} if run.natural_later else {}),
+            **({"quantized_with": run.later[0][1]} if run.later and run.later[0][0] == "int8-dynamic" else {})}
+
+
+def fill_optimize(params: dict, run) -> dict:
+    """fusions: auto times what ships: on the run's threads and latency shape, quantized as the next stage will."""
+    return {"threads": run.threads, "latency": run.latency, "quantized_with": None, **later_params(params, run),
+            **params}
+
+
 class Fp16Config(BaseModel):
     """The `fp16` method (for CUDA): float16 weights and compute; inputs stay int64 and logits float32."""
 

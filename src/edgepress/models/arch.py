@@ -147,3 +147,34 @@ def keep_neurons(arch: Arch, layer, kept: list[int]) -> None:
     total = neurons_of(arch, layer)
     _shrink(layer, arch.ffn_in, _rows(1, kept, 2 if arch.gated_ffn else 1, total), dim=0)
     _shrink(layer, arch.ffn_out, kept, dim=1)
+
+
+def _part(module, in_encoder: bool, in_base: bool) -> str | None:
+    import torch.nn as nn
+
+    if isinstance(module, nn.LayerNorm):
+        return "layernorm"
+    if isinstance(module, nn.Embedding):
+        return "embeddings"
+    if isinstance(module, nn.Linear):
+        return "encoder" if in_encoder else "pooler" if in_base else "classifier"
+    return None
+
+
+def prunable_weights(model, include: tuple[str, ...] = ()) -> dict:
+    """name -> weight Parameter of everything the methods prune: the encoder layers' Linear weights, and the parts
+    `include` names."""
+    base = getattr(model, model.base_model_prefix, model)  # an encoder without a head (AutoModel) is its own base
+    if arch_for(model.config.model_type) is None:
+        raise ConfigError(f"unstructured pruning supports the encoder families edgepress knows "
+                          f"({', '.join(sorted(ARCHS))}); got {model.config.model_type}. Fix: a model of one of "
+                          f"those families")
+    layers = layer_list(model)
+    encoder = {id(m) for layer in layers for m in layer.modules()}
+    inside = {id(m) for m in base.modules()}
+    chosen = {}
+    for name, module in model.named_modules():
+        part = _part(module, id(module) in encoder, id(module) in inside)
+        if part == "encoder" or (part is not None and part in include):
+            chosen[f"{name}.weight"] = module.weight
+    return chosen

@@ -84,16 +84,6 @@ def evaluate_classifier(model, tokenizer, examples: TextSet, max_length: int) ->
     return classification_metrics(examples.labels, preds), preds
 
 
-def validation_score(model, tokenizer, part: TextSet, max_length: int) -> tuple[str, float]:
-    """(name, value) of the model's score on `part`: the accuracy of a classifier, the entity-level F1 of a token
-    classifier on tagged sentences (`TaggedSet`). What a training run keeps its best epoch by."""
-    from edgepress.tasks import scored_task
-
-    task = scored_task(model, part)
-    preds = task.torch_predictions(model, tokenizer, part.texts, max_length)
-    return task.primary, task.scores(part, preds)[task.primary]
-
-
 def predict_word_logits(model, tokenizer, texts: tuple[str, ...] | list[str], max_length: int,
                         batch_size: int = 64) -> list[np.ndarray]:
     """A token classifier's logits per word, (words, num_labels) float32 for each text, its words split on white

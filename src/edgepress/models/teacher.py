@@ -10,6 +10,7 @@ from edgepress.errors import ModelError, missing
 from edgepress.files import atomic_dir, listed_files, read_json, write_json
 from edgepress.logs import step
 from edgepress.models.train import TrainConfig, TrainResult, train_classifier
+from edgepress.tasks import CLASSIFICATION
 
 TEACHER = "demo:minilm-movie"
 ENCODER = "demo:minilm"  # the encoder itself, all-MiniLM-L6-v2 as its package ships it: a sentence-transformers dir
@@ -48,7 +49,8 @@ def build_teacher(out: Path, data: DataSplits | None = None, recipe: TrainConfig
     )
     tokenizer = AutoTokenizer.from_pretrained(encoder_dir())
     with atomic_dir(Path(out)) as tmp:
-        result = train_classifier(model, tokenizer, data.train, data.validation, recipe, tmp)
+        result = train_classifier(model, tokenizer, data.train, recipe, tmp,
+                                  score=CLASSIFICATION.training_score(tokenizer, data.validation, recipe.max_length))
         write_json(tmp / MANIFEST, {
             "name": TEACHER, "recipe_version": RECIPE_VERSION, "encoder": ENCODER_REQUIREMENT,
             "recipe": recipe.model_dump(), "data": data.source, "data_sha256": data.manifest()["sha256"],

@@ -30,7 +30,7 @@ from edgepress.data.tagged import IGNORED, TaggedSet, first_subword_words, tags_
 from edgepress.errors import ConfigError, ModelError
 from edgepress.interrupt import check as check_interrupt
 from edgepress.logs import Pace
-from edgepress.models.evaluate import forward_inputs, validation_score
+from edgepress.models.evaluate import forward_inputs
 
 EPOCHS = "passes over the train split; the epoch with the best validation accuracy is kept"
 MAX_LENGTH = "tokens per example after truncation (in a pipeline: data.max_length unless set)"
@@ -200,12 +200,11 @@ def _optimizer(model, cfg: TrainConfig, steps: int):
     return optimizer, get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * steps), steps)
 
 
-def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg: TrainConfig, out_dir: Path,
-                     loss_fn: LossFn = _default_loss, on_step: StepHook | None = None,
-                     keep_from_epoch: int = 1, score: Score | None = None,
+def train_classifier(model, tokenizer, train: TextSet, cfg: TrainConfig, out_dir: Path, *, score: Score,
+                     loss_fn: LossFn = _default_loss, on_step: StepHook | None = None, keep_from_epoch: int = 1,
                      save: Callable[[object, Path], None] | None = None) -> TrainResult:
-    """Fine-tune `model` on `train`; the epoch with the best validation score (`validation_score`: accuracy, or a
-    token classifier's entity F1; or `score`, e.g. a sentence encoder's neighbour overlap; best_val_accuracy then
+    """Fine-tune `model` on `train`; the epoch with the best validation `score` (the caller's task's: a
+    classifier's accuracy, a token classifier's entity F1, a sentence encoder's neighbour overlap; best_val_accuracy
     holds it) is saved to `out_dir` (with the tokenizer; by
     `save(model, dir)` for a model that is not a transformers one) and loaded back into `model`. `on_step(unwrapped
     model, step)` runs after every optimizer step. Epochs before `keep_from_epoch` are trained and evaluated but
@@ -228,7 +227,7 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
             pace = Pace(f"epoch {epoch}/{cfg.epochs}", len(loader) * cfg.batch_size)
             loss = _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn, progress, epoch, counter, pace)
             rate = pace.rate(len(loader) * cfg.batch_size)
-            name, value = _validation_score(accelerator.unwrap_model(model), tokenizer, validation, cfg, score)
+            name, value = score[0], float(score[1](accelerator.unwrap_model(model)))
             history.append({"epoch": epoch, "train_loss": loss, f"val_{name}": value})
             log.info("epoch %d/%d: train loss %.4f, validation %s %.4f (%s texts/s)", epoch, cfg.epochs, loss,
                      name.replace("_", " "), value, f"{rate:,.0f}")
@@ -247,14 +246,6 @@ def train_classifier(model, tokenizer, train: TextSet, validation: TextSet, cfg:
         tokenizer.save_pretrained(out_dir)
     accelerator.wait_for_everyone()
     return TrainResult(best[0], best[1], time.perf_counter() - start, history, name)
-
-
-def _validation_score(model, tokenizer, validation: TextSet, cfg: TrainConfig, score: Score | None
-                      ) -> tuple[str, float]:
-    """(name, value) of what selects the epoch kept: `score`, else the model's own (`validation_score`)."""
-    if score is not None:
-        return score[0], float(score[1](model))
-    return validation_score(model, tokenizer, validation, cfg.max_length)
 
 
 def _accelerator(cfg: TrainConfig):

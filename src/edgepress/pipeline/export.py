@@ -7,11 +7,11 @@ from edgepress.data import DEMO_SOURCE
 from edgepress.data.load import load_texts
 from edgepress.deploy.bundle import EXPORTED
 from edgepress.errors import ConfigError
-from edgepress.export.onnx import ExportConfig, export_onnx
+from edgepress.export.onnx import ExportConfig
 from edgepress.export.optimize import OptimizeConfig, optimize_onnx
 from edgepress.files import listed_files, replace_dir, write_json
-from edgepress.models.fakequant import QAT_FILE
 from edgepress.models.teacher import resolve_model
+from edgepress.registry import METHODS, torch_kind
 
 
 def export_model(model: str, out: Path, optimize: OptimizeConfig | None, cfg: ExportConfig = ExportConfig(),
@@ -20,7 +20,8 @@ def export_model(model: str, out: Path, optimize: OptimizeConfig | None, cfg: Ex
     given; parity is checked after each step on the texts of `data` (labels are not read: any model, any labels).
     Returns what each step recorded; `out` appears whole or not at all."""
     model_dir = resolve_model(model)
-    if optimize is not None and (model_dir / QAT_FILE).is_file():
+    kind = torch_kind(model_dir)
+    if optimize is not None and kind == "torch-qat":
         raise ConfigError(f"{model_dir} is a qat model: it exports straight to its int8 graph, which the float "
                           f"fusions would not fit. Fix: add --no-optimize (ONNX Runtime fuses the int8 graph itself "
                           f"when a session starts)")
@@ -29,7 +30,7 @@ def export_model(model: str, out: Path, optimize: OptimizeConfig | None, cfg: Ex
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as scratch:
         result = Path(scratch) / "onnx"
-        steps = {"export": export_onnx(model_dir, result, texts, cfg)}
+        steps = {"export": METHODS["export"].function(kind)(model_dir, result, texts, cfg)}
         if optimize is not None:
             steps["optimize"] = optimize_onnx(result, Path(scratch) / "fused", texts, optimize)
             result = Path(scratch) / "fused"

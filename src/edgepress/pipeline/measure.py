@@ -8,7 +8,7 @@ import numpy as np
 
 from edgepress.data import DataSplits
 from edgepress.data.dataset import TextSet
-from edgepress.models.introspect import size_metrics
+from edgepress.models.introspect import param_counts, size_metrics
 from edgepress.pipeline.latency import latency_metrics, onnx_path
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.runtime.predictor import SPINNING
@@ -17,6 +17,17 @@ from edgepress.tasks import CLASSIFICATION
 # How ONNX artifacts are evaluated and timed, part of their stages' resume key: records made another way are not
 # reused
 ONNX_EVALUATION = f"one text per call; timed with workers spinning {SPINNING}"
+
+
+def measure_model_dir(model_dir: Path, data: DataSplits, max_length: int, task=CLASSIFICATION
+                      ) -> tuple[dict, np.ndarray]:
+    """(metrics, test predictions) of an HF model dir: its task's scores (a classifier's accuracy with CI,
+    macro-F1), params, size."""
+    from edgepress.models.fakequant import load_for_inference
+
+    model, tokenizer = load_for_inference(model_dir)  # a qat artifact runs as it was trained: fake-quantized
+    preds = task.torch_predictions(model, tokenizer, data.test.texts, max_length)
+    return {**task.scores(data.test, preds), **param_counts(model), **size_metrics(model_dir)}, preds
 
 
 def onnx_predictions(model_dir: Path, texts: tuple[str, ...], max_length: int, threads: int | None,
@@ -47,8 +58,6 @@ def measure_artifact(artifact: Path, data: DataSplits, max_length: int, provider
     """(metrics, test predictions) of a torch model dir or ONNX dir."""
     path = onnx_path(artifact)
     if path is None:
-        from edgepress.pipeline.baseline import measure_model_dir
-
         metrics, preds = measure_model_dir(artifact, data, max_length, task)
         providers = tuple(p for p in providers if p == "cpu")  # torch models are timed on CPU
     else:

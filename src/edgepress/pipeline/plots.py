@@ -4,7 +4,8 @@ Pareto front drawn; benchmarks/compare.py draws the same plot for its candidates
 import io
 
 
-def _svg(figure) -> str:
+def svg_of(figure) -> str:
+    """A matplotlib figure as inline SVG text."""
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg", bbox_inches="tight")
     text = buffer.getvalue()
@@ -38,7 +39,7 @@ def stage_plots(report: dict) -> dict[str, str]:
                                                                       for _, m in rows]]
     ax.errorbar(x, acc, yerr=err, fmt="o", capsize=4)
     ax.set(xticks=list(x), xticklabels=names, ylabel=label)
-    plots["accuracy"] = _svg(fig)
+    plots["accuracy"] = svg_of(fig)
 
     fig, ax = plt.subplots(figsize=(6, 3))
     cpu = [m.get("latency", {}).get("cpu") for _, m in rows]
@@ -48,14 +49,14 @@ def stage_plots(report: dict) -> dict[str, str]:
     ax.bar([i + 0.2 for i in x], natural, width=0.4, label="natural lengths")
     ax.set(xticks=list(x), xticklabels=names, ylabel="CPU p50 latency (ms)")
     ax.legend()
-    plots["latency"] = _svg(fig)
+    plots["latency"] = svg_of(fig)
 
     fig, ax = plt.subplots(figsize=(6, 3))
     ax.bar(list(x), [m["size_bytes"] / 1e6 for _, m in rows], label="file")
     ax.bar(list(x), [m["size_gzip_bytes"] / 1e6 for _, m in rows], width=0.5, label="gzip")
     ax.set(xticks=list(x), xticklabels=names, ylabel="size (MB)")
     ax.legend()
-    plots["size"] = _svg(fig)
+    plots["size"] = svg_of(fig)
     plt.close("all")
     timed = [(name, c["p50_ms"], m[primary], m[f"{primary}_ci95"]) for (name, m), c in zip(rows, cpu, strict=True)
              if c]
@@ -93,6 +94,6 @@ def pareto_svg(points: list[tuple[str, float, float, list]], xlabel: str,
             label="Pareto front")
     ax.set(xscale="log", xlabel=xlabel, ylabel=ylabel)
     ax.legend(loc="lower right")
-    svg = _svg(fig)
+    svg = svg_of(fig)
     plt.close(fig)
     return svg

@@ -14,12 +14,9 @@ import uuid
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import get_args
 
 import numpy as np
 
-from edgepress.compress.int4 import TORCH_ALGORITHMS
-from edgepress.compress.structured import BASELINE
 from edgepress.configs import build
 from edgepress.data import DataSplits
 from edgepress.data.dataset import missing_classes
@@ -39,7 +36,7 @@ from edgepress.pipeline.measure import ONNX_EVALUATION, measure_scored
 from edgepress.pipeline.report import write_report
 from edgepress.pipeline.rundir import RunDir, attach_log
 from edgepress.pipeline.stagecache import StageCache, machine_key, open_cache
-from edgepress.registry import METHODS
+from edgepress.registry import METHODS, RunContext
 from edgepress.tasks import CLASSIFICATION
 
 log = logging.getLogger(__name__)
@@ -103,7 +100,7 @@ class RunState:
             fallbacks = stage["on_fail"]["fallback"]
             tries = [(stage["method"], stage["params"]), *((a["method"], a["params"]) for a in fallbacks)]
             filled = [{k: f["value"] for k, f in with_target(self.target["name"], m, p)[1].items()} for m, p in tries]
-            read = [files_read(m, p) for m, p in tries]
+            read = [METHODS[m].files_read(p) for m, p in tries]
             stage = {**stage, **({"target_defaults": filled} if any(filled) else {}),
                      **({"files_sha256": read} if any(read) else {})}
         return {"stage": stage, "data": self.cfg.data.model_dump(mode="json"),
@@ -114,7 +111,7 @@ class RunState:
         """What one attempt's result depends on, for the stage cache: the method's full params (a path param by
         the content it names), the input's and the data's content, the runtime, and the machine that measures."""
         params = cfg.model_dump(mode="json")
-        read = files_read(method, params)
+        read = METHODS[method].files_read(params)
         return self.measured_key(method=method, params={k: v for k, v in params.items() if k not in read},
                                  files_sha256=read)
 
@@ -155,19 +152,14 @@ class RunState:
         return {"ids": list(self.data.test.ids), "labels": self.data.test.labels.tolist(),
                 "predictions": preds["test"], "sets": {name: p for name, p in preds.items() if name != "test"}}
 
+    def context(self, stage: StageConfig) -> RunContext:
+        """What `stage`'s methods may take from this run as it stands (`stage_context`)."""
+        return stage_context(self.cfg, stage, self.target["name"], self.torch_source, self.baseline_artifact)
+
     def advance(self, artifact: Path, sha256: str, metrics: dict) -> None:
         self.source, self.source_sha256, self.previous = artifact, sha256, metrics
         if onnx_path(artifact) is None:
             self.torch_source = artifact
-
-
-def files_read(method: str, params: dict) -> dict[str, str]:
-    """{param: sha256} of the files or dirs a method's params name (a path field, e.g. int4's `torch_model`): what
-    they hold can change under the same name."""
-    fields = METHODS[method].config.model_fields
-    paths = {name: Path(value) for name, value in params.items() if name in fields and isinstance(value, str)
-             and value != BASELINE and Path in (fields[name].annotation, *get_args(fields[name].annotation))}
-    return {name: tree_sha256(path) if path.exists() else "missing" for name, path in paths.items()}
 
 
 def runtime_key(runtime: RuntimeConfig) -> dict:
@@ -185,38 +177,26 @@ def _with_parity_limits(params: dict, gate: ParityGate | None, config_type) -> d
     return {**params, "parity": {**params.get("parity", {}), **limits}}
 
 
-def _method_params(state: RunState, stage: StageConfig, params: dict, config_type) -> dict:
-    """The params a method runs with: the stage's, `data.max_length` unless the stage sets its own, the torch model
-    the graph came from for a method that reads it (`torch_model`), the baseline's dir for `teacher: baseline`, the
-    runtime's threads and latency shape and the next stage's int8-dynamic params for `optimize`, and the parity
+def stage_context(cfg: PipelineConfig, stage: StageConfig, target: str, torch_source: Path | None = None,
+                  baseline: Path | None = None) -> RunContext:
+    """What the methods of `stage` may take from the run (`Method.fill`): the run's torch model so far and its
+    baseline, its runtime, and the stages after this one with `target`'s defaults."""
+    later = cfg.stages[cfg.stages.index(stage) + 1:]
+    return RunContext(torch_source=torch_source, baseline=baseline, threads=cfg.runtime.threads,
+                      latency=cfg.runtime.latency.model_dump(),
+                      later=tuple((s.method, with_target(target, s.method, s.params)[0]) for s in later),
+                      natural_later=any(s.gates.latency is not None and s.gates.latency.min_natural_speedup is not None
+                                        for s in later))
+
+
+def _method_params(state: RunState, stage: StageConfig, method: str, params: dict) -> dict:
+    """The params a method runs with: the stage's, `data.max_length` unless the stage sets its own, what the method
+    takes from the run (`Method.fill`: int4's `torch_model`, `teacher: baseline`, optimize's timing), and the parity
     gate's limits. (The target's defaults are already in `params`: `_attempt`.)"""
-    if "max_length" in config_type.model_fields and "max_length" not in params:
+    spec = METHODS[method]
+    if "max_length" in spec.config.model_fields and "max_length" not in params:
         params = {**params, "max_length": state.cfg.data.max_length}
-    if "torch_model" in config_type.model_fields and "torch_model" not in params \
-            and params.get("algorithm") in TORCH_ALGORITHMS:
-        params = {**params, "torch_model": str(state.torch_source)}
-    if "teacher" in config_type.model_fields and params.get("teacher") == BASELINE:
-        params = {**params, "teacher": str(state.baseline_artifact)}
-    if "quantized_with" in config_type.model_fields:  # optimize's fusions: auto times what ships
-        runtime = state.cfg.runtime
-        filled = {"threads": runtime.threads, "latency": runtime.latency.model_dump(), "quantized_with": None,
-                  **next_stage_params(state.cfg.stages, stage, state.target["name"])}
-        params = {**filled, **params}
-    return _with_parity_limits(params, stage.gates.parity, config_type)
-
-
-def next_stage_params(stages: list[StageConfig], stage: StageConfig, target: str) -> dict:
-    """What an `optimize` stage that times its fusions takes from the stages after it: the next stage's int8-dynamic
-    params with the target's defaults (`quantized_with`), and `natural` when a later stage's speed gate judges
-    natural lengths (the candidates are then timed there). Part of the stage's reuse key too: timings made for another
-    quantization or shape are not reused."""
-    if "quantized_with" not in METHODS[stage.method].config.model_fields or stage.params.get("fusions") == "all":
-        return {}
-    later = stages[stages.index(stage) + 1:]
-    natural = any(s.gates.latency is not None and s.gates.latency.min_natural_speedup is not None for s in later)
-    return {**({"natural": True} if natural else {}),
-            **({"quantized_with": with_target(target, later[0].method, later[0].params)[0]}
-               if later and later[0].method == "int8-dynamic" else {})}
+    return _with_parity_limits(spec.filled(params, state.context(stage)), stage.gates.parity, spec.config)
 
 
 def _parity_gates(error: ExportParityError, cfg) -> list[dict]:
@@ -229,7 +209,8 @@ def _call(state: RunState, method: str, cfg, dst: Path) -> dict:
     launcher starts."""
     spec, launch = METHODS[method], state.cfg.runtime.launch
     if launch is None or not spec.trains:
-        return spec.run(state.source, dst, state.data if spec.inputs == "splits" else state.data.validation.texts, cfg)
+        return spec.function(state.kind)(state.source, dst, state.data if spec.inputs == "splits" else
+                                         state.data.validation.texts, cfg)
     job = {"data": state.cfg.data.model_dump(mode="json"), "data_sha256": state.data_sha256,
            "label2id": {name: i for i, name in state.data.id2label.items()}}
     details = launched(launch, method, state.source, dst, cfg.model_dump(mode="json"), job,
@@ -249,7 +230,7 @@ def _attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst
                  default["why"])
     cfg = None
     try:
-        cfg = build(spec.config, _method_params(state, stage, params, spec.config), where=f"stage {stage.name}")
+        cfg = build(spec.config, _method_params(state, stage, method, params), where=f"stage {stage.name}")
         details, metrics, preds = _computed(state, stage, method, cfg, dst)
         details = {**details, **({"target_defaults": filled} if filled else {})}
         _time_speedup(state, stage, metrics, dst)
@@ -417,7 +398,7 @@ def _stages(state: RunState) -> tuple[str, Outcome] | None:
         evaluated = {"evaluation": ONNX_EVALUATION} if METHODS[stage.method].output(state.kind).startswith("onnx") \
             else {}
         key = state.reuse_key({**stage.model_dump(mode="json"), **evaluated,
-                               **next_stage_params(state.cfg.stages, stage, state.target["name"])})
+                               **METHODS[stage.method].later(stage.params, state.context(stage))})
         hit = state.reusable(index, stage.name, key, state.run.stage_dir(index, stage.name) / "model")
         if hit:
             _reuse(state, index, hit)

@@ -1,7 +1,7 @@
 """SEARCH_DIR/report.{md,html}: how the budget was spent, the shape table, every trial, the validation front, the
 finalists on test and the winner's run; built from report.json's dict alone."""
 
-from edgepress.pipeline.plots import _svg
+from edgepress.pipeline.plots import svg_of
 
 
 def _f(value, spec: str) -> str:
@@ -145,7 +145,7 @@ def front_plot(report: dict) -> str | None:
     front = sorted((r for r in rows if r["number"] in report["front"]), key=lambda r: r[key])
     ax.plot([r[key] for r in front], [r["accuracy"] for r in front], "-", color="#17803d")
     ax.set(xlabel="CPU p50 ms" if key == "p50_ms" else "size MB", ylabel="validation accuracy")
-    svg = _svg(fig)
+    svg = svg_of(fig)
     plt.close(fig)
     return svg
 

@@ -638,8 +638,7 @@ def score_finalists(cfg: SearchConfig, prepared: Prepared, finalists: list) -> d
     and the paired drop's CI. A finalist another machine's worker made (its model is not here) is named, not
     scored: that worker's own report scores it."""
     from edgepress.data.metrics import accuracy_drop_ci95
-    from edgepress.pipeline.baseline import measure_model_dir
-    from edgepress.pipeline.measure import measure_artifact
+    from edgepress.pipeline.measure import measure_artifact, measure_model_dir
 
     data, n = prepared.data, cfg.data.max_length
     teacher, teacher_preds = measure_model_dir(prepared.model_dir, data, n)

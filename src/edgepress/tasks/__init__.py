@@ -23,6 +23,9 @@ from edgepress.errors import ConfigError
 from edgepress.logs import tracked
 
 NEIGHBOURS = 10  # the k of neighbour_overlap
+ONLY_TAGGED_WORDS = ("augment makes perturbed copies of texts, whose words would no longer carry their tags: it is "
+                     "not built for token classifiers. Fix: remove augment (a token classifier distils on the train "
+                     "split's tagged sentences and data.unlabeled's texts, which the teacher tags)")
 
 
 def _labelled(part: TextSet) -> bool:
@@ -65,6 +68,11 @@ class Classification:
     def baseline(self, part: TextSet, preds: np.ndarray) -> dict:
         """What the baseline's own metrics add: nothing (its accuracy is its own)."""
         return {}
+
+    def training_score(self, tokenizer, part: TextSet, max_length: int):
+        """(name, fn(model) -> float): what a training run keeps its best epoch by, the primary metric on `part`."""
+        return self.primary, lambda model: self.scores(part, self.torch_predictions(
+            model, tokenizer, part.texts, max_length))[self.primary]
 
     def set_scores(self, part: TextSet, preds: np.ndarray) -> dict:
         """A fidelity set's own figures: its accuracy where the set has labels."""
@@ -211,6 +219,8 @@ class TokenClassification:
         """What the baseline's own metrics add: nothing (its F1 is its own)."""
         return {}
 
+    training_score = Classification.training_score
+
     def set_scores(self, part: TextSet, preds: np.ndarray) -> dict:
         """A set's own entity F1 where it has true tags (the test split with typos has the test split's)."""
         from edgepress.data.metrics import entity_metrics
@@ -277,8 +287,6 @@ def scored_task(model, part: TextSet):
 def check_methods_for(task, stages) -> None:
     """Every stage method built for `task`; the ConfigError lists each that is not."""
     if isinstance(task, TokenClassification):
-        from edgepress.compress.distill import ONLY_TAGGED_WORDS
-
         augmented = [f"stage '{stage.name}' ({method})" for stage in stages for method, params in stage.attempts
                      if params.get("augment") is not None]
         if augmented:

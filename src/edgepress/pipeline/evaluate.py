@@ -1,28 +1,16 @@
-"""Measuring a torch model dir on the test split (the baseline of every run, and `edgepress evaluate`)."""
+"""`edgepress evaluate`: a model (a torch or ONNX dir, a bundle, a run dir, a demo name) measured on one split of the
+user's data, through the run's own measure (`pipeline/measure.py`)."""
 
 from dataclasses import replace
-from pathlib import Path
 
-import numpy as np
-
-from edgepress.data import DataConfig, DataSplits
+from edgepress.data import DataConfig
 from edgepress.errors import ConfigError
-from edgepress.models.fakequant import load_for_inference
-from edgepress.models.introspect import param_counts, size_metrics
 from edgepress.models.loading import label2id_of
 from edgepress.models.sentence import is_sentence_dir
 from edgepress.models.teacher import resolve_model
+from edgepress.pipeline.measure import measure_artifact, measure_model_dir
 from edgepress.runtime.latency import LatencyConfig
-from edgepress.tasks import CLASSIFICATION, task_of
-
-
-def measure_model_dir(model_dir: Path, data: DataSplits, max_length: int, task=CLASSIFICATION
-                      ) -> tuple[dict, np.ndarray]:
-    """(metrics, test predictions) of an HF model dir: its task's scores (a classifier's accuracy with CI,
-    macro-F1), params, size."""
-    model, tokenizer = load_for_inference(model_dir)  # a qat artifact runs as it was trained: fake-quantized
-    preds = task.torch_predictions(model, tokenizer, data.test.texts, max_length)
-    return {**task.scores(data.test, preds), **param_counts(model), **size_metrics(model_dir)}, preds
+from edgepress.tasks import task_of
 
 
 def recorded_max_length(model: str) -> int | None:
@@ -49,7 +37,6 @@ def evaluate_model(model: str, data_cfg: DataConfig, split: str = "test") -> dic
     from edgepress.deploy.bundle import final_of_run
     from edgepress.pipeline.inputs import check_within_positions
     from edgepress.pipeline.latency import onnx_path
-    from edgepress.pipeline.measure import measure_artifact
 
     model_dir = resolve_model(model)
     model_dir = final_of_run(model_dir, "evaluate") or model_dir
