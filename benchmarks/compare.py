@@ -45,6 +45,8 @@ from edgepress.data import DataConfig, load_data
 from edgepress.data.fidelity import demo_registers, with_typos
 from edgepress.data.metrics import accuracy_drop_ci95, classification_metrics
 from edgepress.deploy.targets import CPU_INTEGER_OPS
+from edgepress.device.feeds import bundle_tokenizer, fixed_shape_feeds, load_tokenizer, natural_feeds, position_limit
+from edgepress.device.timing import cpu_flags, cpu_model, seconds_of, summarize
 from edgepress.errors import ConfigError
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import OptimizeConfig, optimize_onnx
@@ -54,16 +56,6 @@ from edgepress.models.loading import label2id_of, read_model_config
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.measure import onnx_predictions
 from edgepress.pipeline.plots import pareto_svg
-from edgepress.runtime.predictor import (
-    cpu_flags,
-    cpu_model,
-    fixed_shape_feeds,
-    load_tokenizer,
-    natural_feeds,
-    position_limit,
-    seconds_of,
-    summarize,
-)
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -225,8 +217,8 @@ def prepare(candidate: Candidate, texts: tuple[str, ...], threads: int, max_leng
     tokenizer = load_tokenizer(candidate.path, limit)
     candidate.feeds = {"fixed": [fixed_shape_feeds(tokenizer, texts, 1, 128, names, limit)],
                        # the texts as the run's bundle reads them: cut at its data.max_length
-                       "natural": natural_feeds(load_tokenizer(candidate.path, min(limit, max_length)),
-                                                texts[:NATURAL], names),
+                       "natural": natural_feeds(bundle_tokenizer(candidate.path, limit, max_length), texts[:NATURAL],
+                                                names),
                        "batch32": [fixed_shape_feeds(tokenizer, texts, 32, 128, names, limit)]}
 
 

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from edgepress.device.feeds import encode, fixed_shape_feeds, load_tokenizer
+from edgepress.device.timing import summarize
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import Fp16Config, OptimizeConfig, fp16_onnx, optimize_onnx
 from edgepress.files import read_json, write_json
-from edgepress.runtime.predictor import encode, fixed_shape_feeds, load_tokenizer, summarize
 from edgepress.runtime.session import SessionConfig, cuda_iobinding_runner, open_session
 
 SHAPES = {"b1_s128": (1, 128, 20, 200), "b32_s128": (32, 128, 5, 50)}  # batch, seq, warm-up, timed runs

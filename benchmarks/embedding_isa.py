@@ -34,8 +34,8 @@ def prepare(work: Path, out: Path, names: list[str]) -> None:
     """The graphs (built here with 8-bit weights), the float graph's vectors of the test texts, the texts."""
     from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
     from edgepress.data import DataConfig, load_data
+    from edgepress.device.predictor import Predictor
     from edgepress.models.teacher import encoder_dir
-    from edgepress.runtime.predictor import Predictor
 
     data = load_data(DataConfig())
     for name in names:
@@ -84,7 +84,8 @@ def torch_encoder(directory: Path, texts: list[str], graph: str):
 def measure(directory: Path, out: Path, rounds: int = 3, timed: int = 300) -> dict:
     import onnxruntime
 
-    from edgepress.runtime.predictor import Predictor, cpu_flags, cpu_model
+    from edgepress.device.predictor import Predictor
+    from edgepress.device.timing import cpu_flags, cpu_model
 
     texts = json.loads((directory / "texts.json").read_text())
     reference = np.load(directory / "reference.npy")

@@ -29,9 +29,9 @@ def main() -> None:
 
     from edgepress.data.metrics import spearman_drop_ci95, sts_metrics
     from edgepress.data.sts import CITATION, REQUIREMENT, sts_pairs
+    from edgepress.device.timing import cpu_model
     from edgepress.files import write_json
     from edgepress.models.teacher import encoder_dir
-    from edgepress.runtime.predictor import cpu_model
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=Path("runs/embeddings"))

@@ -73,8 +73,8 @@ def onnx_chain(source: Path, work: Path, texts: tuple[str, ...], keep_float: tup
 
 def left_out(fused: Path) -> list[str]:
     """The fusions `optimize` left out of the graph in `fused` (what its ort_session.json records)."""
+    from edgepress.device.sessions import SESSION_FILE
     from edgepress.files import read_json
-    from edgepress.runtime.predictor import SESSION_FILE
 
     return read_json(fused / SESSION_FILE)["left_out_fusions"] if (fused / SESSION_FILE).is_file() else []
 
@@ -96,7 +96,7 @@ def open_m2v(candidate: Candidate, texts: tuple[str, ...]) -> None:
     the ONNX candidates' fixed shape holds, decoded; natural: each text; b32: 32 of the 128-token text)."""
     from model2vec import StaticModel
 
-    from edgepress.runtime.predictor import fixed_shape_feeds, load_tokenizer
+    from edgepress.device.feeds import fixed_shape_feeds, load_tokenizer
 
     model = StaticModel.from_pretrained(str(candidate.path))
     tokenizer = load_tokenizer(candidate.path, 128)
@@ -112,7 +112,7 @@ def open_candidate(candidate: Candidate, texts: tuple[str, ...]) -> list:
     if candidate.name == M2V:
         open_m2v(candidate, texts)
         return [[t] for t in texts]
-    from edgepress.runtime.predictor import load_tokenizer, natural_feeds
+    from edgepress.device.feeds import load_tokenizer, natural_feeds
 
     if candidate.name == ST_INT8:
         return open_st(candidate, texts)
@@ -127,7 +127,8 @@ def open_st(candidate: Candidate, texts: tuple[str, ...]) -> list:
     compare.prepare builds them."""
     import onnxruntime
 
-    from edgepress.runtime.predictor import fixed_shape_feeds, load_tokenizer, natural_feeds, session_options
+    from edgepress.device.feeds import fixed_shape_feeds, load_tokenizer, natural_feeds
+    from edgepress.device.sessions import session_options
 
     session = onnxruntime.InferenceSession(str(candidate.path / "model.onnx"), session_options(2),
                                            providers=["CPUExecutionProvider"])
@@ -186,11 +187,11 @@ def main() -> None:
 
     from edgepress.data import DataConfig, load_data
     from edgepress.deploy.targets import detect_target
+    from edgepress.device.timing import cpu_model
     from edgepress.files import read_json, write_json
     from edgepress.models.introspect import size_metrics
     from edgepress.models.teacher import encoder_dir
     from edgepress.pipeline.environment import environment
-    from edgepress.runtime.predictor import cpu_model
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=Path("runs/embeddings"))

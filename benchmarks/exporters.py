@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: t
 from tests.conftest import tiny_bert, tiny_distilbert, tiny_roberta  # noqa: E402
 
 from edgepress.data import DataConfig, load_data
+from edgepress.device.feeds import load_tokenizer
 from edgepress.export.onnx import EXAMPLE, model_inputs, pin_head_counts, torch_runner, write_onnx
 from edgepress.export.optimize import FUSED_OPS
 from edgepress.export.parity import ONNX_FILE, ort_runner, parity_feeds, spread_by_length
@@ -34,7 +35,6 @@ from edgepress.models.loading import load_classifier
 from edgepress.models.teacher import encoder_dir, resolve_model
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.latency import compare_latency
-from edgepress.runtime.predictor import load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session
 
 

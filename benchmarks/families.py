@@ -175,9 +175,9 @@ def markdown(result: dict) -> str:
 def main() -> None:
     from edgepress.cache import cache_dir
     from edgepress.data import DataConfig, load_data
+    from edgepress.device.timing import cpu_model
     from edgepress.files import write_json
     from edgepress.pipeline.environment import environment
-    from edgepress.runtime.predictor import cpu_model
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)

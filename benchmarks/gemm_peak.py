@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from edgepress.runtime.predictor import cpu_flags, cpu_model
+from edgepress.device.timing import cpu_flags, cpu_model
 
 M, K, N = 512, 768, 3072  # 4 sentences x 128 tokens through BERT-base's first FFN matrix
 

@@ -54,7 +54,8 @@ def time_chains(rounds: int) -> list[dict]:
     (median over rounds)."""
     import onnxruntime
 
-    from edgepress.runtime.predictor import session_options, time_runner
+    from edgepress.device.sessions import session_options
+    from edgepress.device.timing import time_runner
 
     kinds = ("SkipLayerNormalization", "Add+Add+LayerNormalization")
     rows = []
@@ -94,9 +95,9 @@ def time_graphs(graphs: list[Path], rounds: int) -> dict:
 
 
 def main() -> None:
+    from edgepress.device.timing import cpu_model
     from edgepress.files import write_json
     from edgepress.pipeline.environment import environment
-    from edgepress.runtime.predictor import cpu_model
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graphs", type=Path, nargs=2, help="two ONNX model dirs to time side by side")

@@ -24,12 +24,12 @@ def main() -> None:
     from edgepress.data import DataConfig
     from edgepress.data.metrics import entity_f1_drop_ci95, entity_metrics
     from edgepress.data.tagged import DEMO_TAGGED, load_tagged
+    from edgepress.device.predictor import Predictor
     from edgepress.files import read_json
     from edgepress.models.introspect import size_metrics
     from edgepress.models.loading import label2id_of, load_classifier
     from edgepress.pipeline.environment import environment
     from edgepress.pipeline.latency import compare_latency, onnx_path
-    from edgepress.runtime.predictor import Predictor
     from edgepress.tasks import task_of
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

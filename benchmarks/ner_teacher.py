@@ -70,7 +70,7 @@ def predict_tags(model, rows, sentences, id2label, pad_id):
     """Each sentence's predicted tag names, one per word (a word truncated away: O)."""
     import torch
 
-    from edgepress.runtime.predictor import first_subword_rows
+    from edgepress.device.feeds import first_subword_rows
 
     out = [None] * len(rows)
     model.eval()

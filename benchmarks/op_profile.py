@@ -16,7 +16,8 @@ from pathlib import Path
 def main() -> None:
 
     from edgepress.data import DataConfig, load_data
-    from edgepress.runtime.predictor import load_session, load_tokenizer, natural_feeds, session_options
+    from edgepress.device.feeds import load_tokenizer, natural_feeds
+    from edgepress.device.sessions import load_session, session_options
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", type=Path, help="an ONNX model dir (model.onnx and its tokenizer)")

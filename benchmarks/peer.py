@@ -27,10 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from edgepress.data import DataConfig, load_data
+from edgepress.device.predictor import Predictor
+from edgepress.device.timing import cpu_flags
 from edgepress.models.introspect import size_metrics
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.latency import compare_latency
-from edgepress.runtime.predictor import Predictor, cpu_flags
 
 
 def peer_quantize(o2_dir: Path, out_dir: Path) -> str:

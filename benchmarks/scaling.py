@@ -21,13 +21,14 @@ import numpy as np
 from edgepress.compress.int4 import Int4Config, int4
 from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
 from edgepress.data import DataConfig, load_data
+from edgepress.device.feeds import fixed_shape_feeds, load_tokenizer
+from edgepress.device.timing import cpu_flags, cpu_model, summarize
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import UNCHECKED, OptimizeConfig, optimize_onnx
 from edgepress.export.parity import ort_runner
 from edgepress.files import write_json
 from edgepress.models.teacher import resolve_model
 from edgepress.pipeline.environment import environment
-from edgepress.runtime.predictor import cpu_flags, cpu_model, fixed_shape_feeds, load_tokenizer, summarize
 from edgepress.runtime.session import SessionConfig, open_session
 
 MODELS = {  # name -> (layers, hidden, heads, FFN)

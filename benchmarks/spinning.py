@@ -27,8 +27,10 @@ def main() -> None:
     import onnxruntime
 
     from edgepress.data import DataConfig, load_data
+    from edgepress.device.feeds import load_tokenizer, natural_feeds
+    from edgepress.device.sessions import load_session
+    from edgepress.device.timing import cpu_model, time_runner
     from edgepress.pipeline.latency import torch_model_runner
-    from edgepress.runtime.predictor import cpu_model, load_session, load_tokenizer, natural_feeds, time_runner
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("graphs", type=Path, nargs="+", help="ONNX model dirs (model.onnx and its tokenizer)")

@@ -10,15 +10,17 @@ import pytest
 import tokenizers
 from typer.testing import CliRunner
 
+from edgepress import device
 from edgepress.cli.app import Target, app
 from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
 from edgepress.deploy import bundle, targets
 from edgepress.deploy.bundle import bundle_model
+from edgepress.device import feeds, sessions
+from edgepress.device.predictor import Predictor
 from edgepress.errors import ConfigError, ModelError
 from edgepress.files import file_sha256
 from edgepress.pipeline.config import PipelineConfig
 from edgepress.pipeline.measure import onnx_predictions
-from edgepress.runtime import predictor
 
 runner = CliRunner()
 RUNTIME_PACKAGES = {"numpy", "onnxruntime", "tokenizers"}
@@ -34,12 +36,29 @@ def int8_dirs(tmp_path_factory, tiny_onnx_dir, movie_data) -> dict[str, Path]:
     return {"full": root / "full", "reduced": root / "reduced"}
 
 
-def test_the_predictor_imports_only_the_runtime_and_the_standard_library():
-    tree = ast.parse(Path(predictor.__file__).read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+DEVICE_FILES = sorted(Path(device.__file__).parent.glob("*.py"))  # the device package: what a bundle carries
+
+
+def _imported(source: str) -> tuple[set[str], set[int]]:
+    """(top-level packages imported absolutely, the levels of relative imports) in Python `source`."""
+    tree = ast.parse(source)
+    absolute = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert imported - set(sys.stdlib_module_names) == RUNTIME_PACKAGES
+    absolute |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.level == 0}
+    return absolute, {node.level for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
+
+
+def test_the_device_package_imports_only_the_runtime_and_the_standard_library():
+    """Every module of edgepress.device takes the three packages, the standard library and its siblings (relative
+    imports, one level: the folder works under any name), and nothing else; the bundle's predict.py takes the
+    package beside it."""
+    absolute, levels = set(), set()
+    for path in DEVICE_FILES:
+        found, relative = _imported(path.read_text())
+        absolute, levels = absolute | found, levels | relative
+    assert absolute - set(sys.stdlib_module_names) == RUNTIME_PACKAGES and levels == {1}
+    assert _imported(bundle.PREDICT_PY)[0] - set(sys.stdlib_module_names) == {bundle.DEVICE}
 
 
 def test_the_cli_offers_every_target():
@@ -48,9 +67,11 @@ def test_the_cli_offers_every_target():
 
 def test_a_bundle_carries_the_model_the_predictor_and_a_manifest(tiny_onnx_dir, tmp_path):
     out = bundle_model(tiny_onnx_dir, tmp_path / "bundle")
-    names = {p.name for p in out.iterdir()}
+    names = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert {"model.onnx", "tokenizer.json", "config.json", "predict.py", "edgepress.json"} <= names
-    assert (out / "predict.py").read_bytes() == Path(predictor.__file__).read_bytes()  # one source
+    assert (out / "predict.py").read_text() == bundle.PREDICT_PY
+    assert [(out / bundle.DEVICE / p.name).read_bytes() for p in DEVICE_FILES] == [p.read_bytes() for p in
+                                                                                   DEVICE_FILES]  # one source
     manifest = json.loads((out / "edgepress.json").read_text())
     assert manifest["target"] == {"name": targets.detect_target(), "detected": True}
     assert {"domain": "ai.onnx", "op_type": "MatMul"} in manifest["operators"]
@@ -85,7 +106,7 @@ def test_predict_py_classifies_times_and_refuses_bad_input(tiny_onnx_dir, movie_
     result = _script(out, "--file", str(tmp_path / "texts.txt"), "--json")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    python = predictor.Predictor(out)
+    python = Predictor(out)
     expected = [python.predict([text])[0] for text in texts]  # predict.py classifies each text alone
     assert [r["label"] for r in rows] == [p.label for p in expected] and [r["text"] for r in rows] == texts
     plain = _script(out, texts[0])
@@ -165,7 +186,8 @@ def test_a_bundle_of_a_bundle_keeps_what_was_measured(tiny_onnx_dir, tmp_path):
                                                                                 "measured_on": "x86-vnni"})
     again = json.loads((bundle_model(first, tmp_path / "b", "web") / "edgepress.json").read_text())
     assert again["metrics"] == {"accuracy": 0.7} and again["target"]["name"] == "web"
-    assert again["files"]["predict.py"] == file_sha256(Path(predictor.__file__))
+    device_file = DEVICE_FILES[0]
+    assert again["files"][f"{bundle.DEVICE}/{device_file.name}"] == file_sha256(device_file)
 
 
 def test_targets_fill_params_and_refuse_stages():
@@ -229,9 +251,9 @@ def test_a_mobile_bundle_adds_the_ort_format_and_the_usability_report(int8_dirs,
     config = (out / "model.required_operators.config").read_text()
     assert "MatMulInteger" in config and "DynamicQuantizeLinear" in config  # what a reduced build must keep
     assert "NNAPI" in (out / "mobile_usability.txt").read_text()
-    feeds = predictor.encode(predictor.load_tokenizer(out, 128), movie_data.test.texts[:64],
-                             ("input_ids", "attention_mask", "token_type_ids"))
-    onnx_logits, ort_logits = (ort.InferenceSession(str(out / name)).run(["logits"], feeds)[0]
+    fed = feeds.encode(feeds.load_tokenizer(out, 128), movie_data.test.texts[:64],
+                       ("input_ids", "attention_mask", "token_type_ids"))
+    onnx_logits, ort_logits = (ort.InferenceSession(str(out / name)).run(["logits"], fed)[0]
                                for name in ("model.onnx", "model.ort"))
     assert (onnx_logits.argmax(1) == ort_logits.argmax(1)).all() and abs(onnx_logits - ort_logits).max() <= 1e-4
 
@@ -243,9 +265,9 @@ def test_a_mobile_bundles_ort_model_leaves_out_the_fusions_its_graph_was_measure
     fused = tmp_path / "fused"
     optimize_onnx(tiny_onnx_dir, fused, movie_data.validation.texts,
                   OptimizeConfig(fusions="all", disable=("skip_layer_norm",)))
-    assert "SkipLayerNormFusion" in predictor.disabled_optimizers(fused / "model.onnx")
+    assert "SkipLayerNormFusion" in sessions.disabled_optimizers(fused / "model.onnx")
     kept = bundle_model(fused, tmp_path / "kept", "mobile")
-    (fused / predictor.SESSION_FILE).unlink()  # without it, ORT's optimizer fuses Add + LayerNormalization again
+    (fused / sessions.SESSION_FILE).unlink()  # without it, ORT's optimizer fuses Add + LayerNormalization again
     refused = bundle_model(fused, tmp_path / "refused", "mobile")
     operators = {name: (out / "model.required_operators.config").read_text() for name, out in
                  (("kept", kept), ("refused", refused))}
@@ -293,7 +315,7 @@ def test_transformers_js_under_node_gives_the_predictors_labels(int8_dirs, movie
     assert json.loads((out / "tokenizer_config.json").read_text())["model_max_length"] == 128
     texts = list(movie_data.test.texts[:200])
     result = transformers_js(out, texts, tmp_path)
-    python = predictor.Predictor(out)  # the same bundle, read through its manifest
+    python = Predictor(out)  # the same bundle, read through its manifest
     assert result["dtype"] == "q8"
     assert [p["label"] for p in result["predictions"]] == [python.predict([t])[0].label for t in texts]
 
@@ -324,7 +346,7 @@ def test_the_page_classifies_a_typed_sentence_in_headless_chromium(int8_dirs, tm
     out = bundle_model(int8_dirs["reduced"], tmp_path / "site", "web")
     text = "a gripping, funny and beautifully acted film"
     result = open_page(out, text, tmp_path / "page.png")
-    assert result["result"] == predictor.Predictor(out).predict([text])[0].label
+    assert result["result"] == Predictor(out).predict([text])[0].label
     assert result["shown"].startswith(result["result"])
     assert all(url.startswith("http://127.0.0.1:") for url in result["requests"])  # nothing from the network
     assert (tmp_path / "page.png").stat().st_size > 1000

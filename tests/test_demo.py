@@ -104,7 +104,7 @@ def test_demo_records_the_split_and_each_stage(tiny_demo):
 
 def test_final_bundle_is_the_gated_model_with_a_manifest(tiny_demo, movie_data):
     from edgepress.deploy.targets import detect_target
-    from edgepress.runtime.predictor import Predictor
+    from edgepress.device.predictor import Predictor
 
     demo.run_demo(tiny_demo, quick=True)
     final = tiny_demo / "final"

@@ -102,7 +102,7 @@ def test_switched_off_fusion_is_not_applied_and_is_recorded(tiny_onnx_dir, tmp_p
 
 def test_a_left_out_fusion_stays_out_when_onnx_runtime_opens_the_graph(tiny_onnx_dir, tmp_path, movie_data):
     from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
-    from edgepress.runtime.predictor import SESSION_FILE
+    from edgepress.device.sessions import SESSION_FILE
     from edgepress.runtime.session import session_op_counts
 
     texts = movie_data.validation.texts
@@ -208,9 +208,9 @@ def test_exported_dir_carries_the_config_and_tokenizer_of_its_source(tiny_onnx_d
 def test_each_reshape_gets_its_own_layers_head_count(tmp_path, tokenizer, movie_data):
     """transformers 5 reshapes Q/K/V to (batch, seq, -1, head_size); export writes each layer's head count in (ORT's
     attention fusion reads it there). The dynamo exporter shares one shape between all layers: pinning must not."""
+    from edgepress.device.feeds import encode, load_tokenizer
     from edgepress.export.onnx import model_inputs, pin_head_counts, torch_runner, write_onnx
     from edgepress.export.parity import ort_runner
-    from edgepress.runtime.predictor import encode, load_tokenizer
 
     model = tiny_pruned_heads(tokenizer)  # 2 heads in layer 0, 3 in layer 1
     path = tmp_path / "model.onnx"

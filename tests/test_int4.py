@@ -6,9 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from edgepress.compress.int4 import Int4Config, int4
+from edgepress.device.predictor import Predictor
 from edgepress.errors import ConfigError, ModelError
 from edgepress.export.optimize import OptimizeConfig, optimize_onnx
-from edgepress.runtime.predictor import Predictor
 
 
 def graph_of(path):

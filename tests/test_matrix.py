@@ -203,7 +203,7 @@ def _bundled(made, family, step, target, tmp_path) -> Path:
 
 
 def _runs_like_torch(made, family, bundle: Path, texts, providers=("cpu",)) -> None:
-    from edgepress.runtime.predictor import Predictor
+    from edgepress.device.predictor import Predictor
 
     predictor = Predictor(bundle, providers)
     labels = [predictor.id2label[int(i)] for i in made.source_labels(family, texts)]
@@ -244,7 +244,7 @@ def _mobile(made, family, target, texts, tmp_path, note):
 
 def _web(made, family, target, texts, tmp_path, note):
     """transformers.js reads the family's tokenizer and runs its int8 graph to the scores predict.py gives."""
-    from edgepress.runtime.predictor import Predictor
+    from edgepress.device.predictor import Predictor
 
     bundle = _bundled(made, family, "int8-dynamic", "web", tmp_path)
     sample = list(texts[:40])

@@ -7,11 +7,11 @@ import torch
 from onnx import numpy_helper
 
 from edgepress.compress.qat import QatConfig, qat
+from edgepress.device.predictor import Predictor
 from edgepress.models.fakequant import QAT_FILE, attach, detach, input_qparams, load_for_inference
 from edgepress.models.loading import load_classifier
 from edgepress.pipeline.config import PipelineConfig
 from edgepress.registry import METHODS, torch_kind
-from edgepress.runtime.predictor import Predictor
 
 
 @pytest.fixture(scope="module")

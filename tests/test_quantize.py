@@ -5,9 +5,9 @@ import onnx
 import pytest
 
 from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
+from edgepress.device.predictor import Predictor
 from edgepress.errors import ConfigError
 from edgepress.export.optimize import OptimizeConfig, optimize_onnx
-from edgepress.runtime.predictor import Predictor
 
 
 def op_counts(path) -> Counter:
@@ -251,7 +251,7 @@ def test_smoothing_folded_into_the_attentions_values_is_the_same_function(fused_
     import onnxruntime
 
     from edgepress.compress.smooth import smooth_graph
-    from edgepress.runtime.predictor import encode, load_tokenizer
+    from edgepress.device.feeds import encode, load_tokenizer
 
     model = onnx.load(str(fused_dir / "model.onnx"))
     names = tuple(i.name for i in model.graph.input)

@@ -11,16 +11,11 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from edgepress.cli.app import app
+from edgepress.device.feeds import fixed_shape_feeds, load_tokenizer, natural_feeds
+from edgepress.device.predictor import Predictor
+from edgepress.device.timing import summarize, time_runner
 from edgepress.errors import ConfigError, ModelError, ProviderUnavailable
 from edgepress.runtime.latency import LatencyConfig
-from edgepress.runtime.predictor import (
-    Predictor,
-    fixed_shape_feeds,
-    load_tokenizer,
-    natural_feeds,
-    summarize,
-    time_runner,
-)
 from edgepress.runtime.session import SessionConfig, open_session, provider_names
 from tests.conftest import cuda, has_cuda
 
@@ -220,15 +215,15 @@ def test_device_side_packages_import_without_torch_or_transformers():
     script = (
         "import sys, pkgutil, importlib\n"
         "sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
-        "import edgepress.runtime, edgepress.deploy\n"
-        "for package in (edgepress.runtime, edgepress.deploy):\n"
+        "import edgepress.device, edgepress.runtime, edgepress.deploy\n"
+        "for package in (edgepress.device, edgepress.runtime, edgepress.deploy):\n"
         "    for module in pkgutil.iter_modules(package.__path__):\n"
         "        importlib.import_module(f'{package.__name__}.{module.name}')\n"
         "        print(module.name)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert {"predictor", "session", "latency", "bundle", "targets"} <= set(done.stdout.split())
+    assert {"predictor", "sessions", "cli", "session", "latency", "bundle", "targets"} <= set(done.stdout.split())
 
 
 def test_compare_latency_times_every_candidate_in_each_round(monkeypatch, tiny_onnx_dir, tiny_model_dir, movie_data):
@@ -265,7 +260,7 @@ def test_natural_lengths_are_the_texts_as_the_run_reads_them(tiny_onnx_dir, tiny
 def test_worker_threads_spin_within_a_run_and_are_parked_when_it_returns():
     """Every session (edgepress's and predict.py's): workers spin between a run's operators, as torch's OpenMP
     threads do, and `session.force_spinning_stop` parks them as the run returns; `spinning` keeps them spinning."""
-    from edgepress.runtime.predictor import session_options
+    from edgepress.device.sessions import session_options
 
     parked = session_options(2)
     assert parked.get_session_config_entry("session.intra_op.allow_spinning") == "1"

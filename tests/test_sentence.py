@@ -94,7 +94,7 @@ def test_the_torch_sentence_encoder_gives_sentence_transformers_vectors(tmp_path
 def test_the_export_puts_pooling_and_normalization_in_the_graph(sentence_dir, sentence_onnx, movie_data):
     import onnx
 
-    from edgepress.runtime.predictor import Predictor
+    from edgepress.device.predictor import Predictor
 
     out, details = sentence_onnx
     graph = onnx.load(str(out / "model.onnx")).graph
@@ -112,7 +112,7 @@ def test_the_export_puts_pooling_and_normalization_in_the_graph(sentence_dir, se
 
 
 def test_an_embedding_bundle_gives_vectors_not_labels(sentence_onnx, tiny_onnx_dir):
-    from edgepress.runtime.predictor import Predictor
+    from edgepress.device.predictor import Predictor
 
     embedder = Predictor(sentence_onnx[0])
     with pytest.raises(ModelError, match="sentence-embedding model: it gives vectors, not labels"):
@@ -460,7 +460,7 @@ def test_an_embedding_bundle_is_built_for_each_device_target(sentence_onnx, movi
     import onnx
 
     from edgepress.deploy.bundle import bundle_model
-    from edgepress.runtime.predictor import Predictor
+    from edgepress.device.predictor import Predictor
 
     out = bundle_model(sentence_onnx[0], tmp_path / target, target)
     manifest = json.loads((out / "edgepress.json").read_text())
@@ -488,8 +488,8 @@ def test_an_embedding_bundle_is_built_for_each_device_target(sentence_onnx, movi
 def test_transformers_js_under_node_gives_the_predictors_vectors(sentence_onnx, movie_data, tmp_path, graph):
     from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
     from edgepress.deploy.bundle import bundle_model
+    from edgepress.device.predictor import Predictor
     from edgepress.export.optimize import OptimizeConfig, optimize_onnx
-    from edgepress.runtime.predictor import Predictor
 
     source = sentence_onnx[0]
     if graph == "int8":  # fused, then int8 with 7-bit weights per channel: as a run ships it for x86 without VNNI
@@ -517,7 +517,7 @@ def test_transformers_js_under_node_gives_the_predictors_vectors(sentence_onnx, 
 @chromium
 def test_the_page_ranks_lines_by_the_cosine_of_their_vectors_in_headless_chromium(sentence_onnx, tmp_path):
     from edgepress.deploy.bundle import bundle_model
-    from edgepress.runtime.predictor import Predictor
+    from edgepress.device.predictor import Predictor
 
     out = bundle_model(sentence_onnx[0], tmp_path / "site", "web")
     query = "a gripping, funny and beautifully acted film"

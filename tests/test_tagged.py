@@ -20,8 +20,8 @@ from edgepress.data.tagged import (
     tag_ids,
     words_of,
 )
+from edgepress.device.feeds import first_subword_rows
 from edgepress.errors import DataError
-from edgepress.runtime.predictor import first_subword_rows
 
 BIO = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
 LABEL2ID = {t: i for i, t in enumerate(BIO)}

@@ -30,9 +30,9 @@ def test_demo_quick_reaches_the_teachers_accuracy(tmp_path):
 
 @pytest.mark.slow
 def test_teacher_exports_with_parity_and_predicts_torch_free(tmp_path):
+    from edgepress.device.predictor import Predictor
     from edgepress.export.optimize import OptimizeConfig
     from edgepress.pipeline.export import export_model
-    from edgepress.runtime.predictor import Predictor
 
     steps = export_model("demo:minilm-movie", tmp_path / "bundle", OptimizeConfig())
     parity = steps["export"]["parity"]

@@ -133,9 +133,9 @@ def test_tagged_splits_are_read_from_a_directory_and_checked_against_the_model(n
 def test_torch_and_onnx_read_the_same_tag_for_every_word(token_model, ner_dir, tmp_path):
     from edgepress.data import DataConfig
     from edgepress.data.tagged import load_tagged
+    from edgepress.device.predictor import Predictor
     from edgepress.export.onnx import export_onnx
     from edgepress.models.loading import label2id_of, load_classifier
-    from edgepress.runtime.predictor import Predictor
     from edgepress.tasks import task_of
 
     task = task_of(token_model)
@@ -254,7 +254,7 @@ def test_the_entities_in_raw_text_are_transformers_pipelines(token_model, token_
 
     from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 
-    from edgepress.runtime.predictor import Predictor
+    from edgepress.device.predictor import Predictor
 
     predictor = Predictor(token_onnx)
     with warnings.catch_warnings():
@@ -277,7 +277,7 @@ def test_predict_py_and_edgepress_predict_print_the_entities(token_onnx, tmp_pat
     import sys
 
     from edgepress.deploy.bundle import bundle_model
-    from edgepress.runtime.predictor import Predictor
+    from edgepress.device.predictor import Predictor
     from tests.test_trust import invoke
 
     out = tmp_path / "bundle"
@@ -298,7 +298,7 @@ def test_predict_py_and_edgepress_predict_print_the_entities(token_onnx, tmp_pat
 def test_transformers_js_under_node_tags_every_token_as_the_predictor_does(token_onnx, conll, tmp_path, graph):
     from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
     from edgepress.deploy.bundle import bundle_model
-    from edgepress.runtime.predictor import Predictor
+    from edgepress.device.predictor import Predictor
 
     source = token_onnx
     if graph == "int8":  # 7-bit weights per channel: as a run ships int8 for x86 without VNNI
@@ -339,7 +339,7 @@ def _o_between(tokens: list[dict]) -> bool:
 @chromium
 def test_the_page_shows_the_entities_of_a_sentence_in_headless_chromium(token_onnx, tmp_path):
     from edgepress.deploy.bundle import bundle_model
-    from edgepress.runtime.predictor import Predictor
+    from edgepress.device.predictor import Predictor
 
     out = bundle_model(token_onnx, tmp_path / "site", "web")
     text = "EU rejects German call to boycott British lamb ."
@@ -353,7 +353,7 @@ def test_the_page_shows_the_entities_of_a_sentence_in_headless_chromium(token_on
 
 def test_a_token_classifier_bundles_for_mobile_as_a_classifier_does(token_onnx, tmp_path):
     from edgepress.deploy.bundle import bundle_model
-    from edgepress.runtime.predictor import load_session
+    from edgepress.device.sessions import load_session
 
     out = bundle_model(token_onnx, tmp_path / "mobile", "mobile")
     mobile = json.loads((out / "edgepress.json").read_text())["mobile"]

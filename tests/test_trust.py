@@ -714,8 +714,8 @@ def test_broken_tokenizer_and_bundle_files_exit_2(tmp_path, tiny_model_dir, tiny
 
 
 def test_text_that_is_not_utf8_is_refused(tiny_onnx_dir):
+    from edgepress.device.predictor import Predictor
     from edgepress.errors import DataError
-    from edgepress.runtime.predictor import Predictor
 
     with pytest.raises(DataError, match=r"text 1 of 1 is not valid UTF-8"):
         Predictor(tiny_onnx_dir).predict([b"caf\xe9".decode("utf-8", errors="surrogateescape")])

@@ -70,8 +70,8 @@ def test_a_word_whose_pieces_were_dropped_is_split_into_kept_pieces_never_unk(pr
 
 
 def test_the_pruned_dir_is_smaller_reloads_and_exports_to_onnx(pruned, tmp_path, small_data):
+    from edgepress.device.predictor import Predictor
     from edgepress.export.onnx import export_onnx
-    from edgepress.runtime.predictor import Predictor
 
     _, out, details = pruned
     model, tokenizer = load_classifier(out)
@@ -134,8 +134,8 @@ def test_bpe_keeps_the_merges_of_kept_pieces_in_their_order(tmp_path, bpe_tokeni
 def test_the_real_deberta_v3_vocabulary_shrinks_to_what_one_domain_uses(tmp_path, deberta_v3_tokenizer, small_data):
     """A monolingual, one-domain user of DeBERTa-v3's 128k vocabulary: the rows kept, the bytes saved, and the pruned
     dir served by the torch-free runtime (tokenizer.json alone: the SentencePiece model is not kept beside it)."""
+    from edgepress.device.predictor import Predictor
     from edgepress.export.onnx import export_onnx
-    from edgepress.runtime.predictor import Predictor
 
     src = save(tiny_encoder("deberta-v2", deberta_v3_tokenizer), deberta_v3_tokenizer, tmp_path / "src")
     details = vocab_prune(src, tmp_path / "out", small_data)

@@ -6,7 +6,7 @@ the message for a path that is not there."""
 
 from pathlib import Path
 
-from edgepress.runtime.predictor import ConfigError, DataError, EdgepressError, ModelError, ProviderUnavailable
+from edgepress.device.errors import ConfigError, DataError, EdgepressError, ModelError, ProviderUnavailable
 
 __all__ = ["ConfigError", "DataError", "EdgepressError", "ExportParityError", "GateFailed", "ModelError",
            "ProviderUnavailable", "missing"]

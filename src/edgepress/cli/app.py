@@ -38,7 +38,7 @@ class Provider(StrEnum):
     cuda = "cuda"
 
 
-class Aggregation(StrEnum):  # runtime.predictor.AGGREGATIONS
+class Aggregation(StrEnum):  # device.entities.AGGREGATIONS
     simple = "simple"
     first = "first"
     max = "max"
@@ -452,7 +452,8 @@ def predict(
     classifier's, the entities in each text."""
     import json
 
-    from edgepress.runtime.predictor import Predictor, embedding_json, entity_lines, read_corpus, similar, similar_line
+    from edgepress.device.cli import embedding_json, entity_lines, read_corpus, similar, similar_line
+    from edgepress.device.predictor import Predictor
 
     predictor = _call(Predictor, bundle, providers=(provider.value,))
     if corpus is not None:

@@ -28,6 +28,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from edgepress.compress.gptq import gptq_rounding
 from edgepress.compress.smooth import smooth_activations, text_feeds
+from edgepress.device.feeds import encode, fixed_shape_feeds, load_tokenizer
 from edgepress.errors import ConfigError
 from edgepress.export.parity import (
     LOOSE_PARITY,
@@ -41,7 +42,6 @@ from edgepress.export.parity import (
 )
 from edgepress.files import atomic_dir
 from edgepress.logs import parity_text, readable
-from edgepress.runtime.predictor import encode, fixed_shape_feeds, load_tokenizer
 from edgepress.runtime.session import SessionConfig, open_session, session_op_counts
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgepress.device.feeds import load_tokenizer, natural_feeds
 from edgepress.export.parity import parity_feeds
-from edgepress.runtime.predictor import load_tokenizer, natural_feeds
 
 SMOOTH_TEXTS = 128  # validation sentences the activation maxima are measured on
 SMOOTH_BATCH = 8  # ... alone and in padded batches of this size: padding positions carry outliers of their own

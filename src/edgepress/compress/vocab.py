@@ -43,8 +43,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.data import DataSplits
+from edgepress.device.feeds import OFFSET_POSITIONS
 from edgepress.errors import ConfigError, ModelError
-from edgepress.runtime.predictor import OFFSET_POSITIONS
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +285,7 @@ def check_tokenizers(directory: Path, spec: dict, texts: Sequence[str], limit: i
     included; no text gets [UNK] that had none. A ModelError lists the texts that fail."""
     from transformers import AutoTokenizer
 
-    from edgepress.runtime.predictor import load_tokenizer
+    from edgepress.device.feeds import load_tokenizer
 
     runtime = load_tokenizer(directory, limit)
     runtime.no_padding()
@@ -325,11 +325,11 @@ def vocab_prune(src: Path, out: Path, data: DataSplits, cfg: VocabConfig = Vocab
     """Drop the word-embedding rows of tokens the train split does not use from the classifier in `src` (of a
     sentence-transformers dir: from its Transformer module); write the smaller model and its renumbered tokenizer to
     `out`. Nothing is written unless every check passes."""
+    from edgepress.device.feeds import position_limit
     from edgepress.files import atomic_dir
     from edgepress.models.introspect import param_counts
     from edgepress.models.loading import load_classifier
     from edgepress.models.sentence import encoder_of, is_sentence_dir, load_sentence_encoder, save_sentence_encoder
-    from edgepress.runtime.predictor import position_limit
 
     whole, tokenizer = load_sentence_encoder(src) if is_sentence_dir(src) else load_classifier(src)
     model = encoder_of(whole)  # the Hugging Face model whose word table shrinks

@@ -1,8 +1,8 @@
 """The bundle: a model that passed every gate, shaped for the device it will run on. `model.onnx`, the tokenizer
-files, `config.json` with `id2label`, `predict.py` (the torch-free predictor module itself, copied in: onnxruntime,
-tokenizers and numpy are all it needs) and `edgepress.json`, the manifest: target, the onnxruntime it needs, opsets,
-every operator with its domain, inputs, max length, labels, what was measured on the build machine and where, and a
-sha256 per file. A run's last step and `edgepress bundle` both call `bundle_model`."""
+files, `config.json` with `id2label`, `predict.py` and `edgepress_device/` (the torch-free device package itself,
+copied in: onnxruntime, tokenizers and numpy are all it needs) and `edgepress.json`, the manifest: target, the
+onnxruntime it needs, opsets, every operator with its domain, inputs, max length, labels, what was measured on the
+build machine and where, and a sha256 per file. A run's last step and `edgepress bundle` both call `bundle_model`."""
 
 import io
 import json
@@ -12,16 +12,34 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from edgepress import __version__
+from edgepress import __version__, device
 from edgepress.deploy.targets import CPU_INTEGER_OPS, check_artifact, detect_target, resolve_target
+from edgepress.device.bundle import BUNDLE_FILES, MANIFEST, json_object, model_file
+from edgepress.device.feeds import position_limit
+from edgepress.device.sessions import disabled_optimizers
 from edgepress.errors import ConfigError, ModelError
 from edgepress.files import atomic_dir, check_apart, check_owned, check_writable, file_sha256, write_json
 from edgepress.models.loading import is_token_classifier_dir
 from edgepress.models.sentence import TOKEN_OUTPUT, SentenceLayout, is_sentence_dir, module_folders, read_layout
-from edgepress.runtime import predictor
-from edgepress.runtime.predictor import BUNDLE_FILES, MANIFEST, json_object, model_file, position_limit
 
 PREDICT = "predict.py"
+DEVICE = "edgepress_device"  # the device package (`edgepress.device`), as a bundle carries it beside predict.py
+# A bundle's predict.py: the command line, and `from predict import Predictor` with the bundle dir on sys.path
+PREDICT_PY = '''"""An edgepress bundle's own entry: `python predict.py --help`, or `from predict import Predictor`
+with this dir on sys.path. The code is the edgepress_device package beside it (onnxruntime, tokenizers and numpy
+alone)."""
+
+import sys
+from pathlib import Path
+
+from edgepress_device.cli import main
+from edgepress_device.predictor import Predictor
+
+__all__ = ["Predictor", "main"]
+
+if __name__ == "__main__":
+    sys.exit(main(here=Path(__file__).resolve().parent))
+'''
 ORT_MODEL, ORT_OPERATORS, USABILITY = "model.ort", "model.required_operators.config", "mobile_usability.txt"
 INDEX, VENDOR = "index.html", "vendor"
 EXPORTED = "edgepress-export.json"  # what `edgepress export` wrote (its record and files): not a bundle's file
@@ -139,7 +157,7 @@ def _same_logits(onnx_file: Path, ort_file: Path) -> float:
     ids; a ModelError when they disagree beyond float noise or on any argmax of logits."""
     import numpy as np
 
-    from edgepress.runtime.predictor import load_session, output_name
+    from edgepress.device.sessions import load_session, output_name
 
     sessions = [load_session(onnx_file), load_session(ort_file)]
     ids = np.random.default_rng(0).integers(5, 100, (4, 32), dtype=np.int64)  # (batch, seq); any vocabulary has these
@@ -169,7 +187,7 @@ def _ort_format(graph: Path, out: Path) -> None:
     options.add_session_config_entry("session.qdqisint8allowed", "1")  # the converter's setting for ARM
     # NchwcTransformer: x86 only; the converter leaves it out for ARM as well
     ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"],
-                         disabled_optimizers=["NchwcTransformer", *predictor.disabled_optimizers(graph)])
+                         disabled_optimizers=["NchwcTransformer", *disabled_optimizers(graph)])
     create_config_from_models([out / ORT_MODEL], out / ORT_OPERATORS, enable_type_reduction=False)
 
 
@@ -317,7 +335,10 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
             names = manifest.get("labels") or {str(i): f"LABEL_{i}" for i in range(config.get("num_labels", 2))}
             write_json(tmp / "config.json", {**config, "id2label": names, "label2id": {v: int(k) for k, v in
                                                                                      names.items()}})
-        shutil.copyfile(predictor.__file__, tmp / PREDICT)
+        (tmp / PREDICT).write_text(PREDICT_PY, encoding="utf-8")
+        (tmp / DEVICE).mkdir()
+        for module in sorted(Path(device.__file__).parent.glob("*.py")):
+            shutil.copyfile(module, tmp / DEVICE / module.name)
         if target == "mobile":
             manifest = {**manifest, "mobile": _mobile_files(tmp)}
         if target == "web":

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgepress.device.timing import cpu_flags
 from edgepress.errors import ConfigError
-from edgepress.runtime.predictor import cpu_flags
 
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 # Integer-MatMul kernels ONNX Runtime has for CPU only: on CUDA each would run on the CPU, with copies around it

@@ -25,6 +25,16 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.compress.quantize import Int8DynamicConfig
+from edgepress.device.feeds import (
+    NATURAL_SENTENCES,
+    bundle_tokenizer,
+    fixed_shape_feeds,
+    load_tokenizer,
+    natural_feeds,
+    position_limit,
+)
+from edgepress.device.sessions import SESSION_FILE
+from edgepress.device.timing import time_natural, time_runner
 from edgepress.errors import ConfigError
 from edgepress.export.parity import (
     ONNX_FILE,
@@ -38,16 +48,6 @@ from edgepress.files import atomic_dir, write_json
 from edgepress.logs import parity_text, quiet, readable, step
 from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig
-from edgepress.runtime.predictor import (
-    NATURAL_SENTENCES,
-    SESSION_FILE,
-    fixed_shape_feeds,
-    load_tokenizer,
-    natural_feeds,
-    position_limit,
-    time_natural,
-    time_runner,
-)
 from edgepress.runtime.session import SessionConfig, open_session
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ def _time_side_by_side(graphs: dict[str, Path], texts: tuple[str, ...], cfg: Opt
     names = tuple(i.name for i in open_session(next(iter(graphs.values())), SessionConfig()).get_inputs())
     tokenizer = load_tokenizer(any_dir, limit)
     if cfg.natural:  # the texts as the run reads them: cut at its max_length
-        feeds = natural_feeds(load_tokenizer(any_dir, min(limit, cfg.max_length)), texts[:NATURAL_SENTENCES], names)
+        feeds = natural_feeds(bundle_tokenizer(any_dir, limit, cfg.max_length), texts[:NATURAL_SENTENCES], names)
         timed = time_natural
     else:
         feeds = [fixed_shape_feeds(tokenizer, texts, cfg.latency.batch_size, cfg.latency.sequence_length, names,

@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgepress.device.feeds import encode, load_tokenizer, position_limit
+from edgepress.device.sessions import output_name
 from edgepress.errors import ExportParityError
 from edgepress.files import read_json
 from edgepress.models.sentence import module_folders
-from edgepress.runtime.predictor import encode, load_tokenizer, output_name, position_limit
 from edgepress.runtime.session import SessionConfig, open_session
 
 ONNX_FILE = "model.onnx"
@@ -171,7 +172,7 @@ def check_graph_change(src_dir: Path, tmp: Path, texts, max_length: int, parity:
                        candidate: SessionConfig, default: bool = False) -> dict:
     """Check the graph written to `tmp` against `src_dir`'s (ORT, unoptimized) on real `texts`; `default`: `parity`
     is a quantizing method's loose default, which a token classifier's graph meets at TOKEN_LOOSE_DIFF."""
-    from edgepress.runtime.predictor import gives_token_logits
+    from edgepress.device.sessions import gives_token_logits
 
     check_onnx_file(tmp / ONNX_FILE)
     reference = open_session(src_dir / ONNX_FILE, SessionConfig(optimization="disable"))

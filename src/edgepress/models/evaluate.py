@@ -89,7 +89,7 @@ def predict_word_logits(model, tokenizer, texts: tuple[str, ...] | list[str], ma
     """A token classifier's logits per word, (words, num_labels) float32 for each text, its words split on white
     space (a tagged sentence's words joined by spaces come back as they were), each word read at its first
     sub-word; a word cut off by `max_length` gets NaN."""
-    from edgepress.runtime.predictor import first_subword_rows
+    from edgepress.device.feeds import first_subword_rows
 
     words = [text.split() for text in texts]
     out: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(texts)

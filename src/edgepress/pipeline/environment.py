@@ -4,7 +4,7 @@ import os
 import platform
 from importlib import metadata
 
-from edgepress.runtime.predictor import cpu_model
+from edgepress.device.timing import cpu_model
 
 
 def _version(*packages: str) -> str | None:

@@ -17,8 +17,8 @@ def recorded_max_length(model: str) -> int | None:
     """The max_length a bundle (or a run dir's final bundle) was measured at, from its manifest; None for a model
     without one (a model dir, a stage's model)."""
     from edgepress.deploy.bundle import final_of_run
+    from edgepress.device.bundle import MANIFEST
     from edgepress.files import read_json
-    from edgepress.runtime.predictor import MANIFEST
 
     model_dir = resolve_model(model)
     manifest = (final_of_run(model_dir, "evaluate") or model_dir) / MANIFEST

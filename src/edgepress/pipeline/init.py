@@ -89,11 +89,11 @@ def _yaml(value) -> str:
 def starter_config(model: str, data: DataConfig) -> str:
     """The text of a starting pipeline for `model` (a model dir) and `data`, validated."""
     from edgepress.configs import build
+    from edgepress.device.feeds import position_limit
     from edgepress.models.loading import label2id_of, read_model_config
     from edgepress.models.teacher import TEACHER, resolve_model
     from edgepress.pipeline.config import PipelineConfig
     from edgepress.pipeline.inputs import check_inputs, check_model
-    from edgepress.runtime.predictor import position_limit
     from edgepress.tasks import CLASSIFICATION, EMBEDDING, task_of
 
     task = task_of(None if model == TEACHER else resolve_model(model))

@@ -9,6 +9,8 @@ from edgepress.data.augment import check_augment
 from edgepress.data.config import DEMO_PAIRS
 from edgepress.data.movie import ID2LABEL as DEMO_LABELS
 from edgepress.deploy.bundle import web_modules, web_pipeline
+from edgepress.device.bundle import MANIFEST
+from edgepress.device.feeds import fixed_shape_feeds, load_tokenizer, position_limit
 from edgepress.errors import ConfigError, EdgepressError
 from edgepress.files import check_apart, check_owned, check_writable
 from edgepress.models.loading import label2id_of, load_classifier, read_model_config
@@ -16,7 +18,6 @@ from edgepress.models.teacher import TEACHER, encoder_dir, resolve_model
 from edgepress.pipeline.config import PipelineConfig
 from edgepress.pipeline.rundir import RUN_FILES
 from edgepress.registry import METHODS
-from edgepress.runtime.predictor import MANIFEST, fixed_shape_feeds, load_tokenizer, position_limit
 from edgepress.runtime.session import check_providers
 from edgepress.tasks import (
     CLASSIFICATION,

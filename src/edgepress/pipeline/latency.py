@@ -2,22 +2,19 @@
 
 from pathlib import Path
 
+from edgepress.device.bundle import MANIFEST, json_object, model_file
+from edgepress.device.feeds import (
+    NATURAL_SENTENCES,
+    bundle_tokenizer,
+    fixed_shape_feeds,
+    load_tokenizer,
+    natural_feeds,
+    position_limit,
+)
+from edgepress.device.timing import cpu_model, time_natural, time_runner
 from edgepress.errors import ConfigError, ModelError
 from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig
-from edgepress.runtime.predictor import (
-    MANIFEST,
-    NATURAL_SENTENCES,
-    cpu_model,
-    fixed_shape_feeds,
-    json_object,
-    load_tokenizer,
-    model_file,
-    natural_feeds,
-    position_limit,
-    time_natural,
-    time_runner,
-)
 from edgepress.runtime.session import SessionConfig, cuda_iobinding_runner, open_session
 
 
@@ -34,13 +31,14 @@ def onnx_path(artifact: Path) -> Path | None:
 NATURAL_CUT = "data.max_length"  # where natural lengths end (before 2026-11-27: the model's position limit)
 
 
-def natural_cut(artifact: Path, limit: int, max_length: int | None) -> int:
+def natural_cut(artifact: Path, max_length: int | None) -> int | None:
     """Where natural lengths are cut: at `max_length` (the run's data.max_length, what its stages and bundle read
-    with), else at a bundle's own (its manifest's max_length), else at the model's position `limit`; never past it."""
+    with), else at a bundle's own (its manifest's max_length), else (None) at the model's position limit; never
+    past it (`bundle_tokenizer`)."""
     manifest = Path(artifact) / MANIFEST
     if max_length is None and manifest.is_file():
         max_length = json_object(manifest).get("max_length")
-    return min(limit, max_length) if isinstance(max_length, int) and max_length > 0 else limit
+    return max_length
 
 
 def model_dir_of(artifact: Path) -> Path:
@@ -98,7 +96,7 @@ def _measure(artifact: Path, path: Path | None, texts: tuple[str, ...], provider
     limit = position_limit(read_model_config(model_dir))
     tokenizer = load_tokenizer(model_dir, limit)
     fixed = fixed_shape_feeds(tokenizer, texts, cfg.batch_size, cfg.sequence_length, names, limit)
-    lengths = natural_feeds(load_tokenizer(model_dir, natural_cut(artifact, limit, max_length)),
+    lengths = natural_feeds(bundle_tokenizer(model_dir, limit, natural_cut(artifact, max_length)),
                             texts[:NATURAL_SENTENCES], names) if natural else []
     if path is not None:
         run = cuda_iobinding_runner(session, [fixed, *lengths]) if provider == "cuda" else ort_runner(session)

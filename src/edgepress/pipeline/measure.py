@@ -8,10 +8,10 @@ import numpy as np
 
 from edgepress.data import DataSplits
 from edgepress.data.dataset import TextSet
+from edgepress.device.sessions import SPINNING
 from edgepress.models.introspect import param_counts, size_metrics
 from edgepress.pipeline.latency import latency_metrics, onnx_path
 from edgepress.runtime.latency import LatencyConfig
-from edgepress.runtime.predictor import SPINNING
 from edgepress.tasks import CLASSIFICATION
 
 # How ONNX artifacts are evaluated and timed, part of their stages' resume key: records made another way are not
@@ -36,7 +36,7 @@ def onnx_predictions(model_dir: Path, texts: tuple[str, ...], max_length: int, t
     as a device makes them and as the bundle's predict.py does: in a padded batch an int8 graph's dynamic activation
     ranges would depend on the other texts (the demo's int8 student: 12 of 1,057 labels changed between two
     batchings)."""
-    from edgepress.runtime.predictor import Predictor
+    from edgepress.device.predictor import Predictor
 
     predictor = Predictor(model_dir, threads=threads, max_length=max_length)
     return task.onnx_predictions(predictor, texts, task.primary.replace("_", " "))

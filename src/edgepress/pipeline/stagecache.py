@@ -43,8 +43,9 @@ def machine_key() -> dict:
     import onnxruntime
     import torch
 
+    from edgepress.device.sessions import SPINNING
+    from edgepress.device.timing import cpu_model
     from edgepress.pipeline.latency import NATURAL_CUT
-    from edgepress.runtime.predictor import SPINNING, cpu_model
 
     return {"cpu": cpu_model(), "machine": platform.machine(), "cores": os.cpu_count(), "edgepress": __version__,
             "torch": torch.__version__, "onnxruntime": onnxruntime.__version__, "spinning": SPINNING,

@@ -1,2 +1,2 @@
-"""The device side: ONNX Runtime sessions with verified providers, the latency harness, the torch-free predictor.
-Nothing here imports torch or transformers."""
+"""The edgepress side of running graphs: sessions opened from edgepress's validated configs (kernels counted) and
+the latency harness's settings. What a device runs is `edgepress.device`. Nothing here imports torch or transformers."""

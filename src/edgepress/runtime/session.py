@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgepress.runtime.predictor import (
+from edgepress.device.sessions import (
     captured_stderr,
     disabled_optimizers,
     load_session,

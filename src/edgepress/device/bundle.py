@@ -1,0 +1,36 @@
+"""What a bundle dir holds: the graph, the tokenizer, config.json (with id2label), and the manifest."""
+
+import json
+from pathlib import Path
+
+from .errors import ModelError
+
+BUNDLE_FILES = ("model.onnx", "tokenizer.json", "config.json")
+MANIFEST = "edgepress.json"
+
+
+def json_object(path: Path) -> dict:
+    """A JSON file that must hold an object; anything else is a ModelError naming the fix."""
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelError(f"{path} is not valid JSON ({e}). Fix: export or bundle the model again") from None
+    if not isinstance(value, dict):
+        raise ModelError(f"{path} holds a JSON {type(value).__name__}, not an object. Fix: export the model again")
+    return value
+
+
+def model_file(manifest: dict) -> str:
+    """The graph's path in a bundle: model.onnx, or where the manifest says (a web bundle keeps it in onnx/)."""
+    return manifest.get("model_file", BUNDLE_FILES[0])
+
+
+def read_bundle(bundle: Path) -> tuple[dict, dict]:
+    """(config.json, edgepress.json or {}) of a bundle or exported model dir."""
+    manifest_path = bundle / MANIFEST
+    manifest = json_object(manifest_path) if manifest_path.is_file() else {}
+    missing = [name for name in (model_file(manifest), *BUNDLE_FILES[1:]) if not (bundle / name).is_file()]
+    if missing:
+        raise ModelError(f"{bundle} is not a model bundle: missing {', '.join(missing)}. Fix: point at the final/ "
+                         f"dir of a run, a dir written by `edgepress bundle`, or one written by `edgepress export`")
+    return json_object(bundle / "config.json"), manifest

@@ -1,0 +1,180 @@
+"""`python predict.py`: a bundle's own command line (classify, embed, tag, time; `similar` searches a corpus)."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .entities import AGGREGATIONS
+from .errors import ConfigError, DataError, EdgepressError, ModelError
+from .predictor import Prediction, Predictor
+from .sessions import PROVIDERS
+
+
+def _lines(file: str) -> list[str]:
+    """The non-blank lines of a UTF-8 text file (blank lines, a trailing newline, are not texts)."""
+    try:
+        lines = Path(file).read_bytes().decode("utf-8").splitlines()
+    except OSError as e:
+        raise DataError(f"cannot read {file}: {e.strerror}. Fix: pass a readable text file, one text a line") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{file} is not UTF-8 text. Fix: save it in the UTF-8 encoding") from None
+    return [line for line in lines if line.strip()]
+
+
+def _texts(args: argparse.Namespace) -> tuple[str, ...]:
+    texts = list(args.texts) + (_lines(args.file) if args.file is not None else [])
+    if not texts:
+        raise DataError("no text to classify. Fix: pass texts as arguments or --file FILE (one text a line)")
+    return tuple(texts)
+
+
+def _parser(here: Path) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="predict.py", description="Classify texts with an edgepress bundle, or "
+                                     "embed them with an embedding model's bundle (one JSON object a text); "
+                                     "onnxruntime, tokenizers and numpy only.")
+    parser.add_argument("texts", nargs="*", help="texts to classify (or embed)")
+    parser.add_argument("--file", help="a UTF-8 file of texts, one a line (blank lines skipped); each classified "
+                        "alone")
+    parser.add_argument("--bundle", type=Path, default=here, help="the bundle dir (default: predict.py's dir)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per text (per result with --bench)")
+    parser.add_argument("--bench", action="store_true", help="time the model on the texts: p50/p90/p99 ms at "
+                        "batch 1 x 128 tokens and at each text's natural length")
+    parser.add_argument("--runs", type=int, default=100, help="timed runs per shape with --bench (default 100)")
+    parser.add_argument("--aggregation", choices=AGGREGATIONS, default="simple", help="a token classifier's "
+                        "entities: each token's tag (simple) or each word's, read at its first token, its most "
+                        "confident one, or their average (first, max, average), as transformers' pipeline does; "
+                        "none: every token's tag")
+    parser.add_argument("--provider", choices=tuple(PROVIDERS), default="cpu", help="execution provider")
+    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ONNX Runtime's)")
+    return parser
+
+
+def _print_bench(result: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result))
+        return
+    for shape in ("fixed", "natural"):
+        r = result[shape]
+        what = f"batch 1 x {r['sequence_length']} tokens" if shape == "fixed" else \
+            f"natural lengths ({r['mean_tokens']:.1f} tokens mean)"
+        print(f"{what}: p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms "
+              f"({r['runs']} runs)")
+    print(f"{result['cpu']} ({result['machine']}), {', '.join(result['providers_used'])}")
+
+
+def similar(predictor: Predictor, queries: list[str] | tuple[str, ...], corpus: tuple[str, ...], top: int
+            ) -> list[list[tuple[float, str]]]:
+    """For each query, the `top` texts of `corpus` nearest it by the cosine of their vectors, nearest first (every
+    text embedded alone, as everywhere; the corpus once)."""
+    if predictor.output != "sentence_embedding":
+        raise ModelError(f"{predictor.bundle} is a classifier: `similar` needs an embedding model's bundle. Fix: "
+                         f"classify with `predict.py TEXT`, or bundle a sentence-transformers model")
+    vectors = predictor.embed(corpus)
+    found = []
+    for wanted in predictor.embed(queries):
+        norms = np.linalg.norm(vectors, axis=1) * np.linalg.norm(wanted)
+        scores = np.divide(vectors @ wanted, norms, out=np.zeros(len(corpus)), where=norms > 0)
+        found.append([(float(scores[i]), corpus[i]) for i in np.argsort(-scores, kind="stable")[:top]])
+    return found
+
+
+def read_corpus(file: str) -> tuple[str, ...]:
+    """The texts of a corpus file, one a line; an empty one is a DataError."""
+    corpus = tuple(_lines(file))
+    if not corpus:
+        raise DataError(f"{file} holds no text. Fix: one text a line")
+    return corpus
+
+
+def similar_line(query: str, rank: int, score: float, text: str, as_json: bool) -> str:
+    return json.dumps({"query": query, "rank": rank, "score": score, "text": text}) if as_json else \
+        f"{score:.4f}\t{text}"
+
+
+def _similar_parser(here: Path) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="predict.py similar", description="The texts of a corpus nearest a query, "
+                                     "by the cosine of an embedding model's vectors.")
+    parser.add_argument("query", help="the text to search for")
+    parser.add_argument("--corpus", required=True, help="a UTF-8 file of texts, one a line (blank lines skipped)")
+    parser.add_argument("--top", type=int, default=10, help="how many to show (default 10)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per result")
+    parser.add_argument("--bundle", type=Path, default=here, help="the bundle dir (default: predict.py's dir)")
+    parser.add_argument("--aggregation", choices=AGGREGATIONS, default="simple", help="a token classifier's "
+                        "entities: each token's tag (simple) or each word's, read at its first token, its most "
+                        "confident one, or their average (first, max, average), as transformers' pipeline does; "
+                        "none: every token's tag")
+    parser.add_argument("--provider", choices=tuple(PROVIDERS), default="cpu", help="execution provider")
+    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ONNX Runtime's)")
+    return parser
+
+
+def _main_similar(argv: list[str], here: Path) -> int:
+    args = _similar_parser(here).parse_args(argv)
+    try:
+        if args.top < 1 or (args.threads is not None and args.threads < 1):
+            raise ConfigError("--top and --threads must be at least 1. Fix: pass a positive number")
+        corpus = read_corpus(args.corpus)
+        predictor = Predictor(args.bundle, providers=(args.provider,), threads=args.threads)
+        for rank, (score, text) in enumerate(similar(predictor, [args.query], corpus, args.top)[0], start=1):
+            print(similar_line(args.query, rank, score, text, args.json))
+    except EdgepressError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    return 0
+
+
+def main(argv: list[str] | None = None, here: Path | None = None) -> int:
+    """Classify or embed (or time) texts, or (`similar`) search a corpus; exit 2 with the error's fix on bad
+    input. `here`: the bundle dir read without --bundle (predict.py's own dir)."""
+    argv = sys.argv[1:] if argv is None else argv
+    here = Path.cwd() if here is None else here
+    if argv[:1] == ["similar"]:
+        return _main_similar(argv[1:], here)
+    args = _parser(here).parse_args(argv)
+    try:
+        if args.runs < 1 or (args.threads is not None and args.threads < 1):
+            raise ConfigError("--runs and --threads must be at least 1. Fix: pass a positive number")
+        texts = _texts(args)
+        predictor = Predictor(args.bundle, providers=(args.provider,), threads=args.threads)
+        if args.bench:
+            _print_bench(predictor.bench(texts, runs=args.runs), args.json)
+            return 0
+        if predictor.output == "sentence_embedding":
+            _print_embeddings(texts, predictor.embed(texts))
+        elif predictor.tokens:
+            for text in texts:
+                print("\n".join(entity_lines(text, predictor.entities(text, args.aggregation), args.json)))
+        else:
+            _print_predictions(predictor.predict_each(texts), args.json)
+    except EdgepressError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    return 0
+
+
+def embedding_json(text: str, vector: np.ndarray) -> str:
+    """A text's vector as one JSON object (with or without --json: a vector is for programs to read)."""
+    return json.dumps({"text": text, "embedding": [round(float(v), 7) for v in vector]})
+
+
+def _print_embeddings(texts: tuple[str, ...], vectors: np.ndarray) -> None:
+    for text, vector in zip(texts, vectors, strict=True):
+        print(embedding_json(text, vector))
+
+
+def entity_lines(text: str, entities: list[dict], as_json: bool) -> list[str]:
+    """How a token classifier's entities in `text` are printed: one JSON object (`as_json`), else the text and a line
+    an entity (type, score, characters, the text they cover)."""
+    if as_json:
+        return [json.dumps({"text": text, "entities": entities})]
+    return [text, *(f"  {e.get('entity_group', e.get('entity'))}\t{e['score']:.3f}\t{e['start']}-{e['end']}\t"
+                    f"{text[e['start']:e['end']]}" for e in entities)]
+
+
+def _print_predictions(predictions: list[Prediction], as_json: bool) -> None:
+    for p in predictions:
+        print(json.dumps({"text": p.text, "label": p.label, "score": p.score, "scores": p.scores})
+              if as_json else f"{p.label}\t{p.score:.3f}\t{p.text}")

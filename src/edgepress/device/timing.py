@@ -1,0 +1,61 @@
+"""The timing loop: one for every runner (torch, ONNX Runtime, a bundle), so that ratios are like for like; and
+what the CPU is."""
+
+import platform
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from .feeds import Feeds
+
+
+def _cpuinfo(field: str) -> str | None:
+    """The first `field` line of /proc/cpuinfo (Linux), None elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(field):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (Linux), else what the platform module knows."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (avx2, avx512_vnni, amx_int8, ...) on Linux; empty elsewhere."""
+    return set((_cpuinfo("flags") or "").split())
+
+
+def summarize(seconds: list[float]) -> dict:
+    ms = np.asarray(seconds) * 1e3
+    return {"p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
+            "p99_ms": float(np.percentile(ms, 99)), "mean_ms": float(ms.mean()), "runs": int(len(ms))}
+
+
+def seconds_of(run: Callable[[Feeds], object], feeds: list[Feeds], warmup: int, runs: int) -> list[float]:
+    """Seconds of each of `runs` timed calls of `run` over `feeds` cyclically, after `warmup` untimed ones."""
+    for i in range(warmup):
+        run(feeds[i % len(feeds)])
+    seconds = []
+    for i in range(runs):
+        batch = feeds[i % len(feeds)]
+        start = time.perf_counter()
+        run(batch)
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def time_runner(run: Callable[[Feeds], object], feeds: list[Feeds], warmup: int, runs: int) -> dict:
+    """p50/p90/p99/mean of `seconds_of`."""
+    return summarize(seconds_of(run, feeds, warmup, runs))
+
+
+def time_natural(run: Callable[[Feeds], object], feeds: list[Feeds], warmup: int, runs: int) -> dict:
+    """time_runner over natural-length feeds (one sentence each): every sentence timed at least once."""
+    return time_runner(run, feeds, min(warmup, len(feeds)), max(runs, len(feeds)))
