@@ -31,6 +31,17 @@ def _texts(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(texts)
 
 
+def _session_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """What every command takes about how the bundle runs: entities' aggregation, provider, threads."""
+    parser.add_argument("--aggregation", choices=AGGREGATIONS, default="simple", help="a token classifier's "
+                        "entities: each token's tag (simple) or each word's, read at its first token, its most "
+                        "confident one, or their average (first, max, average), as transformers' pipeline does; "
+                        "none: every token's tag")
+    parser.add_argument("--provider", choices=tuple(PROVIDERS), default="cpu", help="execution provider")
+    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ONNX Runtime's)")
+    return parser
+
+
 def _parser(here: Path) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="predict.py", description="Classify texts with an edgepress bundle, or "
                                      "embed them with an embedding model's bundle (one JSON object a text); "
@@ -43,13 +54,7 @@ def _parser(here: Path) -> argparse.ArgumentParser:
     parser.add_argument("--bench", action="store_true", help="time the model on the texts: p50/p90/p99 ms at "
                         "batch 1 x 128 tokens and at each text's natural length")
     parser.add_argument("--runs", type=int, default=100, help="timed runs per shape with --bench (default 100)")
-    parser.add_argument("--aggregation", choices=AGGREGATIONS, default="simple", help="a token classifier's "
-                        "entities: each token's tag (simple) or each word's, read at its first token, its most "
-                        "confident one, or their average (first, max, average), as transformers' pipeline does; "
-                        "none: every token's tag")
-    parser.add_argument("--provider", choices=tuple(PROVIDERS), default="cpu", help="execution provider")
-    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ONNX Runtime's)")
-    return parser
+    return _session_arguments(parser)
 
 
 def _print_bench(result: dict, as_json: bool) -> None:
@@ -102,13 +107,7 @@ def _similar_parser(here: Path) -> argparse.ArgumentParser:
     parser.add_argument("--top", type=int, default=10, help="how many to show (default 10)")
     parser.add_argument("--json", action="store_true", help="one JSON object per result")
     parser.add_argument("--bundle", type=Path, default=here, help="the bundle dir (default: predict.py's dir)")
-    parser.add_argument("--aggregation", choices=AGGREGATIONS, default="simple", help="a token classifier's "
-                        "entities: each token's tag (simple) or each word's, read at its first token, its most "
-                        "confident one, or their average (first, max, average), as transformers' pipeline does; "
-                        "none: every token's tag")
-    parser.add_argument("--provider", choices=tuple(PROVIDERS), default="cpu", help="execution provider")
-    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ONNX Runtime's)")
-    return parser
+    return _session_arguments(parser)
 
 
 def _main_similar(argv: list[str], here: Path) -> int:
