@@ -354,7 +354,7 @@ def test_the_page_classifies_a_typed_sentence_in_headless_chromium(int8_dirs, tm
 
 def test_what_a_target_fills_is_in_the_resume_key():
     """A per-channel int8 stage built for x86-vnni (8-bit) is not reused by a run for x86-avx2 (7-bit)."""
-    from edgepress.pipeline.runner import RunState
+    from edgepress.pipeline.state import RunState
 
     stages = [{"name": "export", "method": "export"},
               {"name": "int8", "method": "int8-dynamic", "params": {"per_channel": True}}]

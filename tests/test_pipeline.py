@@ -12,6 +12,7 @@ from edgepress.errors import ConfigError, GateFailed
 from edgepress.pipeline import runner
 from edgepress.pipeline.config import Gates, PipelineConfig, load_config
 from edgepress.pipeline.gates import evaluate_gates
+from edgepress.pipeline.state import stage_context
 from edgepress.registry import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -256,6 +257,17 @@ def test_a_magnitude_stage_reports_both_sparsities_and_what_its_zeros_buy(tmp_pa
     assert f"gzip {stage['metrics']['size_gzip_bytes'] / 1e6:.1f} MB against {base['size_gzip_bytes'] / 1e6:.1f}" \
         in markdown
     assert "Neither torch nor ONNX Runtime skips zeros" in (tmp_path / "run" / "report.html").read_text()
+    assert (base["task"], base["primary_metric"]) == (stage["metrics"]["task"], "accuracy") == \
+        ("classification", "accuracy")  # every record says what it was scored as
+
+
+def test_a_record_is_read_as_its_task_and_one_from_before_the_field_by_its_primary_metric():
+    from edgepress.tasks import CLASSIFICATION, TASKS, recorded_task
+
+    for task in TASKS.values():
+        assert recorded_task({"task": task.name, "primary_metric": task.primary}) is task
+        assert recorded_task({"primary_metric": task.primary}) is task  # written before `task`
+    assert recorded_task({}) is CLASSIFICATION  # a classifier's record from before `primary_metric`
 
 
 def test_a_lottery_stage_is_reported_beside_its_random_control():
@@ -277,7 +289,7 @@ def test_a_lottery_stage_is_reported_beside_its_random_control():
 def test_stages_recorded_before_runtime_launch_existed_are_still_reused():
     """The reuse key of a run without `launch` is what runs wrote before the field was added; with it, it differs."""
     from edgepress.pipeline.config import RuntimeConfig
-    from edgepress.pipeline.runner import runtime_key
+    from edgepress.pipeline.state import runtime_key
 
     assert sorted(runtime_key(RuntimeConfig())) == ["latency", "providers", "target", "threads"]
     launched = runtime_key(RuntimeConfig(launch="accelerate launch --multi_gpu --num_processes 2"))
@@ -319,7 +331,7 @@ def test_optimize_times_at_natural_lengths_when_a_later_stage_gates_speed_there(
                "gates": {"latency": {"min_natural_speedup": 2.0}}}]
     cfg = load_config(run_config(tmp_path, stages, tiny_model_dir))
     def later(cfg):
-        return METHODS["optimize"].later(cfg.stages[1].params, runner.stage_context(cfg, cfg.stages[1], "x86-avx2"))
+        return METHODS["optimize"].later(cfg.stages[1].params, stage_context(cfg, cfg.stages[1], "x86-avx2"))
 
     filled = later(cfg)
     assert filled["natural"] is True and filled["quantized_with"]["reduce_range"] is True  # the target's default

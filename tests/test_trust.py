@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from edgepress.cli.app import app
 from edgepress.errors import ConfigError, GateFailed, ModelError
-from edgepress.pipeline import runner
+from edgepress.pipeline import attempt, runner
 from edgepress.pipeline.config import load_config
 from edgepress.registry import METHODS
 from edgepress.runtime.latency import LatencyConfig
@@ -641,7 +641,7 @@ def test_a_resumed_stage_is_timed_again_for_its_speedup_gate(monkeypatch, earlie
     """--resume reuses a stage only if its speedup, timed again beside the baseline now, still passes: the earlier
     run's figures (here: timed apart) are not the verdict."""
     slower = {"speedup": 0.5, "baseline_p50_ms": 1.0, "p50_ms": 2.0, "rounds": 3}
-    monkeypatch.setattr(runner, "side_by_side_speedup", lambda *args, **kwargs: slower)
+    monkeypatch.setattr(attempt, "side_by_side_speedup", lambda *args, **kwargs: slower)
     stages = [*STAGES[:2], {**STAGES[2], "gates": {"latency": {"min_speedup": 1.0}}}]
     with pytest.raises(GateFailed, match=r"latency.min_speedup 0.5 vs limit 1"):
         runner.run_pipeline(load_config(write_config(tmp_path / "p.yaml", tiny_model_dir, stages)), earlier,

@@ -111,9 +111,11 @@ def demo(
 
 def _summary(report: dict, out_dir: Path) -> None:
     """One line per stage: status, its primary metric (accuracy; an embedder's neighbour overlap), size, CPU p50."""
+    from edgepress.tasks import recorded_task
+
     rows = [("baseline", "passed", report["baseline"]["metrics"])]
     rows += [(s["name"], s["status"], s["metrics"]) for s in report["stages"]]
-    primary = report["baseline"]["metrics"].get("primary_metric", "accuracy")
+    primary = recorded_task(report["baseline"]["metrics"]).primary
     for name, status, m in rows:
         cpu = m.get("latency", {}).get("cpu", {})
         out.print(f"{name:<12} {status:<7} {primary.replace('_', ' ')} {m.get(primary, float('nan')):.4f}  "
@@ -317,13 +319,14 @@ def evaluate(
     from edgepress.configs import build
     from edgepress.data import DataConfig
     from edgepress.pipeline.evaluate import evaluate_model, recorded_max_length
+    from edgepress.tasks import recorded_task
 
     if max_length is None:
         max_length = _call(recorded_max_length, model) or 128
     data_cfg = _call(build, DataConfig, where="data options", source=data, text_column=text_column,
                      label_column=label_column, max_length=max_length)
     metrics = _call(evaluate_model, model, data_cfg, split.value)
-    if metrics.get("primary_metric") == "f1":  # a token classifier: entity-level figures over sentences
+    if recorded_task(metrics).name == "token-classification":  # entity-level figures over sentences
         lo, hi = metrics["f1_ci95"]
         out.print(f"entity F1 {metrics['f1']:.4f} [{lo:.4f}, {hi:.4f}]  precision {metrics['precision']:.4f}  "
                   f"recall {metrics['recall']:.4f}  sentences={metrics['n_test']} ({split.value})")

@@ -373,19 +373,19 @@ def bundle_model(source: Path, out: Path, target: str | None = None, overwrite: 
     return write_bundle(model_dir, out, {**base, "target": resolved})
 
 
-def run_manifest(run_root: Path, cfg, data, metrics: dict, meta: dict, source: Path) -> dict:
-    """What a run's bundle says of the run: model, data, stages, labels, max length, and what was measured
-    (accuracy and latency) on which machine (`environment`, `measured_on`: that machine's own target)."""
-    primary = metrics.get("primary_metric", "accuracy")  # an embedder's: neighbour_overlap, against the baseline
+def run_manifest(run_root: Path, cfg, data, metrics: dict, meta: dict, source: Path, task) -> dict:
+    """What a run's bundle says of the run: model, data, stages, its `task` (edgepress.tasks) and labels (a
+    classifier's, a token classifier's tags), max length, and what was measured (the task's primary metric and
+    latency) on which machine (`environment`, `measured_on`: that machine's own target)."""
+    primary = task.primary  # an embedder's: neighbour_overlap, against the baseline
     summary = {k: metrics[k] for k in (primary, f"{primary}_ci95", "n_test", "size_bytes")}
     summary |= {k: metrics[k] for k in ("primary_metric", "cosine", "cosine_ci95") if k in metrics}
     pairs = metrics.get("sets", {}).get("pairs", {})  # data.pairs: the labelled check of an embedder
     summary |= {k: pairs[k] for k in ("spearman", "spearman_ci95", "n_pairs") if k in pairs}
     summary["latency_p50_ms"] = {p: m["p50_ms"] for p, m in metrics.get("latency", {}).items()}
-    task = {"accuracy": "classification", "f1": "token-classification"}.get(primary, "embedding")
-    labels = {} if task == "embedding" else {"labels": {str(k): v for k, v in data.id2label.items()}}  # tags too
+    labels = {"labels": {str(k): v for k, v in data.id2label.items()}} if task.labelled else {}
     return {"model": cfg.model, "data": data.source, "max_length": cfg.data.max_length, **labels,
-            "task": task, "stages": [s.name for s in cfg.stages],
+            "task": task.name, "stages": [s.name for s in cfg.stages],
             "source_artifact": str(source), "metrics": summary, "environment": meta.get("environment"),
             "measured_on": detect_target(), "run_id": meta.get("run_id"), "run": str(run_root)}
 

@@ -6,6 +6,7 @@ constraints by."""
 import math
 
 from edgepress.pipeline.config import Gates
+from edgepress.tasks import recorded_task
 
 DISAGREEMENT = 0.1  # a compressed model's labels differ from its teacher's on about this share (the demo: 0.12)
 
@@ -38,12 +39,6 @@ def _check(kind: str, rule: str, limit: float, value: float | None, ok_when_belo
 
 def _latency(metrics: dict, provider: str) -> dict | None:
     return metrics.get("latency", {}).get(provider)
-
-
-def primary_metric(metrics: dict) -> str:
-    """The metric `accuracy` gates judge: accuracy, or the one a task's metrics name (an embedder's
-    neighbour_overlap)."""
-    return metrics.get("primary_metric", "accuracy")
 
 
 def figures_of(metrics: dict, metric: str) -> dict:
@@ -125,7 +120,7 @@ def evaluate_gates(gates: Gates, metrics: dict, baseline: dict, previous: dict, 
     parity numbers the method measured (None for methods that change no graph)."""
     results = []
     if (a := gates.accuracy) is not None:
-        primary = a.metric or primary_metric(baseline)
+        primary = a.metric or recorded_task(baseline).primary
         if a.max_drop is not None:
             results.append(_max_drop(a.max_drop, a.strict, baseline, metrics, primary))
         if a.max_stage_drop is not None:

@@ -3,6 +3,8 @@ Pareto front drawn; benchmarks/compare.py draws the same plot for its candidates
 
 import io
 
+from edgepress.tasks import recorded_task
+
 
 def svg_of(figure) -> str:
     """A matplotlib figure as inline SVG text."""
@@ -15,7 +17,7 @@ def svg_of(figure) -> str:
 def _measured(report: dict) -> list[tuple[str, dict]]:
     rows = [("baseline", report["baseline"]["metrics"])]
     rows += [(s["name"], s["metrics"]) for s in report["stages"]]
-    primary = report["baseline"]["metrics"].get("primary_metric", "accuracy")
+    primary = recorded_task(report["baseline"]["metrics"]).primary
     return [(name, m) for name, m in rows if primary in m]
 
 
@@ -32,7 +34,7 @@ def stage_plots(report: dict) -> dict[str, str]:
     plots = {}
 
     fig, ax = plt.subplots(figsize=(6, 3))
-    primary = report["baseline"]["metrics"].get("primary_metric", "accuracy")  # an embedder's neighbour_overlap
+    primary = recorded_task(report["baseline"]["metrics"]).primary  # an embedder's neighbour_overlap
     label = f"test {primary.replace('_', ' ')} (95% CI)"
     acc = [m[primary] for _, m in rows]
     err = [[m[primary] - m[f"{primary}_ci95"][0] for _, m in rows], [m[f"{primary}_ci95"][1] - m[primary]

@@ -6,8 +6,9 @@ from itertools import pairwise
 from edgepress import __version__
 from edgepress.data.dataset import missing_classes
 from edgepress.files import read_json, write_json, write_text
-from edgepress.pipeline.gates import gate_name, primary_metric, speedup_of
+from edgepress.pipeline.gates import gate_name, speedup_of
 from edgepress.pipeline.rundir import RunDir
+from edgepress.tasks import recorded_task
 
 REPORT_VERSION = 1
 
@@ -90,7 +91,7 @@ def columns(baseline: dict) -> tuple[str, str]:
     """The two score columns of a stage table: (the primary metric, the second): accuracy and agreement with the
     baseline's labels for a classifier; neighbour overlap and cosine to the baseline's vectors for an embedder;
     entity F1 and agreement with the baseline's entities for a token classifier."""
-    primary = primary_metric(baseline)
+    primary = recorded_task(baseline).primary
     return primary, WORDING[primary]["second"]
 
 
@@ -138,14 +139,18 @@ def _sparse_line(stage: dict, before: dict) -> str:
 
 def _sparse_lines(report: dict) -> list[str]:
     """One line per measured stage that made unstructured zeros, against the model it took."""
-    chain, primary = [report["baseline"], *report["stages"]], primary_metric(report["baseline"]["metrics"])
+    chain, primary = [report["baseline"], *report["stages"]], recorded_task(report["baseline"]["metrics"]).primary
     return [_sparse_line(stage, before["metrics"]) for before, stage in pairwise(chain)
             if "sparsity" in stage.get("details", {}) and primary in stage["metrics"]
             and "size_gzip_bytes" in before["metrics"]]
 
 
-MEASURED_WORDS = {"accuracy": lambda v: f"accuracy {v:.4f}", "size_bytes": lambda v: f"{v / 1e6:.2f} MB",
-                  "p50_ms": lambda v: f"CPU p50 {v:.2f} ms"}
+MEASURED_WORDS = {"size_bytes": lambda v: f"{v / 1e6:.2f} MB", "p50_ms": lambda v: f"CPU p50 {v:.2f} ms"}
+
+
+def _measured_word(key: str, value: float) -> str:
+    """An attempt's figure in words: its size, its CPU p50, or its task's primary metric ("accuracy 0.8392")."""
+    return MEASURED_WORDS[key](value) if key in MEASURED_WORDS else f"{key.replace('_', ' ')} {value:.4f}"
 
 
 def _attempt_line(name: str, i: int, attempt: dict) -> str:
@@ -153,7 +158,7 @@ def _attempt_line(name: str, i: int, attempt: dict) -> str:
     failed (the gates it missed, or its error)."""
     given = json.dumps(attempt.get("params") or {}, separators=(", ", ": "))
     measured = attempt.get("measured") or {}
-    numbers = ", ".join(MEASURED_WORDS[k](v) for k, v in measured.items())
+    numbers = ", ".join(_measured_word(k, v) for k, v in measured.items())
     why = "; ".join(f"{gate_text(g)}" for g in attempt["gates"] if not g["passed"]) or attempt.get("error", "")
     return (f"- `{name}` attempt {i}: {attempt['method']} {given} {attempt['status']}"
             f"{f' ({numbers})' if numbers else ''}{f': {why}' if why and attempt['status'] != 'passed' else ''}")

@@ -1,0 +1,69 @@
+"""classification: a label id per text; accuracy against the labels, agreement with the baseline's labels."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgepress.data.dataset import TextSet
+from edgepress.logs import tracked
+
+
+def _labelled(part: TextSet) -> bool:
+    """Every text of `part` has a label (a fidelity set may come without)."""
+    return bool(len(part)) and bool((part.labels >= 0).all())
+
+
+@dataclass(frozen=True)
+class Classification:
+    name: str = "classification"
+    output: str = "logits"
+    predicts: str = "labels"  # what a run's progress says it is predicting
+    primary: str = "accuracy"
+    gated: tuple[str, ...] = ("accuracy",)  # what an accuracy gate's `metric` may name
+    methods: tuple[str, ...] | None = None  # every method
+    int8_params: tuple[tuple[str, object], ...] = ()  # what `edgepress init` adds to its int8 stage
+    labelled: bool = True  # its predictions are label names (a bundle's manifest lists them)
+
+    def load(self, data, label2id: dict[str, int] | None):
+        """The run's splits of `data` (a DataConfig or a source), labels mapped by `label2id` (None: an embedder's
+        texts, whose labels are their own)."""
+        from edgepress.data.load import load_data
+
+        return load_data(data, label2id)
+
+    def torch_predictions(self, model, tokenizer, texts: tuple[str, ...], max_length: int) -> np.ndarray:
+        from edgepress.models.evaluate import predict_logits
+
+        return predict_logits(model, tokenizer, texts, max_length).argmax(axis=1)
+
+    def onnx_predictions(self, predictor, texts: tuple[str, ...], what: str) -> np.ndarray:
+        return np.array([int(predictor.logits([text])[0].argmax()) for text in tracked(texts, len(texts), what)],
+                        dtype=np.int64)
+
+    def scores(self, part: TextSet, preds: np.ndarray) -> dict:
+        """The metrics of `preds` by themselves: accuracy with its CI, macro-F1 (and the task and its primary
+        metric: what every reader of a record asks, `recorded_task`)."""
+        from edgepress.data.metrics import classification_metrics
+
+        return {"task": self.name, "primary_metric": self.primary, **classification_metrics(part.labels, preds)}
+
+    def baseline(self, part: TextSet, preds: np.ndarray) -> dict:
+        """What the baseline's own metrics add: nothing (its accuracy is its own)."""
+        return {}
+
+    def training_score(self, tokenizer, part: TextSet, max_length: int):
+        """(name, fn(model) -> float): what a training run keeps its best epoch by, the primary metric on `part`."""
+        return self.primary, lambda model: self.scores(part, self.torch_predictions(
+            model, tokenizer, part.texts, max_length))[self.primary]
+
+    def set_scores(self, part: TextSet, preds: np.ndarray) -> dict:
+        """A fidelity set's own figures: its accuracy where the set has labels."""
+        return {"accuracy": float(np.mean(preds == part.labels))} if _labelled(part) else {}
+
+    def versus(self, part: TextSet, base: np.ndarray, preds: np.ndarray) -> dict:
+        """Against the baseline's predictions on the same texts: agreement with its labels (and its CI), and where
+        the texts are labelled, the paired CI of the accuracy drop."""
+        from edgepress.data.metrics import accuracy_ci95, accuracy_drop_ci95
+
+        return {"agreement": float(np.mean(preds == base)), "agreement_ci95": accuracy_ci95(base, preds),
+                **({"accuracy_drop_ci95": accuracy_drop_ci95(part.labels, base, preds)} if _labelled(part) else {})}

@@ -1,0 +1,78 @@
+"""embedding (a sentence-transformers dir): a sentence vector per text; against the baseline's vectors, each text's
+cosine to its baseline vector and the overlap of its top-10 neighbours among the test texts with the baseline's
+(`neighbour_overlap`, the primary metric: the baseline's own is 1, so `accuracy.max_drop: 0.1` allows 90%)."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgepress.data.dataset import PairSet, TextSet
+from edgepress.logs import tracked
+from edgepress.tasks.classification import Classification
+
+NEIGHBOURS = 10  # the k of neighbour_overlap
+
+
+@dataclass(frozen=True)
+class Embedding:
+    name: str = "embedding"
+    output: str = "sentence_embedding"
+    predicts: str = "vectors"
+    primary: str = "neighbour_overlap"
+    gated: tuple[str, ...] = ("neighbour_overlap", "spearman")  # spearman: on data.pairs
+    methods: tuple[str, ...] | None = ("distill", "heads", "ffn", "vocab", "magnitude", "export", "optimize", "fp16",
+                                       "int8-dynamic", "int8-static", "int4")
+    # smoothing: all-MiniLM-L6-v2's int8 neighbours 0.84 -> 0.91 on a VNNI CPU (benchmarks/embeddings.py)
+    int8_params: tuple[tuple[str, object], ...] = (("smooth", 0.85),)
+    labelled: bool = False  # vectors: no label names
+
+    load = Classification.load
+
+    def torch_predictions(self, model, tokenizer, texts: tuple[str, ...], max_length: int) -> np.ndarray:
+        from edgepress.models.evaluate import predict_outputs
+
+        return predict_outputs(model, tokenizer, texts, max_length)
+
+    def onnx_predictions(self, predictor, texts: tuple[str, ...], what: str) -> np.ndarray:
+        return np.stack([predictor.embed([text])[0] for text in tracked(texts, len(texts), what)]) if texts else \
+            np.zeros((0, 0), np.float32)
+
+    def scores(self, part: TextSet, preds: np.ndarray) -> dict:
+        """Sentence vectors have no score of their own: their primary metric is measured against the baseline's."""
+        return {"task": self.name, "primary_metric": self.primary, "n_test": len(part),
+                "dimension": int(preds.shape[1]) if preds.ndim == 2 else 0}
+
+    def baseline(self, part: TextSet, preds: np.ndarray) -> dict:
+        """The baseline against itself: cosine and neighbour overlap 1 (what a stage's drop is measured from)."""
+        return self.versus(part, preds, preds)
+
+    def set_scores(self, part: TextSet, preds: np.ndarray) -> dict:
+        """A set's own figures: the scored pairs' Spearman correlation with its CI (`sts_metrics`); none for a
+        fidelity set (its vectors are scored against the baseline's, in `versus`)."""
+        from edgepress.data.metrics import sts_metrics
+
+        return sts_metrics(part.scores, *part.halves(preds)) if isinstance(part, PairSet) else {}
+
+    def versus(self, part: TextSet, base: np.ndarray, preds: np.ndarray) -> dict:
+        """Against the baseline's vectors of the same texts: cosine and neighbour overlap with their CIs; the drop
+        of the overlap from the baseline's own (1) with its CI; `agreement` (what fidelity gates judge) is the
+        neighbour overlap."""
+        from edgepress.data.metrics import embedding_metrics
+
+        if len(part) < 2:
+            return {}
+        figures = embedding_metrics(base, preds, k=min(NEIGHBOURS, len(part) - 1))
+        lo, hi = figures["neighbour_overlap_ci95"]
+        return {**{k: v for k, v in figures.items() if k != "n_test"},
+                "neighbour_overlap_drop_ci95": [1 - hi, 1 - lo],
+                "agreement": figures["neighbour_overlap"], "agreement_ci95": [lo, hi],
+                **self._pairs_drop(part, base, preds)}
+
+    @staticmethod
+    def _pairs_drop(part: TextSet, base: np.ndarray, preds: np.ndarray) -> dict:
+        """On scored pairs: the paired 95% CI of the Spearman drop from the baseline's."""
+        from edgepress.data.metrics import spearman_drop_ci95
+
+        if not isinstance(part, PairSet):
+            return {}
+        return {"spearman_drop_ci95": spearman_drop_ci95(part.scores, part.halves(base), part.halves(preds))}

@@ -1,0 +1,102 @@
+"""token-classification (a ...ForTokenClassification dir: NER, PII): a tag per word; entity-level micro F1 against
+the true tags (seqeval's strict spans, the primary metric), and against the baseline's tags (agreement)."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgepress.data.dataset import TextSet
+from edgepress.logs import tracked
+from edgepress.tasks.classification import Classification
+
+ONLY_TAGGED_WORDS = ("augment makes perturbed copies of texts, whose words would no longer carry their tags: it is "
+                     "not built for token classifiers. Fix: remove augment (a token classifier distils on the train "
+                     "split's tagged sentences and data.unlabeled's texts, which the teacher tags)")
+WORDS_NOT_LABELLED = -1  # a word of a prediction array that is padding: (texts, most words), one tag id a word
+
+
+@dataclass(frozen=True)
+class TokenClassification:
+    """A tag per word: predictions (texts, most words) of tag ids, -1 past each text's words; `tags` the model's tag
+    names by id, in one scheme (BIO, BIOES or IO: `scheme_of`)."""
+
+    tags: tuple[str, ...] = ()
+    name: str = "token-classification"
+    output: str = "logits"
+    predicts: str = "tags"
+    primary: str = "f1"
+    gated: tuple[str, ...] = ("f1",)
+    methods: tuple[str, ...] | None = None  # every method: the training ones learn each word's tag
+    int8_params: tuple[tuple[str, object], ...] = ()
+    labelled: bool = True  # tag names (a bundle's manifest lists them as its labels)
+
+    @property
+    def scheme(self) -> str:
+        from edgepress.data.tagged import scheme_of
+
+        return scheme_of(self.tags)
+
+    def _ids(self, word_logits: list[np.ndarray]) -> np.ndarray:
+        """(texts, most words) tag ids: each word's most likely tag, O for a word cut off (its logits NaN)."""
+        outside = self.tags.index("O") if "O" in self.tags else 0
+        out = np.full((len(word_logits), max((len(w) for w in word_logits), default=0)), WORDS_NOT_LABELLED,
+                      np.int64)
+        for i, logits in enumerate(word_logits):
+            out[i, :len(logits)] = np.where(np.isnan(logits).any(axis=1), outside, logits.argmax(axis=1))
+        return out
+
+    def load(self, data, label2id: dict[str, int] | None):
+        """The run's tagged sentences (`load_tagged`), each tag mapped by the model's `label2id`."""
+        from edgepress.data.tagged import load_tagged
+
+        return load_tagged(data, label2id)
+
+    def torch_predictions(self, model, tokenizer, texts: tuple[str, ...], max_length: int) -> np.ndarray:
+        from edgepress.models.evaluate import predict_word_logits
+
+        return self._ids(predict_word_logits(model, tokenizer, texts, max_length))
+
+    def onnx_predictions(self, predictor, texts: tuple[str, ...], what: str) -> np.ndarray:
+        return self._ids([predictor.word_logits(text.split()) for text in tracked(texts, len(texts), what)])
+
+    def names(self, preds: np.ndarray) -> list[list[str]]:
+        """Each text's predicted tag names, its padding left out."""
+        return [[self.tags[t] for t in row if t != WORDS_NOT_LABELLED] for row in np.asarray(preds)]
+
+    def true_names(self, part: TextSet) -> list[list[str]] | None:
+        """Each sentence's true tag names, where `part` has them (a tagged split, its typos), else None."""
+        from edgepress.data.tagged import TaggedSet
+
+        return [[self.tags[t] for t in tags] for tags in part.tags] if isinstance(part, TaggedSet) and part.tags \
+            else None
+
+    def scores(self, part: TextSet, preds: np.ndarray) -> dict:
+        """Entity-level micro F1 with its CI, precision, recall and per-type figures (`entity_metrics`)."""
+        from edgepress.data.metrics import entity_metrics
+
+        figures = entity_metrics(self.true_names(part), self.names(preds), self.scheme)
+        return {"task": self.name, "primary_metric": self.primary, **figures, "n_test": len(part)}
+
+    def baseline(self, part: TextSet, preds: np.ndarray) -> dict:
+        """What the baseline's own metrics add: nothing (its F1 is its own)."""
+        return {}
+
+    training_score = Classification.training_score
+
+    def set_scores(self, part: TextSet, preds: np.ndarray) -> dict:
+        """A set's own entity F1 where it has true tags (the test split with typos has the test split's)."""
+        from edgepress.data.metrics import entity_metrics
+
+        true = self.true_names(part)
+        return {"f1": entity_metrics(true, self.names(preds), self.scheme)["f1"]} if true is not None else {}
+
+    def versus(self, part: TextSet, base: np.ndarray, preds: np.ndarray) -> dict:
+        """Against the baseline's tags of the same texts: `agreement`, the entity F1 of these tags with the
+        baseline's taken as the truth (and its CI); where the texts have true tags, the paired CI of the F1 drop."""
+        from edgepress.data.metrics import entity_f1_drop_ci95, entity_metrics
+
+        theirs, ours, true = self.names(base), self.names(preds), self.true_names(part)
+        agreement = entity_metrics(theirs, ours, self.scheme)
+        return {"agreement": agreement["f1"], "agreement_ci95": agreement["f1_ci95"],
+                **({"f1_drop_ci95": entity_f1_drop_ci95(true, theirs, ours, self.scheme)} if true is not None
+                   else {})}
