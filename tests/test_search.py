@@ -190,6 +190,14 @@ def test_validate_checks_a_search_config_and_run_refuses_one(tmp_path, tiny_mode
     result = invoke("validate", config)
     assert result.exit_code == 0 and "valid search (4 points, 2 shapes, of a 2-layer teacher" in result.output, \
         result.output
+    assert "inside the noise" not in result.output  # max_drop 0.5: resolvable on any split
+    tight = search_config(tmp_path / "tight.yaml", tiny_model_dir, data, constraints={"accuracy": {"max_drop": 0.01}})
+    result = invoke("validate", tight)  # a line the validation split, where trials are judged, cannot resolve
+    assert result.exit_code == 0 and "note: constraints.accuracy.max_drop 0.01 is inside the noise of" in result.output
+    assert "validation texts" in result.output and "(the trials are judged on the validation split)" in result.output
+    strict = search_config(tmp_path / "strict.yaml", tiny_model_dir, data,
+                           constraints={"accuracy": {"max_drop": 0.01, "strict": True}})
+    assert "inside the noise" not in invoke("validate", strict).output  # its CI is judged: no note
     bad = search_config(tmp_path / "bad.yaml", tiny_model_dir, data, space={**SPACE, "layers": [5]})
     result = invoke("validate", bad)
     assert result.exit_code == 2 and "the teacher has 2" in result.output, result.output

@@ -242,7 +242,7 @@ def validate(config: Annotated[Path, typer.Argument(help="Pipeline or search YAM
 
 def _validate_search(config: Path) -> None:
     from edgepress.search.config import load_search
-    from edgepress.search.study import check_search
+    from edgepress.search.study import check_search, search_noise
 
     cfg = _call(load_search, config)
     _, _, depth, space, data = _call(check_search, cfg, build_teacher=False)
@@ -250,6 +250,8 @@ def _validate_search(config: Path) -> None:
     out.print(f"{config}: valid search ({len(space.points())} points, {len(space.shapes())} shapes, of a {depth}-layer "
               f"teacher; model {cfg.model}; data {sizes}; objective {cfg.objective}; providers "
               f"{', '.join(cfg.runtime.providers)})", highlight=False, soft_wrap=True)
+    if (line := search_noise(cfg, len(data.validation))) is not None:
+        out.print(f"note: {line}", highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -68,7 +68,7 @@ def _call(state: RunState, method: str, cfg, dst: Path) -> dict:
     if launch is None or not spec.trains:
         return spec.function(state.kind)(state.source, dst, state.data if spec.inputs == "splits" else
                                          state.data.validation.texts, cfg)
-    job = {"data": state.cfg.data.model_dump(mode="json"), "data_sha256": state.data_sha256,
+    job = {"data": state.cfg.data.model_dump(mode="json"), "data_sha256": state.data_sha256, "task": state.task.name,
            "label2id": {name: i for i, name in state.data.id2label.items()}}
     details = launched(launch, method, state.source, dst, cfg.model_dump(mode="json"), job,
                        dst.parent / f"launch-{method}.log")

@@ -18,17 +18,24 @@ def resolvable_drop(n_test: int) -> float:
     return round(max(0.01, math.ceil(half_width / 0.005) * 0.005), 3)
 
 
+def drop_noise(max_drop: float, n: int, split: str, fix: str = "") -> str | None:
+    """Why an `accuracy.max_drop` (not strict) judged on `n` texts of `split` cannot be resolved there, None when it
+    can: its verdict is as much the split's luck as the model's. `fix`: what else to say beside the floor."""
+    floor = resolvable_drop(n)
+    if max_drop >= floor:
+        return None
+    return (f"accuracy.max_drop {max_drop:g} is inside the noise of {n:,} {split} texts (there the paired 95% CI of a "
+            f"drop spans about ±{floor:g}: a smaller drop cannot be told from chance): its verdict can flip with "
+            f"another split. Fix: max_drop {floor:g} or more{fix}, more {split} texts, or strict: true to judge the "
+            f"drop's CI")
+
+
 def noisy_gates(cfg, n_test: int) -> list[str]:
-    """A line for every `accuracy.max_drop` (not strict) tighter than `n_test` test texts can resolve: its verdict
-    is as much the split's luck as the model's."""
-    floor = resolvable_drop(n_test)
-    return [f"stage '{stage.name}': accuracy.max_drop {gate.max_drop:g} is inside the noise of {n_test:,} test texts "
-            f"(there the paired 95% CI of a drop spans about ±{floor:g}: a smaller drop cannot be told from chance): "
-            f"its verdict can flip with another split. "
-            f"Fix: max_drop {floor:g} or more (what `edgepress init` sets for this split), more test texts, or "
-            f"strict: true to judge the drop's CI"
-            for stage in cfg.stages if (gate := stage.gates.accuracy) is not None and gate.max_drop is not None
-            and not gate.strict and gate.metric != "spearman" and gate.max_drop < floor]  # spearman: on the pairs
+    """A line for every `accuracy.max_drop` (not strict) tighter than `n_test` test texts can resolve."""
+    return [f"stage '{stage.name}': {line}" for stage in cfg.stages
+            if (gate := stage.gates.accuracy) is not None and gate.max_drop is not None and not gate.strict
+            and gate.metric != "spearman"  # spearman: on the pairs
+            and (line := drop_noise(gate.max_drop, n_test, "test", " (what `edgepress init` sets for this split)"))]
 
 
 def _check(kind: str, rule: str, limit: float, value: float | None, ok_when_below: bool) -> dict:

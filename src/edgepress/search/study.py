@@ -39,7 +39,7 @@ from edgepress.errors import ConfigError, EdgepressError, GateFailed
 from edgepress.files import check_apart, check_owned, check_writable, read_json, write_json, write_text
 from edgepress.interrupt import check as check_interrupt
 from edgepress.models.teacher import demo_depth
-from edgepress.pipeline.gates import gate_name
+from edgepress.pipeline.gates import drop_noise, gate_name
 from edgepress.pipeline.rundir import RunDir
 from edgepress.search.config import SearchConfig, Space, pipeline_for
 from edgepress.search.shapes import Shape, dominated, time_shapes
@@ -172,6 +172,16 @@ def allowed_shapes(cfg: SearchConfig, space, table: dict) -> tuple[list[Shape], 
     for name, by in dominated(table, open_shapes).items():
         why[name] = f"beaten by {by} (as fast and as small, keeps as much of the teacher)"
     return [s for s in shapes if s.name not in why], why
+
+
+def search_noise(cfg: SearchConfig, n_validation: int) -> str | None:
+    """The search's accuracy constraint, where its trials are judged (the validation split), when `n_validation`
+    texts cannot resolve it: what `noisy_gates` says of a pipeline's gate."""
+    accuracy = cfg.constraints.accuracy
+    if accuracy.strict:
+        return None
+    line = drop_noise(accuracy.max_drop, n_validation, "validation")
+    return None if line is None else f"constraints.{line} (the trials are judged on the validation split)"
 
 
 def check_search(cfg: SearchConfig, build_teacher: bool = True) -> tuple[Path | None, tuple | None, int, Space,
@@ -739,6 +749,8 @@ def run_search(cfg: SearchConfig, out: Path, budget_s: float | None = None, tria
     if budget_s is None and trials is None:
         raise ConfigError("give --budget (e.g. 2h) or --trials N: a search needs a limit")
     prepared = prepare(cfg, out, resume, config_file)
+    if (line := search_noise(cfg, len(prepared.data.validation))) is not None:
+        log.warning("%s", line)
     study = open_study(cfg, out, storage)
     killed = fail_dead_trials(study)
     if killed:
