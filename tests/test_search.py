@@ -14,21 +14,12 @@ import yaml
 from edgepress.models.loading import load_classifier
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.search.config import load_search, pipeline_for
+from edgepress.search.policy import beaten_by, best_passing, passing_trials
+from edgepress.search.prepare import prepare
 from edgepress.search.shapes import Shape, build_shape, dominated, time_shapes
-from edgepress.search.study import (
-    EpochWatch,
-    TrialPruned,
-    _passing,
-    ask,
-    await_others,
-    beaten_by,
-    best_passing,
-    open_study,
-    prepare,
-    search_loop,
-    trial_rows,
-    twin_result,
-)
+from edgepress.search.storage import ask, await_others, open_study, trial_rows, twin_result
+from edgepress.search.study import search_loop
+from edgepress.search.trial import EpochWatch, TrialPruned
 from tests.test_stagecache import _csv
 from tests.test_trust import FAST_RUNTIME, invoke
 
@@ -301,11 +292,11 @@ def test_trials_go_latency_first_and_a_shape_slower_than_a_passing_one_never_run
     assert all(r["stop"] == "beaten" and r["epochs_trained"] == 0 for r in rows if r["params"]["shape"] == slow)
     per_channel = next(r for r in rows if r["params"]["quantization"] == "int8-dynamic-per-channel")
     point = {**per_channel["params"], "shape": slow}  # the sampler may draw it: it would be recorded, not run
-    assert beaten_by(cfg, prepared, _passing(study), point) == (
+    assert beaten_by(cfg, prepared, passing_trials(study), point) == (
         f"beaten by trial {per_channel['number']}, which passed: its shape ({fast}) is 1 ms in the shape table, "
         f"this point's 2 ms")
     prepared.table[slow]["fixed_p50_ms"] = 1.04  # within 5% of a passing shape: still worth a run
-    assert beaten_by(cfg, prepared, _passing(study), point) is None
+    assert beaten_by(cfg, prepared, passing_trials(study), point) is None
 
 
 def test_the_winner_is_the_most_accurate_of_the_trials_within_timing_noise_of_the_fastest(tmp_path):

@@ -715,7 +715,7 @@ def test_structured_pruning_keeps_a_sentence_encoders_neighbours(trained_teacher
 
 def test_search_refuses_a_sentence_encoder_naming_init(sentence_dir):
     from edgepress.search.config import SearchConfig
-    from edgepress.search.study import check_search
+    from edgepress.search.prepare import check_search
 
     cfg = SearchConfig.model_validate({"model": str(sentence_dir), "constraints": {"accuracy": {"max_drop": 0.1}}})
     with pytest.raises(ConfigError, match=r"is a model of task embedding; edgepress search covers classifiers so far. "

@@ -242,7 +242,7 @@ def validate(config: Annotated[Path, typer.Argument(help="Pipeline or search YAM
 
 def _validate_search(config: Path) -> None:
     from edgepress.search.config import load_search
-    from edgepress.search.study import check_search, search_noise
+    from edgepress.search.prepare import check_search, search_noise
 
     cfg = _call(load_search, config)
     _, _, depth, space, data = _call(check_search, cfg, build_teacher=False)
