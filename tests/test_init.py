@@ -4,7 +4,7 @@ validated before it is written."""
 import yaml
 
 from edgepress.pipeline.config import load_config
-from edgepress.pipeline.gates import resolvable_drop
+from edgepress.tasks import resolvable_drop
 from tests.conftest import save, tiny_distilbert
 from tests.test_stagecache import _csv
 from tests.test_trust import invoke

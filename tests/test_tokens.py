@@ -498,7 +498,7 @@ def test_a_quantized_token_graph_is_checked_loosely_per_token_only_where_parity_
 
 
 def test_init_starts_a_token_classifier_on_its_tagged_data(token_model, ner_dir, tmp_path):
-    from edgepress.pipeline.gates import resolvable_drop
+    from edgepress.tasks import resolvable_drop
     from tests.test_trust import invoke
 
     result = invoke("init", token_model, ner_dir, "--out", tmp_path / "p.yaml")

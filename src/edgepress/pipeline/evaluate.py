@@ -6,7 +6,6 @@ from dataclasses import replace
 from edgepress.data import DataConfig
 from edgepress.errors import ConfigError
 from edgepress.models.loading import label2id_of
-from edgepress.models.sentence import is_sentence_dir
 from edgepress.models.teacher import resolve_model
 from edgepress.pipeline.measure import measure_artifact, measure_model_dir
 from edgepress.runtime.latency import LatencyConfig
@@ -40,14 +39,14 @@ def evaluate_model(model: str, data_cfg: DataConfig, split: str = "test") -> dic
 
     model_dir = resolve_model(model)
     model_dir = final_of_run(model_dir, "evaluate") or model_dir
-    if is_sentence_dir(model_dir):
+    task = task_of(model_dir)
+    if not task.labelled:
         raise ConfigError(f"{model_dir} is a sentence-embedding model: its vectors are scored against another "
                           f"model's (a baseline), not against labels. Fix: run a pipeline on it (`edgepress run`), "
                           f"whose report scores every stage against the original model's neighbours")
     graph = onnx_path(model_dir)
     label2id = label2id_of(model_dir, torch_weights=graph is None)
     check_within_positions(model_dir, {"--max-length": data_cfg.max_length})
-    task = task_of(model_dir)
     data = task.load(data_cfg, label2id)
     data = replace(data, test=data.everything() if split == "all" else getattr(data, split))
     metrics = measure_model_dir(model_dir, data, data_cfg.max_length, task)[0] if graph is None else \

@@ -3,19 +3,9 @@
 beyond its limit, in the limit's direction (<= 0: within; None: not measured), what a search ranks missed
 constraints by."""
 
-import math
 
 from edgepress.pipeline.config import Gates
-from edgepress.tasks import recorded_task
-
-DISAGREEMENT = 0.1  # a compressed model's labels differ from its teacher's on about this share (the demo: 0.12)
-
-
-def resolvable_drop(n_test: int) -> float:
-    """The smallest `max_drop` (in steps of half a point, at least one point) outside the noise of `n_test` test
-    examples: the half-width of the paired drop's 95% CI when `DISAGREEMENT` of the labels differ."""
-    half_width = 1.96 * math.sqrt(DISAGREEMENT / n_test)
-    return round(max(0.01, math.ceil(half_width / 0.005) * 0.005), 3)
+from edgepress.tasks import recorded_task, resolvable_drop
 
 
 def drop_noise(max_drop: float, n: int, split: str, fix: str = "") -> str | None:

@@ -16,7 +16,6 @@ import yaml
 from edgepress.compress.structured import BASELINE
 from edgepress.data.config import DataConfig
 from edgepress.errors import ConfigError, EdgepressError
-from edgepress.pipeline.gates import resolvable_drop
 
 
 def fitting_length(tokenizer, texts: tuple[str, ...], positions: int) -> tuple[int, str]:
@@ -94,34 +93,29 @@ def starter_config(model: str, data: DataConfig) -> str:
     from edgepress.models.teacher import TEACHER, resolve_model
     from edgepress.pipeline.config import PipelineConfig
     from edgepress.pipeline.inputs import check_inputs, check_model
-    from edgepress.tasks import CLASSIFICATION, EMBEDDING, task_of
+    from edgepress.tasks import task_of
 
     task = task_of(None if model == TEACHER else resolve_model(model))
     model_dir, (loaded, tokenizer) = check_model(model, build_teacher=True, task=task)
-    label2id = None if task is EMBEDDING else label2id_of(model_dir)  # an embedder has no labels
+    label2id = label2id_of(model_dir) if task.labelled else None  # an embedder has no labels
     splits = task.load(data, label2id)
     positions = position_limit(read_model_config(model_dir))
     max_length, length_said = fitting_length(tokenizer, splits.train.texts, positions)
     depth = int(loaded.config.num_hidden_layers)  # transformers maps each architecture's own name onto it
-    final_drop = resolvable_drop(len(splits.test.labels)) if task is CLASSIFICATION else FINAL_DROP[task.primary]
-    if task.primary == "f1":  # entity F1 over the test sentences: no tighter than they resolve (as validate says)
-        final_drop = max(final_drop, resolvable_drop(len(splits.test.labels)))
+    final_drop = task.starter_drop(len(splits.test.labels))
     candidates = _candidates(depth, final_drop, dict(task.int8_params))
-    stages, left_out = _applicable([c for c in candidates if task.primary != "f1" or c[1]["name"] != "vocab"],
-                                   loaded, tokenizer, task)
-    if task.primary == "f1":
-        left_out.append("vocab left out: a token classifier meets names its train split never had, which a vocabulary "
-                        "cut to the train split's tokens splits into other pieces (on CoNLL-2003: 2.6 points of F1 "
-                        "for no speed; docs/your-model.md)")
+    unfit = dict(task.starter_leaves_out)
+    stages, left_out = _applicable([c for c in candidates if c[1]["name"] not in unfit], loaded, tokenizer, task)
+    left_out += list(unfit.values())
     body = {"model": str(model), "data": {**data.model_dump(mode="json", exclude_defaults=True),
                                           "source": data.source, "max_length": max_length},
             "runtime": {"providers": ["cpu"], "threads": 2, "latency": {"sequence_length": max_length}}}
     sizes = ", ".join(f"{name} {n:,}" for name, n in splits.manifest()["sizes"].items())
     header = [f"A starting pipeline for {model} and {data.source}, written by `edgepress init` on {date.today()}.",
               _model_line(loaded, tokenizer, positions, sorted(label2id, key=label2id.get) if label2id else None,
-                          "tags" if task.primary == "f1" else "labels"),
+                          task.predicts),
               f"The data: {sizes} examples{f' ({splits.note})' if splits.note else ''}; {length_said}.",
-              _final_gate_line(task, final_drop, len(splits.test.labels)),
+              task.starter_gate_line(final_drop, len(splits.test.labels)),
               *left_out,
               "Check it: edgepress validate THIS_FILE; run it: edgepress run THIS_FILE --out runs/NAME.",
               "To let edgepress choose the stages and their params instead: edgepress search (docs/search.md)."]
@@ -132,28 +126,6 @@ def starter_config(model: str, data: DataConfig) -> str:
     text = "\n".join(lines) + "\n"
     check_inputs(build(PipelineConfig, yaml.safe_load(text), where="the starting pipeline"))  # as validate does
     return text
-
-
-# An embedder's starting final gate: each test text finds 80% of its 10 nearest test texts again (int8-dynamic per
-# channel kept 0.84 of all-MiniLM-L6-v2's on the demo's texts; smoothed, 0.91 on a VNNI CPU and 0.89 on AVX2 with its
-# 7-bit weights; with keep_float: 10, 0.94)
-EMBEDDING_DROP = 0.2
-# A token classifier's: 3 points of entity F1 (the MiniLM-L6 CoNLL-2003 teacher's int8 graph lost 0.0002; its
-# 3-layer student with half its heads and FFN, int8, lost 0.020 at 20x the teacher's speed: examples/ner.yaml)
-TOKEN_DROP = 0.03
-FINAL_DROP = {"neighbour_overlap": EMBEDDING_DROP, "f1": TOKEN_DROP}
-
-
-def _final_gate_line(task, drop: float, n_test: int) -> str:
-    if task.primary == "accuracy":
-        return (f"The final gate allows a drop of {drop * 100:g} points: on {n_test:,} test examples a smaller drop "
-                f"is within the noise (the paired 95% CI when a tenth of the labels differ).")
-    if task.primary == "f1":
-        return (f"The final gate allows entity-level F1 (seqeval's strict spans) on the {n_test:,} test sentences to "
-                f"drop {drop * 100:g} points below your model's.")
-    return (f"The final gate asks that each of the {n_test:,} test texts find {1 - drop:.0%} of its 10 nearest test "
-            f"texts where your model finds them (neighbour overlap {1 - drop:g}). int8 per channel kept 0.84 of "
-            f"all-MiniLM-L6-v2's on movie snippets; keep_float: 10 (its 10 most sensitive nodes float) kept 0.94.")
 
 
 def _model_line(model, tokenizer, positions: int, labels: list[str] | None, noun: str = "labels") -> str:

@@ -13,7 +13,7 @@ from edgepress.device.bundle import MANIFEST
 from edgepress.device.feeds import fixed_shape_feeds, load_tokenizer, position_limit
 from edgepress.errors import ConfigError, EdgepressError
 from edgepress.files import check_apart, check_owned, check_writable
-from edgepress.models.loading import label2id_of, load_classifier, read_model_config
+from edgepress.models.loading import label2id_of, read_model_config
 from edgepress.models.teacher import TEACHER, encoder_dir, resolve_model
 from edgepress.pipeline.config import PipelineConfig
 from edgepress.pipeline.rundir import RUN_FILES
@@ -91,11 +91,7 @@ def check_model(spec: str, build_teacher: bool, task=CLASSIFICATION) -> tuple[Pa
         encoder_dir()
         return None, None
     model_dir = resolve_model(spec)
-    if task is EMBEDDING:
-        from edgepress.models.sentence import load_sentence_encoder
-
-        return model_dir, load_sentence_encoder(model_dir)
-    return model_dir, load_classifier(model_dir)
+    return model_dir, task.load_model(model_dir)
 
 
 def run_task(cfg: PipelineConfig):
@@ -155,7 +151,7 @@ def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bo
     if model_dir is not None:
         check_lengths(model_dir, cfg)
         check_methods(cfg, *loaded)
-    if task is EMBEDDING:
+    if not task.labelled:
         label2id = None  # the data's labels (if any) are the data's own: an embedder has none
     else:
         label2id = label2id_of(model_dir) if model_dir else {name: i for i, name in DEMO_LABELS.items()}

@@ -11,12 +11,13 @@ from pathlib import Path
 
 from edgepress.data.dataset import TextSet
 from edgepress.errors import ConfigError
-from edgepress.tasks.classification import Classification
+from edgepress.tasks.classification import Classification, resolvable_drop
 from edgepress.tasks.embedding import NEIGHBOURS, Embedding
 from edgepress.tasks.token import ONLY_TAGGED_WORDS, TokenClassification
 
 __all__ = ["CLASSIFICATION", "EMBEDDING", "NEIGHBOURS", "ONLY_TAGGED_WORDS", "TASKS", "check_methods_for",
-           "check_metrics_for", "recorded_task", "scored_task", "task_of", "token_task"]
+           "check_metrics_for", "recorded_task", "resolvable_drop", "scored_task", "task_of",
+           "token_task"]
 
 CLASSIFICATION, EMBEDDING = Classification(), Embedding()
 TASKS = {task.name: task for task in (CLASSIFICATION, EMBEDDING, TokenClassification())}

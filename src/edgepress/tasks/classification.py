@@ -1,11 +1,21 @@
 """classification: a label id per text; accuracy against the labels, agreement with the baseline's labels."""
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from edgepress.data.dataset import TextSet
 from edgepress.logs import tracked
+
+DISAGREEMENT = 0.1  # a compressed model's labels differ from its teacher's on about this share (the demo: 0.12)
+
+
+def resolvable_drop(n_test: int) -> float:
+    """The smallest `max_drop` (in steps of half a point, at least one point) outside the noise of `n_test` test
+    examples: the half-width of the paired drop's 95% CI when `DISAGREEMENT` of the labels differ."""
+    half_width = 1.96 * math.sqrt(DISAGREEMENT / n_test)
+    return round(max(0.01, math.ceil(half_width / 0.005) * 0.005), 3)
 
 
 def _labelled(part: TextSet) -> bool:
@@ -23,6 +33,22 @@ class Classification:
     methods: tuple[str, ...] | None = None  # every method
     int8_params: tuple[tuple[str, object], ...] = ()  # what `edgepress init` adds to its int8 stage
     labelled: bool = True  # its predictions are label names (a bundle's manifest lists them)
+    starter_leaves_out: tuple[tuple[str, str], ...] = ()  # (method, why) `edgepress init` leaves out for the task
+
+    def starter_drop(self, n_test: int) -> float:
+        """The drop the final gate `edgepress init` writes allows: the smallest `n_test` test texts resolve."""
+        return resolvable_drop(n_test)
+
+    def starter_gate_line(self, drop: float, n_test: int) -> str:
+        """What `edgepress init` says of its final gate."""
+        return (f"The final gate allows a drop of {drop * 100:g} points: on {n_test:,} test examples a smaller drop "
+                f"is within the noise (the paired 95% CI when a tenth of the labels differ).")
+
+    def load_model(self, model_dir):
+        """(model, tokenizer) of a transformers ...ForSequenceClassification (or ...ForTokenClassification) dir."""
+        from edgepress.models.loading import load_classifier
+
+        return load_classifier(model_dir)
 
     def load(self, data, label2id: dict[str, int] | None):
         """The run's splits of `data` (a DataConfig or a source), labels mapped by `label2id` (None: an embedder's

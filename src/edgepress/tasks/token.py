@@ -7,7 +7,11 @@ import numpy as np
 
 from edgepress.data.dataset import TextSet
 from edgepress.logs import tracked
-from edgepress.tasks.classification import Classification
+from edgepress.tasks.classification import Classification, resolvable_drop
+
+# `edgepress init`'s final gate: 3 points of entity F1 (the MiniLM-L6 CoNLL-2003 teacher's int8 graph lost 0.0002; its
+# 3-layer student with half its heads and FFN, int8, lost 0.020 at 20x the teacher's speed: examples/ner.yaml)
+STARTER_DROP = 0.03
 
 ONLY_TAGGED_WORDS = ("augment makes perturbed copies of texts, whose words would no longer carry their tags: it is "
                      "not built for token classifiers. Fix: remove augment (a token classifier distils on the train "
@@ -29,6 +33,20 @@ class TokenClassification:
     methods: tuple[str, ...] | None = None  # every method: the training ones learn each word's tag
     int8_params: tuple[tuple[str, object], ...] = ()
     labelled: bool = True  # tag names (a bundle's manifest lists them as its labels)
+    starter_leaves_out: tuple[tuple[str, str], ...] = (
+        ("vocab", "vocab left out: a token classifier meets names its train split never had, which a vocabulary cut "
+                  "to the train split's tokens splits into other pieces (on CoNLL-2003: 2.6 points of F1 for no "
+                  "speed; docs/your-model.md)"),)
+
+    def starter_drop(self, n_test: int) -> float:
+        """The drop of entity F1 the final gate `edgepress init` writes allows (`STARTER_DROP`), no tighter than the
+        `n_test` test sentences resolve (as validate says)."""
+        return max(STARTER_DROP, resolvable_drop(n_test))
+
+    def starter_gate_line(self, drop: float, n_test: int) -> str:
+        """What `edgepress init` says of its final gate."""
+        return (f"The final gate allows entity-level F1 (seqeval's strict spans) on the {n_test:,} test sentences to "
+                f"drop {drop * 100:g} points below your model's.")
 
     @property
     def scheme(self) -> str:
@@ -82,6 +100,7 @@ class TokenClassification:
         return {}
 
     training_score = Classification.training_score
+    load_model = Classification.load_model
 
     def set_scores(self, part: TextSet, preds: np.ndarray) -> dict:
         """A set's own entity F1 where it has true tags (the test split with typos has the test split's)."""
