@@ -1,5 +1,6 @@
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from edgepress.deploy.bundle import bundle_model
 from edgepress.device import feeds, sessions
 from edgepress.device.predictor import Predictor
 from edgepress.errors import ConfigError, ModelError
-from edgepress.files import file_sha256
+from edgepress.files import file_sha256, foreign_files
 from edgepress.pipeline.config import PipelineConfig
 from edgepress.pipeline.measure import onnx_predictions
 
@@ -96,7 +97,10 @@ def test_minimum_onnxruntime_follows_the_newest_feature_used(int8_dirs, tmp_path
 
 
 def _script(bundle: Path, *args: str, python: str = sys.executable) -> subprocess.CompletedProcess:
-    return subprocess.run([python, str(bundle / "predict.py"), *args], capture_output=True, text=True, timeout=300)
+    """predict.py run as on a device: without PYTHONDONTWRITEBYTECODE (where Python caches what it imports)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return subprocess.run([python, str(bundle / "predict.py"), *args], capture_output=True, text=True, timeout=300,
+                          env=env)
 
 
 def test_predict_py_classifies_times_and_refuses_bad_input(tiny_onnx_dir, movie_data, tmp_path):
@@ -121,6 +125,8 @@ def test_predict_py_classifies_times_and_refuses_bad_input(tiny_onnx_dir, movie_
         bad = _script(out, *args)
         assert bad.returncode == 2 and message in bad.stderr and "Fix:" in bad.stderr, (args, bad.stderr)
         assert "Traceback" not in bad.stderr
+    assert foreign_files(out, "edgepress.json") == []  # running it left nothing beside the bundle's own files
+    bundle_model(tiny_onnx_dir, out, overwrite=True)  # so it can be bundled again in place (a run's final/ is)
 
 
 def test_predict_py_runs_with_three_packages_and_agrees_with_edgepress(int8_dirs, movie_data, tmp_path):

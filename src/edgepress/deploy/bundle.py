@@ -32,7 +32,8 @@ alone)."""
 import sys
 from pathlib import Path
 
-from edgepress_device.cli import main
+sys.dont_write_bytecode = True  # the bundle stays the files its manifest lists: no __pycache__ beside them
+from edgepress_device.cli import main  # noqa: E402
 from edgepress_device.predictor import Predictor
 
 __all__ = ["Predictor", "main"]
