@@ -172,3 +172,26 @@ def collected(logger_name: str):
     finally:
         logger.handlers, logger.propagate = saved[0], saved[1]
         logger.setLevel(saved[2])
+
+
+def log_to(console) -> None:
+    """A command's logging: edgepress's progress (INFO) to the rich `console`; the libraries' noise quieted (set
+    TRANSFORMERS_VERBOSITY or HF_HUB_DISABLE_PROGRESS_BARS to see it again); ONNX Runtime's warnings collected, said
+    once each at the end of a step (`summarise_library_messages`), not once per call."""
+    import os
+
+    from rich.logging import RichHandler
+
+    # transformers 5 logs a table per model load and draws progress bars for loading and saving weights; edgepress
+    # reports what matters itself (a missing head is a ModelError)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    # transformers imports torchao (neural-compressor's dependency) on every model load; its import logs CUDA-only
+    # kernels it could not load, and torch a deprecation of torchao's pytree registration: neither concerns a run
+    for noisy in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    collect_library_messages()
+    package = logging.getLogger("edgepress")
+    package.addHandler(RichHandler(console=console, show_path=False, show_level=False))
+    package.setLevel(logging.INFO)  # progress of long steps (teacher epochs, stages)
+    package.propagate = False  # libraries that configure the root logger would repeat it

@@ -455,9 +455,7 @@ def predict(
     """Classify texts with a bundle, torch-free (onnxruntime, tokenizers and numpy only); an embedding model's
     bundle gives each text's vector, one JSON object a line, or with --corpus the corpus's nearest texts; a token
     classifier's, the entities in each text."""
-    import json
-
-    from edgepress.device.cli import embedding_json, entity_lines, read_corpus, similar, similar_line
+    from edgepress.device.cli import embedding_json, entity_lines, prediction_line, read_corpus, similar, similar_line
     from edgepress.device.predictor import Predictor
 
     predictor = _call(Predictor, bundle, providers=(provider.value,))
@@ -477,35 +475,15 @@ def predict(
                 out.print(line, highlight=False, soft_wrap=True, markup=False)
         return
     for p in _call(predictor.predict_each, texts):  # one text per call, as predict.py and the evaluation
-        if as_json:
-            out.print(json.dumps({"text": p.text, "label": p.label, "score": p.score, "scores": p.scores}),
-                      highlight=False, soft_wrap=True)
-        else:
-            out.print(f"{p.label}\t{p.score:.3f}\t{p.text}", highlight=False, soft_wrap=True)
+        out.print(prediction_line(p, as_json), highlight=False, soft_wrap=True, markup=False)
 
 
 def main() -> None:
-    import logging
     import os
 
-    from rich.logging import RichHandler
+    from edgepress.logs import log_to, summarise_library_messages
 
-    from edgepress.logs import collect_library_messages, summarise_library_messages
-
-    # transformers 5 logs a table per model load and draws progress bars for loading and saving weights; edgepress
-    # reports what matters itself (a missing head is a ModelError). Set either variable to see them again.
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    # transformers imports torchao (neural-compressor's dependency) on every model load; its import logs CUDA-only
-    # kernels it could not load, and torch a deprecation of torchao's pytree registration: neither concerns a run
-    for noisy in ("torchao", "torch.utils._pytree"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-
-    collect_library_messages()  # ONNX Runtime's warnings, said once each at the end of a step, not once per call
-    handler = RichHandler(console=err, show_path=False, show_level=False)
-    logging.getLogger("edgepress").addHandler(handler)
-    logging.getLogger("edgepress").setLevel(logging.INFO)  # progress of long steps (teacher epochs, stages)
-    logging.getLogger("edgepress").propagate = False  # libraries that configure the root logger would repeat it
+    log_to(err)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # every process would run the whole command into the same files
         err.print("[bold red]error:[/] edgepress commands run as one process; this one was started as one of "
                   f"{os.environ['WORLD_SIZE']} (accelerate launch, torchrun). Fix: run `edgepress run` plainly and "

@@ -173,7 +173,12 @@ def entity_lines(text: str, entities: list[dict], as_json: bool) -> list[str]:
                     f"{text[e['start']:e['end']]}" for e in entities)]
 
 
+def prediction_line(p: Prediction, as_json: bool) -> str:
+    """How a text's label is printed: one JSON object (`as_json`), else the label, its probability and the text."""
+    return json.dumps({"text": p.text, "label": p.label, "score": p.score, "scores": p.scores}) if as_json else \
+        f"{p.label}\t{p.score:.3f}\t{p.text}"
+
+
 def _print_predictions(predictions: list[Prediction], as_json: bool) -> None:
     for p in predictions:
-        print(json.dumps({"text": p.text, "label": p.label, "score": p.score, "scores": p.scores})
-              if as_json else f"{p.label}\t{p.score:.3f}\t{p.text}")
+        print(prediction_line(p, as_json))
