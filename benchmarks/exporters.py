@@ -36,6 +36,7 @@ from edgepress.models.teacher import encoder_dir, resolve_model
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.latency import compare_latency
 from edgepress.runtime.session import SessionConfig, open_session
+from edgepress.tasks import CLASSIFICATION
 
 
 def tiny_models():
@@ -85,8 +86,8 @@ def candidate(model, tokenizer, work: Path, exporter: str, attention: str, feeds
     out = {"exporter": exporter, "attention": attention, "example": "padded" if padded else "one sentence"}
     start = time.perf_counter()
     try:
-        write_onnx(model, tokenizer, work / ONNX_FILE, opset=18, dynamo=exporter == "dynamo", attention=attention,
-                   example_texts=EXAMPLE if padded else EXAMPLE[1:])
+        write_onnx(model, tokenizer, work / ONNX_FILE, opset=18, task=CLASSIFICATION, dynamo=exporter == "dynamo",
+                   attention=attention, example_texts=EXAMPLE if padded else EXAMPLE[1:])
     except Exception as e:  # a failed export is a result
         return {**out, "export_error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"}
     out["export_seconds"] = round(time.perf_counter() - start, 2)

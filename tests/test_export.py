@@ -14,6 +14,7 @@ from edgepress.models.heads import remove_heads
 from edgepress.registry import METHODS
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.runtime.session import open_session
+from edgepress.tasks import CLASSIFICATION
 from tests.conftest import save, tiny_bert, tiny_distilbert, tiny_encoder, tiny_roberta
 
 
@@ -74,7 +75,7 @@ def test_per_layer_ffn_widths_export_and_fuse(tmp_path, tokenizer, movie_data):
         layer.intermediate.dense = prune_linear_layer(layer.intermediate.dense, index, dim=0)
         layer.output.dense = prune_linear_layer(layer.output.dense, index, dim=1)
     parity = export_model_object(model, tokenizer, tmp_path / "onnx", movie_data.validation.texts, ExportConfig(),
-                                 "ffn-pruned")["parity"]
+                                 "ffn-pruned", task=CLASSIFICATION)["parity"]
     assert parity["max_abs_diff"] <= 1e-4
     shapes = {tuple(t.dims) for t in onnx.load(str(tmp_path / "onnx" / "model.onnx")).graph.initializer}
     assert {(32, 48), (32, 16)} <= shapes  # the two widths survive export
@@ -214,7 +215,7 @@ def test_each_reshape_gets_its_own_layers_head_count(tmp_path, tokenizer, movie_
 
     model = tiny_pruned_heads(tokenizer)  # 2 heads in layer 0, 3 in layer 1
     path = tmp_path / "model.onnx"
-    write_onnx(model, tokenizer, path, opset=18, dynamo=True)
+    write_onnx(model, tokenizer, path, opset=18, task=CLASSIFICATION, dynamo=True)
     assert pin_head_counts(path) == 6  # Q, K, V of 2 layers
     counts = sorted(int(onnx.numpy_helper.to_array(t)[0]) for t in onnx.load(str(path)).graph.initializer
                     if t.name.endswith("/heads"))

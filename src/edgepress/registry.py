@@ -2,9 +2,11 @@
 
 Every function is `fn(src: Path, out: Path, inputs, cfg) -> dict` (details to record): `src` is the previous
 stage's artifact, `out` the directory this stage writes, and `inputs` either the validation sentences (`texts`:
-parity checks, calibration) or the whole `DataSplits` (`splits`: methods that train). The CLI and the YAML validator
-read their choices from `METHODS`. A method that takes more than one kind may run another function for one of them
-(`runs_from`: export runs qat's own export on a qat model); the runner asks `Method.function` with the kind it holds.
+parity checks, calibration) or the whole `DataSplits` (`splits`: methods that train); a method whose work differs
+per task (`takes_task`) is also given the run's task (`task=`, edgepress.tasks); `Method.call` calls it. The CLI
+and the YAML validator read their choices from `METHODS`. A method that takes more than one kind may run another
+function for one of them (`runs_from`: export runs qat's own export on a qat model); the runner asks `Method.call`
+with the kind it holds.
 """
 
 from collections.abc import Callable
@@ -81,6 +83,12 @@ class Method:
     fill: Callable[[dict, RunContext], dict] | None = None
     # `reads_later(params, run)`: what it takes from the stages after it, part of the stage's reuse key
     reads_later: Callable[[dict, RunContext], dict] | None = None
+    takes_task: bool = False  # its functions take the run's task (`task=`, edgepress.tasks): what differs per task
+
+    def call(self, taken: str, src: Path, out: Path, inputs, cfg, task) -> dict:
+        """Run this method on `src` (an artifact of kind `taken`) into `out`: the function for that kind, given the
+        run's `task` where it takes one."""
+        return self.function(taken)(src, out, inputs, cfg, **({"task": task} if self.takes_task else {}))
 
     def output(self, taken: str) -> str:
         """The kind of artifact this method makes from one of kind `taken`."""
@@ -115,29 +123,29 @@ class Method:
 METHODS: dict[str, Method] = {
     "distill": Method(DistillConfig, distill, ("torch",), "torch",
                       "a shallower student trained on the teacher's outputs (hinton, distilbert, tinybert)",
-                      inputs="splits", check=check_student),
+                      inputs="splits", check=check_student, takes_task=True),
     "heads": Method(HeadsConfig, heads, ("torch",), "torch",
                     "remove the least important attention heads of every layer, then recover by distillation",
-                    inputs="splits", check=check_structured, fill=fill_teacher),
+                    inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True),
     "ffn": Method(FfnConfig, ffn, ("torch",), "torch",
                   "remove the least important FFN neurons of every layer, then recover by distillation",
-                  inputs="splits", check=check_structured, fill=fill_teacher),
+                  inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True),
     "vocab": Method(VocabConfig, vocab_prune, ("torch",), "torch",
                     "drop the word-embedding rows of tokens the train split never uses (no training)",
-                    inputs="splits", check=check_vocab, reads_test=True),
+                    inputs="splits", check=check_vocab, reads_test=True, takes_task=True),
     "magnitude": Method(MagnitudeConfig, magnitude, ("torch",), "torch",
                         "zero the smallest weights (one shot or a cubic ramp), fine-tune with the zeros held",
-                        inputs="splits", check=check_sparse),
+                        inputs="splits", check=check_sparse, takes_task=True),
     "lottery": Method(LotteryConfig, lottery, ("torch",), "torch",
                       "lottery ticket: iterative magnitude pruning, survivors rewound, optional random control",
-                      inputs="splits", check=check_sparse, reads_test=True),
+                      inputs="splits", check=check_sparse, reads_test=True, takes_task=True),
     "qat": Method(QatConfig, qat, ("torch",), "torch-qat",
                   "quantization-aware training (Q8BERT): int8 fake quantization through a distilled fine-tune; "
-                  "export writes its int8 graph", inputs="splits"),
+                  "export writes its int8 graph", inputs="splits", takes_task=True),
     "export": Method(ExportConfig, export_onnx, TORCH, "onnx",
                      "torch -> ONNX (torch.onnx), parity-checked against torch on real sentences (a qat model: its "
                      "int8 QDQ graph)", gives_from=(("torch-qat", "onnx-int8"),),
-                     runs_from=(("torch-qat", export_qat),)),
+                     runs_from=(("torch-qat", export_qat),), takes_task=True),
     "optimize": Method(OptimizeConfig, optimize_onnx, ("onnx",), "onnx-fused",
                        "ONNX Runtime transformer fusions (Attention, SkipLayerNorm, BiasGelu, EmbedLayerNorm)",
                        fill=fill_optimize, reads_later=later_params),

@@ -31,14 +31,12 @@ from edgepress.compress.kd import (
     argmax_rows,
     hinton,
     soft_target_loss,
-    training_score,
     transfer_set,
     validation_vectors,
     vector_training,
 )
 from edgepress.configs import changed
 from edgepress.data import DataSplits
-from edgepress.data.tagged import TaggedSet
 from edgepress.errors import ConfigError
 from edgepress.models.arch import arch_of, depth, head_size, layer_list, part
 from edgepress.models.evaluate import forward_inputs
@@ -119,15 +117,20 @@ def make_student(teacher, cfg: DistillConfig):
 
     mapping = check_student(teacher, None, cfg)
     student = copy.deepcopy(teacher)
-    layers = layer_list(student)
+    keep_layers(student, mapping)
+    return student, mapping
+
+
+def keep_layers(model, mapping: tuple[int, ...]) -> None:
+    """`model` (a Hugging Face encoder model) cut, in place, to its layers `mapping`, in that order."""
+    layers = layer_list(model)
     kept = [layers[i] for i in mapping]
     for i in reversed(range(len(layers))):
         del layers[i]
     layers.extend(kept)
-    setattr(student.config, arch_of(student).depth_key, cfg.student_layers)
-    if isinstance(getattr(student.config, "layer_types", None), list):  # ModernBERT: local or global attention
-        student.config.layer_types = [student.config.layer_types[i] for i in mapping]
-    return student, mapping
+    setattr(model.config, arch_of(model).depth_key, len(mapping))
+    if isinstance(getattr(model.config, "layer_types", None), list):  # ModernBERT: local or global attention
+        model.config.layer_types = [model.config.layer_types[i] for i in mapping]
 
 
 def _hidden_loss(student_states, teacher_states, mask, cfg: DistillConfig):
@@ -237,18 +240,19 @@ def distill_embeddings(src: Path, out: Path, data: DataSplits, cfg: DistillConfi
             "train_seconds": round(result.seconds, 1), "transfer_examples": len(train) - len(data.train)}
 
 
-def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = DistillConfig()) -> dict:
-    """Train a `cfg.student_layers`-layer student of the classifier in `src` into `out` (save_pretrained); of a
-    sentence-transformers dir, `distill_embeddings`."""
+def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = DistillConfig(), task=None) -> dict:
+    """Train a `cfg.student_layers`-layer student of the model of `task` in `src` into `out` (save_pretrained) on
+    the teacher's logits (a token classifier's: per word); of a sentence encoder, on its vectors
+    (`distill_embeddings`). `task`: the run's (None: the model dir's own, `task_of`)."""
     from edgepress.files import artifact_dir
-    from edgepress.models.loading import load_classifier
-    from edgepress.models.sentence import is_sentence_dir
     from edgepress.models.train import train_classifier
+    from edgepress.tasks import task_of
 
-    if is_sentence_dir(src):
+    task = task or task_of(src)
+    if task.targets == "vectors":
         return distill_embeddings(src, out, data, cfg)
 
-    teacher, tokenizer = load_classifier(src)
+    teacher, tokenizer = task.load_model(src)
     student, mapping = make_student(teacher, cfg)
     train, train_logits = transfer_set(src, teacher, tokenizer, data, cfg)
     scores = (AttentionScores(student), AttentionScores(teacher)) if cfg.style == "tinybert" and \
@@ -259,7 +263,7 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
             result = train_classifier(student, tokenizer, train, cfg, tmp,
                                       loss_fn=distillation_loss(teacher.eval(), train_logits, cfg, scores,
                                                                 len(data.train)),
-                                      score=training_score(student, tokenizer, data.validation, cfg.max_length))
+                                      score=task.training_score(tokenizer, data.validation, cfg.max_length))
         finally:
             for recorder in scores or ():
                 recorder.remove()
@@ -271,6 +275,6 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
     return {"layer_map": list(mapping), "best_epoch": result.best_epoch,
             f"val_{result.score}": result.best_val_accuracy,
             "history": result.history, "train_seconds": round(result.seconds, 1),
-            **({} if isinstance(train, TaggedSet) else {"teacher_train_accuracy": float(np.mean(
+            **({} if task.targets != "logits" else {"teacher_train_accuracy": float(np.mean(
                 argmax_rows(train_logits.array[:len(data.train)]) == data.train.labels))}),
             "transfer_examples": len(train) - len(data.train)}

@@ -28,8 +28,7 @@ from edgepress.data.dataset import EpochDraw, TextSet, text_key
 from edgepress.data.tagged import IGNORED, TaggedSet
 from edgepress.errors import ConfigError
 from edgepress.files import tree_sha256
-from edgepress.models.train import Score
-from edgepress.tasks import NEIGHBOURS, ONLY_TAGGED_WORDS, scored_task
+from edgepress.tasks import NEIGHBOURS, ONLY_TAGGED_WORDS
 
 log = logging.getLogger(__name__)
 
@@ -216,31 +215,21 @@ def soft_target_loss(train_logits, cfg: KdLoss, labelled: int = 0):
 
 
 
-def training_score(model, tokenizer, part: TextSet, max_length: int) -> Score:
-    """What a training run of `model` keeps its best epoch by: its task's primary metric on `part` (a classifier's
-    accuracy; a token classifier's entity F1 on tagged sentences)."""
-    return scored_task(model, part).training_score(tokenizer, part, max_length)
-
-
-def load_with_kd_targets(src: Path, data: DataSplits, cfg):
-    """The model, its tokenizer, the splits its fine-tune trains on (train: the transfer set), the loss on the
-    unpruned model's outputs (the recovery's distillation targets: a classifier's logits by the hinton loss, a
-    sentence encoder's vectors by `vector_loss`) and what the training loop takes besides (a sentence encoder's
-    score and save: a classifier's, its task's primary metric on the validation split)."""
+def load_with_kd_targets(src: Path, data: DataSplits, cfg, task):
+    """The model of `task` in `src`, its tokenizer, the splits its fine-tune trains on (train: the transfer set),
+    the loss on the unpruned model's outputs (the recovery's distillation targets, as `task.targets` says: logits by
+    the hinton loss, a sentence encoder's vectors by `vector_loss`) and what the training loop takes besides (the
+    score it keeps an epoch by: the task's primary metric on the validation split, a sentence encoder's neighbour
+    overlap with the unpruned vectors, and its save)."""
     import dataclasses
 
-    from edgepress.models.loading import load_classifier
-    from edgepress.models.sentence import is_sentence_dir, load_sentence_encoder
-
-    if is_sentence_dir(src):
-        model, tokenizer = load_sentence_encoder(src)
+    model, tokenizer = task.load_model(src)
+    if task.targets == "vectors":
         train, targets = transfer_set(src, model, tokenizer, data, cfg)
         scoring = vector_scoring(validation_vectors(model, tokenizer, data, cfg), tokenizer, data, cfg)
         return model, tokenizer, dataclasses.replace(data, train=train), vector_loss(targets), scoring
-    model, tokenizer = load_classifier(src)
     return model, tokenizer, *kd_training(src, model, tokenizer, data, cfg), \
-        {"score": training_score(model, tokenizer, data.validation, cfg.max_length)}
-
+        {"score": task.training_score(tokenizer, data.validation, cfg.max_length)}
 
 
 def vector_loss(targets):

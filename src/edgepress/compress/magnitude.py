@@ -33,7 +33,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from edgepress.compress.kd import KdLoss, load_with_kd_targets, training_score
+from edgepress.compress.kd import KdLoss, load_with_kd_targets
 from edgepress.configs import changed
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
@@ -178,13 +178,14 @@ def _overall(model, weights: dict) -> dict:
             "all_params_sparsity": counts["sparsity"]}
 
 
-def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = MagnitudeConfig()) -> dict:
-    """Prune the smallest weights of the classifier in `src` to `cfg.sparsity`, fine-tune with the masks held, save
-    to `out` (the zeros are in the saved weights)."""
+def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = MagnitudeConfig(), task=None) -> dict:
+    """Prune the smallest weights of the model in `src` to `cfg.sparsity`, fine-tune with the masks held, save to
+    `out` (the zeros are in the saved weights). `task`: the run's (None: the model dir's own, `task_of`)."""
     from edgepress.files import artifact_dir
     from edgepress.models.train import train_classifier
+    from edgepress.tasks import task_of
 
-    model, tokenizer, data, loss, scoring = load_with_kd_targets(src, data, cfg)
+    model, tokenizer, data, loss, scoring = load_with_kd_targets(src, data, cfg, task or task_of(src))
     check_sparse(model, tokenizer, cfg)
     weights = prunable_weights(encoder_of(model), cfg.include)
     masks = Masks(weights, {n: w.new_ones(w.shape, dtype=bool) for n, w in weights.items()})
@@ -230,13 +231,14 @@ def check_sparse(model, tokenizer, cfg: _Sparse) -> None:
 
 def _train(model, tokenizer, data: DataSplits, cfg: LotteryConfig, loss, out_dir: Path | None, on_step=None):
     """`train_classifier` saving into `out_dir`, or into a throwaway dir (the trainings whose weights live on only
-    in memory: the dense one, the tickets of earlier rounds, the controls)."""
+    in memory: the dense one, the tickets of earlier rounds, the controls); `loss`: (loss_fn, the score every
+    training keeps its epoch by)."""
     from edgepress.models.train import train_classifier
 
+    loss_fn, score = loss
     with tempfile.TemporaryDirectory(prefix="edgepress-lottery-") as scratch:
-        return train_classifier(model, tokenizer, data.train, cfg, out_dir or Path(scratch), loss_fn=loss,
-                                on_step=on_step, score=training_score(model, tokenizer, data.validation,
-                                                                      cfg.max_length))
+        return train_classifier(model, tokenizer, data.train, cfg, out_dir or Path(scratch), loss_fn=loss_fn,
+                                on_step=on_step, score=score)
 
 
 def _train_ticket(model, tokenizer, data: DataSplits, cfg: LotteryConfig, rewound: dict, keep: dict, loss,
@@ -272,15 +274,18 @@ def _share_dropped(keep: dict) -> float:
     return 1 - sum(int(k.sum()) for k in keep.values()) / total
 
 
-def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = LotteryConfig()) -> dict:
-    """Find a lottery ticket of the classifier in `src` at `cfg.sparsity` by iterative magnitude pruning with
+def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = LotteryConfig(), task=None) -> dict:
+    """Find a lottery ticket of the model in `src` at `cfg.sparsity` by iterative magnitude pruning with
     rewinding; the last ticket, trained, goes to `out`. With `control: random`, random tickets at the same
-    sparsities are trained alongside and recorded."""
+    sparsities are trained alongside and recorded. `task`: the run's (None: the model dir's own, `task_of`)."""
     import torch
 
     from edgepress.files import artifact_dir
+    from edgepress.tasks import task_of
 
-    model, tokenizer, data, loss, _ = load_with_kd_targets(src, data, cfg)  # train: + transfer examples, if any
+    task = task or task_of(src)
+    model, tokenizer, data, loss_fn, scoring = load_with_kd_targets(src, data, cfg, task)  # train: + transfer
+    loss = (loss_fn, scoring["score"])
     steps = cfg.epochs * _steps_per_epoch(data, cfg)
     if cfg.rewind_step > steps:
         raise ConfigError(f"rewind_step {cfg.rewind_step} is past the {steps} optimizer steps of the first "
@@ -312,16 +317,13 @@ def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = Lottery
                f"dense_val_{score}": dense.best_val_accuracy, "rewind": cfg.rewind,
                f"val_{score}": ticket.best_val_accuracy, "score": score}
     if control is not None:
-        details["control_test"] = _beside(model, control, tokenizer, data, cfg.max_length)
+        details["control_test"] = _beside(model, control, tokenizer, data, cfg.max_length, task)
     return details
 
 
-def _beside(ticket, control, tokenizer, data: DataSplits, max_length: int) -> dict:
-    """The random control on the test split, and the paired 95% CI of ticket minus control on its score (accuracy,
-    or a token classifier's entity F1)."""
-    from edgepress.tasks import scored_task
-
-    task = scored_task(ticket, data.test)
+def _beside(ticket, control, tokenizer, data: DataSplits, max_length: int, task) -> dict:
+    """The random control on the test split, and the paired 95% CI of ticket minus control on the primary metric
+    of `task` (accuracy, or a token classifier's entity F1)."""
     name = task.primary
     ticket_preds, control_preds = (task.torch_predictions(m, tokenizer, data.test.texts, max_length)
                                    for m in (ticket, control))

@@ -52,14 +52,16 @@ def quantized_linears(model) -> list[str]:
     return [name.removesuffix(".weight") for name in prunable_weights(model)]
 
 
-def qat(src: Path, out: Path, data: DataSplits, cfg: QatConfig = QatConfig()) -> dict:
-    """Fine-tune the classifier in `src` under int8 fake quantization; the weights and learned ranges go to `out`."""
+def qat(src: Path, out: Path, data: DataSplits, cfg: QatConfig = QatConfig(), task=None) -> dict:
+    """Fine-tune the classifier in `src` under int8 fake quantization; the weights and learned ranges go to `out`.
+    `task`: the run's (None: the model dir's own, `task_of`)."""
     from edgepress.compress.kd import load_with_kd_targets
     from edgepress.files import artifact_dir
     from edgepress.models.fakequant import QAT_FILE, attach, detach
     from edgepress.models.train import train_classifier
+    from edgepress.tasks import task_of
 
-    model, tokenizer, data, loss, scoring = load_with_kd_targets(src, data, cfg)
+    model, tokenizer, data, loss, scoring = load_with_kd_targets(src, data, cfg, task or task_of(src))
     names = quantized_linears(model)
     qmax = 64 if cfg.reduce_range else 127  # onnxruntime.quantization's symmetric int8 range, reduced or not
     attach(model, names, momentum=cfg.momentum, weight_qmax=qmax)
@@ -136,10 +138,12 @@ def _float_beside_matmuls(path: Path) -> None:
     onnx.save(model, str(path))
 
 
-def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig = ExportConfig()) -> dict:
+def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig = ExportConfig(),
+               task=None) -> dict:
     """The QDQ int8 graph of a QAT artifact: the float model exported (hard parity against torch), then quantized by
     onnxruntime.quantization with the learned input ranges as its calibration (nothing is re-calibrated), inputs
-    only (`OpTypesToExcludeOutputQuantization`), checked against the fake-quantized torch model."""
+    only (`OpTypesToExcludeOutputQuantization`), checked against the fake-quantized torch model. `task`: the run's
+    (None: the model dir's own, `task_of`)."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
@@ -148,14 +152,16 @@ def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Expo
     from edgepress.export.onnx import export_model_object, torch_runner
     from edgepress.export.parity import check_parity, real_feeds
     from edgepress.models.fakequant import QAT_FILE, load_for_inference
-    from edgepress.models.loading import load_classifier
+    from edgepress.tasks import task_of
 
-    model, tokenizer = load_classifier(model_dir)
+    task = task or task_of(model_dir)
+    model, tokenizer = task.load_model(model_dir)  # the float model
     recorded = read_json(Path(model_dir) / QAT_FILE)
     ranges = recorded["input_ranges"]
     with tempfile.TemporaryDirectory(prefix="edgepress-qat-export-") as scratch:
         float_dir = Path(scratch) / "float"
-        exported = export_model_object(model, tokenizer, float_dir, texts, cfg, f"ONNX export of {model_dir}")
+        exported = export_model_object(model, tokenizer, float_dir, texts, cfg, f"ONNX export of {model_dir}",
+                                       task=task)
         tensors = _activation_ranges(float_dir / ONNX_FILE, model, ranges)
         cache = Path(scratch) / "ranges.json"
         save_tensors_data(TensorsData(CalibrationMethod.MinMax, {
@@ -178,7 +184,7 @@ def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Expo
             check_onnx_file(tmp / ONNX_FILE)
             session = open_session(tmp / ONNX_FILE, SessionConfig())
             feeds = real_feeds(tmp, texts, cfg.max_length, input_names(session), QDQ_PARITY)
-            quantized = load_for_inference(model_dir)[0]
+            quantized = load_for_inference(model_dir, task)[0]
             parity = check_parity(torch_runner(quantized), ort_runner(session), feeds, QDQ_PARITY,
                                   "the QDQ graph of the QAT model")
             kernels = low_bit_kernels(tmp / ONNX_FILE)

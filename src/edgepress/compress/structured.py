@@ -167,29 +167,32 @@ def prune_ffn(model, keep: list[list[int]]) -> int:
     return getattr(model.config, arch.ffn_key)
 
 
-def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, what: str) -> dict:
-    """Prune `what` (heads, ffn) of the model in `src` by importance and recover it into `out`."""
-    if is_sentence_dir(src):
+def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, what: str, task) -> dict:
+    """Prune `what` (heads, ffn) of the model of `task` in `src` by importance and recover it into `out` (None: the
+    model dir's own task, `task_of`)."""
+    from edgepress.tasks import task_of
+
+    task = task or task_of(src)
+    if task.targets == "vectors":
         return _prune_embedder(src, out, data, cfg, what)
-    from edgepress.compress.kd import kd_training, training_score
+    from edgepress.compress.kd import kd_training
     from edgepress.files import artifact_dir
     from edgepress.models.introspect import param_counts
-    from edgepress.models.loading import load_classifier
     from edgepress.models.train import train_classifier
 
-    model, tokenizer = load_classifier(src)
+    model, tokenizer = task.load_model(src)
     _prunable(model, src, what)
     before = param_counts(model)["params"]
     # the unpruned model's logits (or the teacher's) are the distillation targets of the recovery fine-tune
     # (with its own tokenizer: a vocab stage before this one renumbered the student's tokens, not the teacher's)
-    teacher, words = load_classifier(cfg.teacher) if cfg.teacher else (model, tokenizer)
+    teacher, words = task.load_model(cfg.teacher) if cfg.teacher else (model, tokenizer)
     recovery, loss = kd_training(cfg.teacher or src, teacher, words, data, cfg)
     del teacher, words
     scores = _gated_importance(model, tokenizer, data, cfg, what)
     pruned = _prune(model, scores, cfg.keep, what)
     with artifact_dir(Path(out)) as tmp:
         result = train_classifier(model, tokenizer, recovery.train, cfg, tmp, loss_fn=loss,
-                                  score=training_score(model, tokenizer, data.validation, cfg.max_length))
+                                  score=task.training_score(tokenizer, data.validation, cfg.max_length))
     log.info("%s: kept %s of every layer, %d -> %d params, validation %s %.4f", what, cfg.keep, before,
              param_counts(model)["params"], result.score, result.best_val_accuracy)
     return {"pruned": pruned, "importance": scores.round(6).tolist(), "recovered_from": str(cfg.teacher or src),
@@ -242,11 +245,11 @@ def _prune_embedder(src: Path, out: Path, data: DataSplits, cfg: _Recovery, what
             "train_seconds": round(result.seconds, 1), "transfer_examples": len(train) - len(data.train)}
 
 
-def heads(src: Path, out: Path, data: DataSplits, cfg: HeadsConfig = HeadsConfig()) -> dict:
-    """Prune attention heads of the classifier in `src` by importance, fine-tune, save to `out`."""
-    return _prune_and_recover(src, out, data, cfg, "heads")
+def heads(src: Path, out: Path, data: DataSplits, cfg: HeadsConfig = HeadsConfig(), task=None) -> dict:
+    """Prune attention heads of the model in `src` by importance, fine-tune, save to `out`."""
+    return _prune_and_recover(src, out, data, cfg, "heads", task)
 
 
-def ffn(src: Path, out: Path, data: DataSplits, cfg: FfnConfig = FfnConfig()) -> dict:
-    """Prune FFN neurons of the classifier in `src` by importance, fine-tune, save to `out`."""
-    return _prune_and_recover(src, out, data, cfg, "ffn")
+def ffn(src: Path, out: Path, data: DataSplits, cfg: FfnConfig = FfnConfig(), task=None) -> dict:
+    """Prune FFN neurons of the model in `src` by importance, fine-tune, save to `out`."""
+    return _prune_and_recover(src, out, data, cfg, "ffn", task)

@@ -321,17 +321,18 @@ def check_ids(model, tokens: dict[int, str], src: Path) -> None:
                          f"to the tokenizer's ids, or to null")
 
 
-def vocab_prune(src: Path, out: Path, data: DataSplits, cfg: VocabConfig = VocabConfig()) -> dict:
-    """Drop the word-embedding rows of tokens the train split does not use from the classifier in `src` (of a
-    sentence-transformers dir: from its Transformer module); write the smaller model and its renumbered tokenizer to
-    `out`. Nothing is written unless every check passes."""
+def vocab_prune(src: Path, out: Path, data: DataSplits, cfg: VocabConfig = VocabConfig(), task=None) -> dict:
+    """Drop the word-embedding rows of tokens the train split does not use from the model of `task` in `src` (of a
+    sentence encoder: from its Transformer module); write the smaller model and its renumbered tokenizer to `out`.
+    Nothing is written unless every check passes. `task`: the run's (None: the model dir's own, `task_of`)."""
     from edgepress.device.feeds import position_limit
     from edgepress.files import atomic_dir
     from edgepress.models.introspect import param_counts
-    from edgepress.models.loading import load_classifier
-    from edgepress.models.sentence import encoder_of, is_sentence_dir, load_sentence_encoder, save_sentence_encoder
+    from edgepress.models.sentence import encoder_of
+    from edgepress.tasks import task_of
 
-    whole, tokenizer = load_sentence_encoder(src) if is_sentence_dir(src) else load_classifier(src)
+    task = task or task_of(src)
+    whole, tokenizer = task.load_model(src)
     model = encoder_of(whole)  # the Hugging Face model whose word table shrinks
     spec = tokenizer_spec(tokenizer, src)
     rows, before = model.get_input_embeddings().num_embeddings, param_counts(model)["params"]
@@ -343,10 +344,7 @@ def vocab_prune(src: Path, out: Path, data: DataSplits, cfg: VocabConfig = Vocab
     kept = kept_ids(spec, tokenizer, model, counts, cfg, chars)
     shrink_embeddings(model, kept)
     with atomic_dir(Path(out)) as tmp:
-        if whole is model:
-            model.save_pretrained(tmp, safe_serialization=True)
-        else:
-            save_sentence_encoder(whole, tmp)
+        task.save_model(whole, tmp)
         write_tokenizer(tokenizer, tmp, [tokens[i] for i in kept])
         check_tokenizers(tmp, spec, data.validation.texts, position_limit(model.config.to_dict()))
     details = {"rows_before": rows, "rows_after": len(kept), "rows_removed_share": round(1 - len(kept) / rows, 6),

@@ -22,7 +22,7 @@ from edgepress.export.parity import (
     ort_runner,
     real_feeds,
 )
-from edgepress.files import atomic_dir, read_json, write_json
+from edgepress.files import atomic_dir
 from edgepress.logs import parity_text
 from edgepress.runtime.session import SessionConfig, open_session
 
@@ -61,35 +61,24 @@ def model_inputs(model, tokenizer) -> tuple[str, ...]:
     return tuple(name for name in accepted_inputs(model) if name in gives)
 
 
-def output_of(model) -> str:
-    """The graph output `model` gives: sentence_embedding (a sentence encoder), else logits."""
-    from edgepress.models.sentence import is_sentence_encoder
-
-    return "sentence_embedding" if is_sentence_encoder(model) else "logits"
-
-
 # Two sentences of different lengths: the example batch is padded, so no exporter can drop the attention mask as a
 # no-op (the dynamo exporter does, from an unpadded example: benchmarks/exporters.py).
 EXAMPLE = ("a", "the film is a gorgeous, moving piece of work")
 
 
-def write_onnx(model, tokenizer, path: Path, opset: int, dynamo: bool = False, attention: str = "eager",
+def write_onnx(model, tokenizer, path: Path, opset: int, *, task, dynamo: bool = False, attention: str = "eager",
                example_texts: tuple[str, ...] = EXAMPLE) -> None:
-    """`model` -> ONNX file `path`: inputs as `model_inputs`, output `logits` (a sentence encoder:
-    `sentence_embedding`, and the token vectors its pooling reads named `token_embeddings` inside the graph), batch
-    and sequence axes dynamic.
+    """`model` (a model of `task`, edgepress.tasks) -> ONNX file `path`: inputs as `model_inputs`, the task's output
+    (`logits`; a sentence encoder's `sentence_embedding`, with the token vectors its pooling reads named
+    `token_embeddings` inside the graph) with the task's dynamic axes, the inputs' batch and sequence axes dynamic.
     Exported with eager attention (the graph ONNX Runtime fuses); `dynamo=True` (torch's newer exporter), other
     attentions and other example batches are what benchmarks/exporters.py compares it with."""
     import torch
 
-    from edgepress.models.sentence import TOKEN_OUTPUT, is_sentence_encoder, with_token_output
-
-    names, output = model_inputs(model, tokenizer), output_of(model)
+    names, output = model_inputs(model, tokenizer), task.output
     example = tokenizer(list(example_texts), padding=True, return_tensors="pt")
     feeds = {name: example[name] for name in names}
-    # A sentence encoder is traced giving its token vectors too: the exporter names a graph output's tensor after it,
-    # and that name stays on the tensor (the pooling's input) once the output is dropped again below
-    traced, extra = (with_token_output(model), (TOKEN_OUTPUT,)) if is_sentence_encoder(model) else (model, ())
+    traced, extra = task.traced(model)
 
     before = model.config._attn_implementation
     model.set_attn_implementation(attention)
@@ -97,9 +86,8 @@ def write_onnx(model, tokenizer, path: Path, opset: int, dynamo: bool = False, a
         shapes = {"dynamic_shapes": {name: {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
                                      for name in names}}
     else:
-        tokens = type(model).__name__.endswith("ForTokenClassification")  # logits (batch, sequence, labels)
         axes = {name: {0: "batch_size", 1: "sequence_length"} for name in (*names, *extra)} | \
-            {output: {0: "batch_size", **({1: "sequence_length"} if tokens else {})}}
+            {output: dict(task.output_axes)}
         shapes = {"dynamic_axes": axes, "do_constant_folding": True}
     try:
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
@@ -173,36 +161,21 @@ def pin_head_counts(path: Path) -> int:
     return pinned
 
 
-def save_config(model, out: Path) -> None:
-    """config.json with the label names always written: transformers 5 leaves default ones (LABEL_0, ...) out, and
-    an ONNX model's readers (predict.py, transformers.js) have no defaults to fall back on. A sentence encoder's
-    config is its encoder's, beside the sentence-transformers files that say how it pools."""
-    from edgepress.models.sentence import is_sentence_encoder, save_layout
-
-    config = model.config
-    config.save_pretrained(out)
-    if is_sentence_encoder(model):
-        save_layout(model.layout, config.hidden_size, out)
-        return
-    names = {str(i): name for i, name in sorted(config.id2label.items())}
-    saved = read_json(out / "config.json")
-    write_json(out / "config.json", {**saved, "id2label": names, "label2id": {n: int(i) for i, n in names.items()}})
-
-
-def export_model_object(model, tokenizer, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig, what: str) -> dict:
-    """Export an in-memory classifier (any per-layer shape) to `out_dir` and check it against torch on `texts`;
+def export_model_object(model, tokenizer, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig, what: str, *,
+                        task) -> dict:
+    """Export an in-memory model of `task` (any per-layer shape) to `out_dir` and check it against torch on `texts`;
     {"parity", "attention"}: the attention the graph was traced with, and the one the model loads with where they
     differ (sdpa, flex or a kernel's attention is switched to eager for the export, then back)."""
     loaded_with = model.config._attn_implementation
     with atomic_dir(Path(out_dir)) as tmp:
-        write_onnx(model, tokenizer, tmp / ONNX_FILE, cfg.opset)
+        write_onnx(model, tokenizer, tmp / ONNX_FILE, cfg.opset, task=task)
         pin_head_counts(tmp / ONNX_FILE)
-        save_config(model, tmp)
+        task.save_config(model, tmp)
         tokenizer.save_pretrained(tmp)
         check_onnx_file(tmp / ONNX_FILE)
         session = open_session(tmp / ONNX_FILE, SessionConfig(providers=("cpu",), optimization="disable"))
         feeds = real_feeds(tmp, texts, cfg.max_length, input_names(session), cfg.parity)
-        parity = check_parity(torch_runner(model), ort_runner(session), feeds, cfg.parity, what, output_of(model))
+        parity = check_parity(torch_runner(model), ort_runner(session), feeds, cfg.parity, what, task.output)
     log.info("export: %s; parity: %s", what, parity_text(parity))
     attention = {"exported_with": "eager", **({"switched_from": loaded_with} if loaded_with != "eager" else {})}
     if loaded_with != "eager":
@@ -211,11 +184,13 @@ def export_model_object(model, tokenizer, out_dir: Path, texts: tuple[str, ...],
     return {"parity": parity, "attention": attention}
 
 
-def export_onnx(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig = ExportConfig()) -> dict:
+def export_onnx(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: ExportConfig = ExportConfig(),
+                task=None) -> dict:
     """Export `model_dir` to `out_dir`/model.onnx (+ config.json, tokenizer) and check it against torch on real
-    `texts`; returns {"parity": numbers, "attention"}. Nothing is left in `out_dir` when a check fails."""
-    from edgepress.models.loading import load_classifier
-    from edgepress.models.sentence import is_sentence_dir, load_sentence_encoder
+    `texts`; returns {"parity": numbers, "attention"}. Nothing is left in `out_dir` when a check fails. `task`: the
+    run's (edgepress.tasks); None: the model dir's own (`task_of`)."""
+    from edgepress.tasks import task_of
 
-    model, tokenizer = (load_sentence_encoder if is_sentence_dir(model_dir) else load_classifier)(model_dir)
-    return export_model_object(model, tokenizer, out_dir, texts, cfg, f"ONNX export of {model_dir}")
+    task = task or task_of(model_dir)
+    model, tokenizer = task.load_model(model_dir)
+    return export_model_object(model, tokenizer, out_dir, texts, cfg, f"ONNX export of {model_dir}", task=task)

@@ -77,15 +77,12 @@ def detach(model, names: list[str]) -> dict[str, list[float]]:
     return ranges
 
 
-def load_for_inference(path: str | Path):
-    """(model, tokenizer) as `load_classifier` (a sentence-transformers dir: `load_sentence_encoder`), with a QAT
-    artifact's fake quantization applied."""
-    from edgepress.models.loading import load_classifier
-    from edgepress.models.sentence import is_sentence_dir, load_sentence_encoder
+def load_for_inference(path: str | Path, task=None):
+    """(model, tokenizer) as its task loads it (`task`, edgepress.tasks; None: the model dir's own, `task_of`), with
+    a QAT artifact's fake quantization applied."""
+    from edgepress.tasks import task_of
 
-    if is_sentence_dir(path):
-        return load_sentence_encoder(path)
-    model, tokenizer = load_classifier(path)
+    model, tokenizer = (task or task_of(Path(path))).load_model(path)
     qat = Path(path) / QAT_FILE
     if qat.is_file():
         recorded = read_json(qat)

@@ -66,8 +66,8 @@ def _call(state: RunState, method: str, cfg, dst: Path) -> dict:
     launcher starts."""
     spec, launch = METHODS[method], state.cfg.runtime.launch
     if launch is None or not spec.trains:
-        return spec.function(state.kind)(state.source, dst, state.data if spec.inputs == "splits" else
-                                         state.data.validation.texts, cfg)
+        return spec.call(state.kind, state.source, dst, state.data if spec.inputs == "splits" else
+                         state.data.validation.texts, cfg, state.task)
     job = {"data": state.cfg.data.model_dump(mode="json"), "data_sha256": state.data_sha256, "task": state.task.name,
            "label2id": {name: i for i, name in state.data.id2label.items()}}
     details = launched(launch, method, state.source, dst, cfg.model_dump(mode="json"), job,

@@ -12,6 +12,7 @@ from edgepress.export.optimize import OptimizeConfig, optimize_onnx
 from edgepress.files import listed_files, replace_dir, write_json
 from edgepress.models.teacher import resolve_model
 from edgepress.registry import METHODS, torch_kind
+from edgepress.tasks import task_of
 
 
 def export_model(model: str, out: Path, optimize: OptimizeConfig | None, cfg: ExportConfig = ExportConfig(),
@@ -30,7 +31,7 @@ def export_model(model: str, out: Path, optimize: OptimizeConfig | None, cfg: Ex
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as scratch:
         result = Path(scratch) / "onnx"
-        steps = {"export": METHODS["export"].function(kind)(model_dir, result, texts, cfg)}
+        steps = {"export": METHODS["export"].call(kind, model_dir, result, texts, cfg, task_of(model_dir))}
         if optimize is not None:
             steps["optimize"] = optimize_onnx(result, Path(scratch) / "fused", texts, optimize)
             result = Path(scratch) / "fused"

@@ -96,15 +96,17 @@ def _outcome(result: Path, code: int, log_file: Path) -> dict:
 def _run_job(job: dict) -> dict:
     from edgepress.data import DataConfig
     from edgepress.registry import METHODS
-    from edgepress.tasks import TASKS
+    from edgepress.tasks import task_of
 
-    # read as the run read it: by its task (a token classifier's tagged sentences, not a classifier's rows)
-    data = TASKS[job["task"]].load(DataConfig.model_validate(job["data"]), job["label2id"])
+    # read as the run read it: by its task (a token classifier's tagged sentences, not a classifier's rows; its tags)
+    task = task_of(Path(job["src"]), job["task"])
+    data = task.load(DataConfig.model_validate(job["data"]), job["label2id"])
     if data.manifest()["content_sha256"] != job["data_sha256"]:
         raise DataError(f"the launched processes read another split of {data.source} than the run did. Fix: keep "
                         f"the data source unchanged while the run goes on")
     spec = METHODS[job["method"]]
-    return spec.run(Path(job["src"]), Path(job["dst"]), data, spec.config.model_validate(job["params"]))
+    return spec.call("torch", Path(job["src"]), Path(job["dst"]), data, spec.config.model_validate(job["params"]),
+                     task)
 
 
 def main(argv: list[str]) -> int:

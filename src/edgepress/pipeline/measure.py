@@ -25,7 +25,7 @@ def measure_model_dir(model_dir: Path, data: DataSplits, max_length: int, task=C
     macro-F1), params, size."""
     from edgepress.models.fakequant import load_for_inference
 
-    model, tokenizer = load_for_inference(model_dir)  # a qat artifact runs as it was trained: fake-quantized
+    model, tokenizer = load_for_inference(model_dir, task)  # a qat artifact runs as it was trained: fake-quantized
     preds = task.torch_predictions(model, tokenizer, data.test.texts, max_length)
     return {**task.scores(data.test, preds), **param_counts(model), **size_metrics(model_dir)}, preds
 
@@ -76,7 +76,7 @@ def set_predictions(artifact: Path, sets: dict[str, TextSet], max_length: int, t
                 for name, part in sets.items()}
     from edgepress.models.fakequant import load_for_inference
 
-    model, tokenizer = load_for_inference(artifact)
+    model, tokenizer = load_for_inference(artifact, task)
     return {name: task.torch_predictions(model, tokenizer, part.texts, max_length) for name, part in sets.items()}
 
 

@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgepress.compress.distill import DistillConfig, make_student
+from edgepress.compress.distill import DistillConfig, check_student, keep_layers
 from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
 from edgepress.compress.structured import prune_ffn, prune_heads
 from edgepress.export.onnx import ExportConfig, export_model_object
@@ -16,6 +16,7 @@ from edgepress.export.optimize import UNCHECKED, OptimizeConfig, optimize_onnx
 from edgepress.export.parity import ONNX_FILE
 from edgepress.logs import quiet
 from edgepress.models.arch import arch_of, depth
+from edgepress.models.sentence import encoder_of
 from edgepress.pipeline.latency import compare_latency
 from edgepress.runtime.latency import LatencyConfig
 
@@ -34,34 +35,39 @@ class Shape:
 
 
 def build_shape(teacher, shape: Shape):
-    """A copy of `teacher` in `shape`: its first layers' weights where a distill would map others (timing only)."""
-    arch = arch_of(teacher)
-    model = copy.deepcopy(teacher) if shape.layers == depth(teacher) else \
-        make_student(teacher, DistillConfig(student_layers=shape.layers))[0]
-    heads, width = getattr(model.config, arch.heads_key), getattr(model.config, arch.ffn_key)
+    """A copy of `teacher` in `shape` (of a sentence encoder, its encoder in that shape): its layers where a distill
+    would map others (timing only)."""
+    model = copy.deepcopy(teacher)
+    encoder = encoder_of(model)
+    arch = arch_of(encoder)
+    if shape.layers < depth(encoder):
+        keep_layers(encoder, check_student(encoder, None, DistillConfig(student_layers=shape.layers)))
+    heads, width = getattr(encoder.config, arch.heads_key), getattr(encoder.config, arch.ffn_key)
     kept_heads, kept_neurons = max(1, round(heads * shape.heads_keep)), max(1, round(width * shape.ffn_keep))
     if kept_heads < heads:
-        prune_heads(model, [list(range(kept_heads))] * shape.layers)
+        prune_heads(encoder, [list(range(kept_heads))] * shape.layers)
     if kept_neurons < width:
-        prune_ffn(model, [list(range(kept_neurons))] * shape.layers)
+        prune_ffn(encoder, [list(range(kept_neurons))] * shape.layers)
     return model
 
 
 def time_shapes(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...], threads: int | None,
                 latency: LatencyConfig, int8: Int8DynamicConfig | None = Int8DynamicConfig(),
-                max_length: int | None = None) -> dict[str, dict]:
+                max_length: int | None = None, task=None) -> dict[str, dict]:
     """Per shape (by name): the median fixed-shape and natural p50 over interleaved rounds (`compare_latency`) and
-    the shipped graph's size in MB, each shape exported, fused and (with `int8`) quantized as a run would."""
-    from edgepress.models.loading import load_classifier
+    the shipped graph's size in MB, each shape exported, fused and (with `int8`) quantized as a run would. `task`:
+    the teacher's (None: the model dir's own, `task_of`)."""
+    from edgepress.tasks import task_of
 
-    teacher, tokenizer = load_classifier(teacher_dir)
+    task = task or task_of(teacher_dir)
+    teacher, tokenizer = task.load_model(teacher_dir)
     with tempfile.TemporaryDirectory(prefix="edgepress-shapes-") as scratch:
         graphs = {}
         for k, shape in enumerate(shapes):
             step = Path(scratch) / str(k)
             with quiet("edgepress"):  # a line per shape and step would drown the table
                 export_model_object(build_shape(teacher, shape), tokenizer, step / "onnx", texts, ExportConfig(),
-                                    f"shape {shape.name}")
+                                    f"shape {shape.name}", task=task)
                 optimize_onnx(step / "onnx", step / "fused", texts, OptimizeConfig(fusions="all"))
                 if int8 is not None:  # timing only: the graph a run ships is checked by its own stages
                     int8_dynamic(step / "fused", step / "int8", texts, int8.model_copy(update={"parity": UNCHECKED}))

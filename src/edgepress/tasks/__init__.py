@@ -9,14 +9,13 @@ dynamic int8, a padded batch would make each text's result depend on the others.
 
 from pathlib import Path
 
-from edgepress.data.dataset import TextSet
 from edgepress.errors import ConfigError
 from edgepress.tasks.classification import Classification, resolvable_drop
 from edgepress.tasks.embedding import NEIGHBOURS, Embedding
 from edgepress.tasks.token import ONLY_TAGGED_WORDS, TokenClassification
 
 __all__ = ["CLASSIFICATION", "EMBEDDING", "NEIGHBOURS", "ONLY_TAGGED_WORDS", "TASKS", "check_methods_for",
-           "check_metrics_for", "recorded_task", "resolvable_drop", "scored_task", "task_of",
+           "check_metrics_for", "recorded_task", "resolvable_drop", "task_of",
            "token_task"]
 
 CLASSIFICATION, EMBEDDING = Classification(), Embedding()
@@ -62,16 +61,6 @@ def token_task(model_dir: Path) -> TokenClassification:
     return TokenClassification(tags=tags)
 
 
-def scored_task(model, part: TextSet):
-    """The task a loaded model is scored by on `part` in training: a token classifier's (its tags from its config's
-    id2label) on tagged sentences, else classification."""
-    from edgepress.data.tagged import TaggedSet
-
-    if not isinstance(part, TaggedSet):
-        return CLASSIFICATION
-    return TokenClassification(tags=tuple(model.config.id2label[i] for i in range(model.config.num_labels)))
-
-
 def check_methods_for(task, stages) -> None:
     """Every stage method built for `task`; the ConfigError lists each that is not."""
     if isinstance(task, TokenClassification):
@@ -86,7 +75,7 @@ def check_methods_for(task, stages) -> None:
     if wrong:
         lines = "\n".join(f"  ✗ {w}" for w in wrong)
         raise ConfigError(f"these methods are not built for {task.name} models yet:\n{lines}\nFix: use "
-                          f"{', '.join(task.methods)} on a {task.name} model")
+                          f"{', '.join(task.methods)} on {task.name} models")
 
 
 def check_metrics_for(task, pairs: str | None, stages) -> None:

@@ -44,6 +44,30 @@ class Classification:
         return (f"The final gate allows a drop of {drop * 100:g} points: on {n_test:,} test examples a smaller drop "
                 f"is within the noise (the paired 95% CI when a tenth of the labels differ).")
 
+    output_axes: tuple[tuple[int, str], ...] = ((0, "batch_size"),)  # the graph output's dynamic axes
+    # what a student learns from its teacher (compress/kd.py): `logits` per text, `word-logits` per word (a token
+    # classifier's), `vectors` (a sentence encoder's, by cosine + MSE)
+    targets: str = "logits"
+
+    def save_model(self, model, out) -> None:
+        """`model` as a model dir in `out` (safetensors; the tokenizer is saved beside it by the caller)."""
+        model.save_pretrained(out, safe_serialization=True)
+
+    def traced(self, model):
+        """(what the export traces, the graph outputs it gives beside `output`, dropped once traced): the model."""
+        return model, ()
+
+    def save_config(self, model, out) -> None:
+        """config.json in `out` with the label names always written: transformers 5 leaves default ones (LABEL_0,
+        ...) out, and an ONNX model's readers (predict.py, transformers.js) have no defaults to fall back on."""
+        from edgepress.files import read_json, write_json
+
+        config = model.config
+        config.save_pretrained(out)
+        names = {str(i): name for i, name in sorted(config.id2label.items())}
+        saved = read_json(out / "config.json")
+        write_json(out / "config.json", {**saved, "id2label": names, "label2id": {n: int(i) for i, n in names.items()}})
+
     def load_model(self, model_dir):
         """(model, tokenizer) of a transformers ...ForSequenceClassification (or ...ForTokenClassification) dir."""
         from edgepress.models.loading import load_classifier

@@ -43,6 +43,29 @@ class Embedding:
                 f"0.94.")
 
     load = Classification.load
+    output_axes = Classification.output_axes
+    targets: str = "vectors"
+
+    def save_model(self, model, out) -> None:
+        """A sentence-transformers dir in `out`: the encoder and the files that say how it pools."""
+        from edgepress.models.sentence import save_sentence_encoder
+
+        save_sentence_encoder(model, out)
+
+    def traced(self, model):
+        """(what the export traces, the outputs beside `output`): the encoder giving its token vectors too, so
+        that the exporter names the tensor its pooling reads (`TOKEN_OUTPUT`), a name that stays on the tensor once
+        that output is dropped again."""
+        from edgepress.models.sentence import TOKEN_OUTPUT, with_token_output
+
+        return with_token_output(model), (TOKEN_OUTPUT,)
+
+    def save_config(self, model, out) -> None:
+        """The encoder's config.json beside the sentence-transformers files that say how it pools."""
+        from edgepress.models.sentence import save_layout
+
+        model.config.save_pretrained(out)
+        save_layout(model.layout, model.config.hidden_size, out)
 
     def load_model(self, model_dir):
         """(sentence encoder, tokenizer) of a sentence-transformers dir (models/sentence.py)."""

@@ -101,6 +101,11 @@ class TokenClassification:
 
     training_score = Classification.training_score
     load_model = Classification.load_model
+    traced = Classification.traced
+    save_config = Classification.save_config
+    output_axes: tuple[tuple[int, str], ...] = ((0, "batch_size"), (1, "sequence_length"))  # logits per token
+    targets: str = "word-logits"
+    save_model = Classification.save_model
 
     def set_scores(self, part: TextSet, preds: np.ndarray) -> dict:
         """A set's own entity F1 where it has true tags (the test split with typos has the test split's)."""
