@@ -179,8 +179,8 @@ def test_validate_checks_a_search_config_and_run_refuses_one(tmp_path, tiny_mode
     data = _csv(tmp_path / "d.csv", movie_data)
     config = search_config(tmp_path / "s.yaml", tiny_model_dir, data)
     result = invoke("validate", config)
-    assert result.exit_code == 0 and "valid search (4 points, 2 shapes, of a 2-layer teacher" in result.output, \
-        result.output
+    assert result.exit_code == 0, result.output
+    assert "valid search (4 points, 2 shapes, of a 2-layer classification teacher" in result.output
     assert "inside the noise" not in result.output  # max_drop 0.5: resolvable on any split
     tight = search_config(tmp_path / "tight.yaml", tiny_model_dir, data, constraints={"accuracy": {"max_drop": 0.01}})
     result = invoke("validate", tight)  # a line the validation split, where trials are judged, cannot resolve
@@ -331,6 +331,12 @@ def test_a_stage_is_pruned_by_its_pace_from_its_second_epoch():
     # a schedule still under way is not judged (magnitude's first epochs): the epochs left count from the last one
     assert EpochWatch.projected([{"epoch": 3, "val_accuracy": 0.8}, {"epoch": 4, "val_accuracy": 0.82}], 5) == \
         pytest.approx(0.84)
+    # a token classifier's stage keeps its epochs by entity F1, a sentence encoder's by neighbour overlap
+    f1 = [{"epoch": i, "train_loss": 1.0, "val_f1": a} for i, a in enumerate((0.5, 0.52), start=1)]
+    with pytest.raises(TrialPruned, match=r"after epoch 2/2: validation f1 0.5200"):
+        EpochWatch(required=0.7, margin=0.01)(f1, 2)
+    assert EpochWatch.scores([{"epoch": 1, "train_loss": 1.0, "val_neighbour_overlap": 0.8}]) == \
+        ("neighbour overlap", [0.8])
 
 
 def test_a_trial_that_cannot_meet_the_constraint_is_pruned_and_no_prefix_is_trained_twice(

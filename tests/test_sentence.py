@@ -3,6 +3,7 @@ and normalization inside the graph; every vector checked against sentence-transf
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -713,14 +714,42 @@ def test_structured_pruning_keeps_a_sentence_encoders_neighbours(trained_teacher
     assert kept["neighbour_overlap"] > 0.5 and details["val_neighbour_overlap"] > 0.5
 
 
-def test_search_refuses_a_sentence_encoder_naming_init(sentence_dir):
-    from edgepress.search.config import SearchConfig
-    from edgepress.search.prepare import check_search
+def test_a_search_on_a_sentence_encoder_is_judged_on_neighbour_overlap(sentence_dir, movie_data, tmp_path):
+    """The search on a sentence encoder: its shapes are the encoder's, each trial's student learns the teacher's
+    vectors, the constraint judges neighbour overlap with the teacher's (the teacher's own is 1), and the finalists'
+    test figures and best.yaml's run are the task's; a point the task's methods refuse (qat) is named at once."""
+    import yaml
 
-    cfg = SearchConfig.model_validate({"model": str(sentence_dir), "constraints": {"accuracy": {"max_drop": 0.1}}})
-    with pytest.raises(ConfigError, match=r"is a model of task embedding; edgepress search covers classifiers so far. "
-                                          r"Fix: `edgepress init .* DATA` writes a pipeline"):
-        check_search(cfg, build_teacher=False)
+    from edgepress.search.config import load_search
+    from edgepress.search.prepare import check_search
+    from tests.test_search import SPACE, search_config
+    from tests.test_stagecache import _csv
+    from tests.test_trust import invoke
+
+    data = _csv(tmp_path / "d.csv", movie_data)
+    config = search_config(tmp_path / "search.yaml", sentence_dir, data,
+                           constraints={"accuracy": {"max_drop": 0.9}, "fidelity": {"min_agreement": 0.05}},
+                           space={**SPACE, "heads_keep": [1.0], "quantization": ["int8-dynamic"]})
+    result = invoke("search", config, "--out", tmp_path / "out", "--trials", 1)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["metric"] == "neighbour_overlap" and report["required_accuracy"] == pytest.approx(0.1)
+    trial = report["trials"][0]
+    assert trial["stop"] == "passed" and 0 < trial["accuracy"] <= 1 and trial["agreement"] == trial["accuracy"]
+    assert report["finalists"]["teacher"]["accuracy"] == 1.0
+    finalist = report["finalists"][str(trial["number"])]
+    assert 0 < finalist["accuracy"] <= 1 and len(finalist["drop_ci95"]) == 2
+    best = report["best"]
+    assert best["reproduced"] and best["passed"] and is_sentence_dir(Path(best["bundle"]))
+    run = json.loads((tmp_path / "out" / "best" / "report.json").read_text())
+    assert run["stages"][0]["method"] == "distill" and run["baseline"]["metrics"]["task"] == "embedding"
+    assert "test neighbour overlap" in (tmp_path / "out" / "report.md").read_text()
+
+    body = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**body, "space": {**body["space"], "quantization": ["int8-dynamic", "qat"]}}))
+    with pytest.raises(ConfigError, match=r"(?s)point\(s\) of the space cannot run:.*these methods are not built for "
+                                          r"embedding models yet"):
+        check_search(load_search(config), build_teacher=False)
 
 
 def test_vocab_shrinks_a_sentence_encoders_word_table_and_keeps_its_vectors(sentence_dir, movie_data, tmp_path):

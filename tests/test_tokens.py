@@ -406,6 +406,35 @@ def test_every_training_method_learns_each_words_tag(token_model, ner_dir, conll
     assert "Ticket against its random control, validation f1" in (tmp_path / "run" / "report.md").read_text()
 
 
+def test_a_search_on_a_token_classifier_is_judged_on_entity_f1(token_model, ner_dir, tmp_path):
+    """The search on a token classifier: each trial's student learns every word's tag, the constraint and the
+    agreement are the task's (entity F1, against the teacher's tags), and best.yaml's run is a token run; augment
+    (perturbed copies, whose words would lose their tags) is refused before anything trains."""
+    from tests.test_search import SPACE, search_config
+    from tests.test_trust import invoke
+
+    config = search_config(tmp_path / "search.yaml", token_model, ner_dir,
+                           constraints={"accuracy": {"max_drop": 0.9}},
+                           space={**SPACE, "heads_keep": [1.0], "quantization": ["int8-dynamic"]})
+    result = invoke("search", config, "--out", tmp_path / "out", "--trials", 1)
+    assert result.exit_code == 0, result.output
+    assert "trial 0: passed" in result.output and "f1 0." in result.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    trial, teacher = report["trials"][0], report["finalists"]["teacher"]
+    assert report["metric"] == "f1" and trial["stop"] == "passed" and 0 < trial["agreement"] <= 1
+    assert 0 < teacher["accuracy"] < 1 and teacher["accuracy_ci95"][0] < teacher["accuracy"]
+    run = json.loads((tmp_path / "out" / "best" / "report.json").read_text())
+    assert run["baseline"]["metrics"]["task"] == "token-classification" and report["best"]["reproduced"]
+    assert run["stages"][-1]["metrics"]["f1"] == report["best"]["accuracy"]
+    assert "| model | test f1 |" in (tmp_path / "out" / "report.md").read_text()
+
+    body = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**body, "augment": {"factor": 1}}))
+    refused = invoke("search", config, "--out", tmp_path / "out2", "--trials", 1)
+    assert refused.exit_code == 2 and "augment makes perturbed copies" in refused.output
+    assert not (tmp_path / "out2").exists()
+
+
 def test_a_training_batch_labels_each_words_first_sub_word_and_knows_its_word(tokenizer):
     """The loop's batches of tagged sentences: each word's tag at its first sub-word, IGNORED at the rest and the
     padding, and the number of the word each position starts (what a per-word distillation target is placed by)."""

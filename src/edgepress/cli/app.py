@@ -201,7 +201,8 @@ def search(
     started = time.monotonic()
 
     def progress(number: int, result: dict, best) -> None:
-        measured = f"accuracy {result['accuracy']:.4f}, {result['p50_ms']:.2f} ms, {result['size_mb']:.1f} MB" \
+        metric = result.get("metric", "accuracy").replace("_", " ")
+        measured = f"{metric} {result['accuracy']:.4f}, {result['p50_ms']:.2f} ms, {result['size_mb']:.1f} MB" \
             if "accuracy" in result else ""
         leader = f"best: trial {best.number} ({best.values[1]:.4g} {cfg.objective})" if best else "none passed yet"
         left = f" · {max(0.0, seconds - (time.monotonic() - started)) / 60:.0f} min left" if seconds else ""
@@ -245,10 +246,10 @@ def _validate_search(config: Path) -> None:
     from edgepress.search.prepare import check_search, search_noise
 
     cfg = _call(load_search, config)
-    _, _, depth, space, data = _call(check_search, cfg, build_teacher=False)
+    _, _, depth, space, data, task = _call(check_search, cfg, build_teacher=False)
     sizes = ", ".join(f"{name} {n}" for name, n in data.manifest()["sizes"].items())
     out.print(f"{config}: valid search ({len(space.points())} points, {len(space.shapes())} shapes, of a {depth}-layer "
-              f"teacher; model {cfg.model}; data {sizes}; objective {cfg.objective}; providers "
+              f"{task.name} teacher; model {cfg.model}; data {sizes}; objective {cfg.objective}; providers "
               f"{', '.join(cfg.runtime.providers)})", highlight=False, soft_wrap=True)
     if (line := search_noise(cfg, len(data.validation))) is not None:
         out.print(f"note: {line}", highlight=False, soft_wrap=True)

@@ -55,10 +55,13 @@ class AccuracyConstraint(BaseModel):
 
 
 class FidelityConstraint(BaseModel):
-    """How often a trial's labels must be the teacher's."""
+    """How closely a trial must agree with the teacher: the task's agreement (a classifier's share of labels the
+    teacher's, a token classifier's entity F1 against the teacher's tags, a sentence encoder's neighbour overlap)."""
 
     model_config = Strict
-    min_agreement: float = Field(ge=0, le=1, description="share of validation texts labelled as the teacher does")
+    min_agreement: float = Field(ge=0, le=1, description="agreement with the teacher on the validation split: the "
+                                 "share of labels the teacher's (a token classifier: entity F1 against its tags; a "
+                                 "sentence encoder: neighbour overlap)")
 
 
 class LatencyConstraint(BaseModel):
@@ -93,7 +96,7 @@ class Constraints(BaseModel):
 
     model_config = Strict
     accuracy: AccuracyConstraint = Field(AccuracyConstraint(), description="against the teacher")
-    fidelity: FidelityConstraint | None = Field(None, description="agreement with the teacher's labels")
+    fidelity: FidelityConstraint | None = Field(None, description="agreement with the teacher")
     latency: LatencyConstraint | None = Field(None, description="on runtime.providers' first provider")
     size: SizeConstraint | None = Field(None, description="of the model that ships")
 

@@ -1,6 +1,10 @@
 """What every trial of a search shares, made before the first: the inputs and every point of the space checked
 (`check_search`), the shape table timed and filtered (`shape_table`, `allowed_shapes`), the teacher's validation
-score and what the accuracy constraint requires (`prepare`), each trial's point and its distributions."""
+score and what the accuracy constraint requires (`prepare`), each trial's point and its distributions.
+
+The accuracy constraint judges the task's primary metric (`edgepress.tasks`): a classifier's accuracy, a token
+classifier's entity F1, a sentence encoder's neighbour overlap with the teacher's vectors (the teacher's own is 1);
+the search's records keep the key `accuracy` for it, and name it in `metric`."""
 
 import json
 import logging
@@ -24,8 +28,9 @@ MARKER = "search.json"  # what makes a directory a search dir
 
 @dataclass
 class Prepared:
-    """What the trials share: the teacher's dir and depth, the filled space, its shape table, the data splits, and
-    the validation accuracy the accuracy constraint requires (the teacher's minus max_drop)."""
+    """What the trials share: the teacher's dir and depth, the filled space, its shape table, the data splits, the
+    validation score (the task's primary metric) the accuracy constraint requires (the teacher's minus max_drop),
+    and the task."""
 
     model_dir: Path
     depth: int
@@ -34,13 +39,20 @@ class Prepared:
     table: dict
     data: DataSplits
     required: float
+    task: object  # edgepress.tasks: what the trials' primary metric is
+
+    @property
+    def metric(self) -> str:
+        """The primary metric the accuracy constraint judges (accuracy, f1, neighbour_overlap)."""
+        return self.task.primary
 
 
-def check_space(cfg: SearchConfig, loaded: tuple | None, depth: int, space) -> None:
-    """Every point's pipeline is valid and every method's pre-run check accepts it on the teacher `loaded`
-    ((model, tokenizer); None: the demo teacher, not built yet, is taken on trust); else one ConfigError naming
-    each point refused (exit 2, before anything is trained)."""
+def check_space(cfg: SearchConfig, loaded: tuple | None, depth: int, space, task) -> None:
+    """Every point's pipeline is valid, built for `task`, and every method's pre-run check accepts it on the teacher
+    `loaded` ((model, tokenizer); None: the demo teacher, not built yet, is taken on trust); else one ConfigError
+    naming each point refused (exit 2, before anything is trained)."""
     from edgepress.pipeline.inputs import check_methods
+    from edgepress.tasks import check_methods_for
 
     if max(space.layers) > depth:
         raise ConfigError(f"space.layers asks for {max(space.layers)} layers; the teacher has {depth}. Fix: choose "
@@ -49,6 +61,7 @@ def check_space(cfg: SearchConfig, loaded: tuple | None, depth: int, space) -> N
     for point in space.points():
         try:
             pipeline = pipeline_for(cfg, depth, point)
+            check_methods_for(task, pipeline.stages)
             training = json.dumps([[s.method, s.params] for s in pipeline.stages], sort_keys=True)
             if loaded is not None and training not in checked:
                 checked.add(training)
@@ -61,7 +74,7 @@ def check_space(cfg: SearchConfig, loaded: tuple | None, depth: int, space) -> N
                           f"(space.layers, heads_keep, ffn_keep, quantization) to what this model takes")
 
 
-def shape_table(prepared_dir: Path, model_dir: Path, shapes: list[Shape], cfg: SearchConfig, texts) -> dict:
+def shape_table(prepared_dir: Path, model_dir: Path, shapes: list[Shape], cfg: SearchConfig, texts, task) -> dict:
     """The timed shapes (shapes.json in SEARCH_DIR, made once: a resumed search keeps its table)."""
     from edgepress.files import tree_sha256
     from edgepress.pipeline.stagecache import machine_key
@@ -74,7 +87,8 @@ def shape_table(prepared_dir: Path, model_dir: Path, shapes: list[Shape], cfg: S
     latency = cfg.runtime.latency.model_copy(update={"warmup": min(cfg.runtime.latency.warmup, 10),
                                                      "runs": min(cfg.runtime.latency.runs, 50)})
     log.info("timing %d shapes as they would ship (export, fusion, int8), side by side", len(shapes))
-    table = time_shapes(model_dir, shapes, texts, cfg.runtime.threads, latency, max_length=cfg.data.max_length)
+    table = time_shapes(model_dir, shapes, texts, cfg.runtime.threads, latency, max_length=cfg.data.max_length,
+                        task=task)
     write_json(path, {"key": key, "table": table})
     return table
 
@@ -109,26 +123,25 @@ def search_noise(cfg: SearchConfig, n_validation: int) -> str | None:
 
 
 def check_search(cfg: SearchConfig, build_teacher: bool = True) -> tuple[Path | None, tuple | None, int, Space,
-                                                                       DataSplits]:
-    """(model dir, (model, tokenizer), depth, the space filled for that depth, data splits) after every check a
-    search makes before it writes anything: the model loads, every point of the space is a pipeline it takes, the
-    data loads and fits it. `edgepress validate` runs it without building the demo teacher."""
+                                                                       DataSplits, object]:
+    """(model dir, (model, tokenizer), depth, the space filled for that depth, data splits, task) after every check
+    a search makes before it writes anything: the model loads as a model of its task, every point of the space is a
+    pipeline it takes, the data loads and fits it. `edgepress validate` runs it without building the demo
+    teacher."""
     from edgepress.models.arch import depth as depth_of
+    from edgepress.models.sentence import encoder_of
     from edgepress.models.teacher import TEACHER, resolve_model
     from edgepress.pipeline.inputs import check_inputs, check_model
-    from edgepress.tasks import CLASSIFICATION, task_of
+    from edgepress.tasks import task_of
 
     task = task_of(None if cfg.model == TEACHER else resolve_model(cfg.model))
-    if task is not CLASSIFICATION:
-        raise ConfigError(f"{cfg.model} is a model of task {task.name}; edgepress search covers classifiers so far. "
-                          f"Fix: `edgepress init {cfg.model} DATA` writes a pipeline that fits it, for `edgepress run`")
-    model_dir, loaded = check_model(cfg.model, build_teacher)
-    depth = depth_of(loaded[0]) if loaded else demo_depth()
+    model_dir, loaded = check_model(cfg.model, build_teacher, task)
+    depth = depth_of(encoder_of(loaded[0])) if loaded else demo_depth()
     space = cfg.space.filled(depth)
-    check_space(cfg, loaded, depth, space)
+    check_space(cfg, loaded, depth, space, task)
     most = max(space.points(), key=lambda point: point.get("transfer", 0))  # the largest draw: it must fit the texts
     _, data = check_inputs(pipeline_for(cfg, depth, most), build_teacher=build_teacher)
-    return model_dir, loaded, depth, space, data
+    return model_dir, loaded, depth, space, data, task
 
 
 def prepare(cfg: SearchConfig, out: Path, resume: bool, config_file: Path | None) -> Prepared:
@@ -144,14 +157,12 @@ def prepare(cfg: SearchConfig, out: Path, resume: bool, config_file: Path | None
     if (out / MARKER).is_file() and not _same_config(read_json(out / MARKER)["config"], cfg):
         raise ConfigError(f"{out} holds a search of another config ({out / MARKER}): its trials would mix with "
                           f"this one's. Fix: choose another --out, or resume with the config it was started with")
-    from edgepress.models.evaluate import evaluate_classifier
-
-    model_dir, (model, tokenizer), depth, space, data = check_search(cfg)
-    teacher, _ = evaluate_classifier(model, tokenizer, data.validation, cfg.data.max_length)  # as the trials do
+    model_dir, (model, tokenizer), depth, space, data, task = check_search(cfg)
+    teacher = validation_score(task, model, tokenizer, data, cfg.data.max_length)
     out.mkdir(parents=True, exist_ok=True)
     if not (out / MARKER).is_file():
         write_json(out / MARKER, {"config": cfg.model_dump(mode="json"), "created": time.time()})
-    table = shape_table(out, model_dir, space.shapes(), cfg, data.validation.texts)
+    table = shape_table(out, model_dir, space.shapes(), cfg, data.validation.texts, task)
     shapes, why = allowed_shapes(cfg, space, table)
     for name, reason in why.items():
         table[name]["excluded"] = reason
@@ -160,8 +171,15 @@ def prepare(cfg: SearchConfig, out: Path, resume: bool, config_file: Path | None
         raise ConfigError(f"no shape of the space can meet the constraints ({', '.join(reasons)} excluded every "
                           f"one; the table: {out / 'shapes.json'}). Fix: loosen {' or '.join(reasons)}, or widen "
                           f"space.layers / heads_keep / ffn_keep toward smaller shapes")
-    required = teacher["accuracy"] - cfg.constraints.accuracy.max_drop
-    return Prepared(model_dir, depth, space, shapes, table, data, required)
+    required = teacher - cfg.constraints.accuracy.max_drop
+    return Prepared(model_dir, depth, space, shapes, table, data, required, task)
+
+
+def validation_score(task, model, tokenizer, data: DataSplits, max_length: int) -> float:
+    """The teacher's primary metric on the validation split, as a trial's baseline records it (its scores and
+    what the baseline adds: a sentence encoder's neighbour overlap with itself, 1)."""
+    preds = task.torch_predictions(model, tokenizer, data.validation.texts, max_length)
+    return {**task.scores(data.validation, preds), **task.baseline(data.validation, preds)}[task.primary]
 
 
 def _same_config(recorded: dict, cfg: SearchConfig) -> bool:

@@ -12,6 +12,12 @@ def _ci(ci, sign: str = "+") -> str:
     return "–" if not ci else f"[{ci[0]:{sign}.4f}, {ci[1]:{sign}.4f}]"
 
 
+def metric_words(report: dict) -> str:
+    """What the search's `accuracy` figures are, in words: the task's primary metric (a report from before the
+    field: accuracy)."""
+    return report.get("metric", "accuracy").replace("_", " ")
+
+
 def constraints_text(constraints: dict) -> str:
     """`accuracy.max_drop 0.01, size.max_mb 9`: the constraints set."""
     return ", ".join(f"{kind}.{rule} {value}" for kind, limits in constraints.items() if limits
@@ -19,16 +25,17 @@ def constraints_text(constraints: dict) -> str:
 
 
 def status_line(report: dict) -> str:
-    best, winner = report.get("best"), report["winner"]
+    best, winner, metric = report.get("best"), report["winner"], metric_words(report)
     if best and not best.get("passed", True):
         return (f"Trial {best['trial']} won on the validation split, but its run of `best.yaml` missed the "
-                f"constraints on the test split (test accuracy {best['accuracy']:.4f}, drop vs the teacher "
+                f"constraints on the test split (test {metric} {best['accuracy']:.4f}, drop vs the teacher "
                 f"{_ci(best['drop_ci95'])}): see `best/report.md`")
     if best:
-        return (f"Winner: trial {best['trial']}, test accuracy {best['accuracy']:.4f} (drop vs the teacher "
+        return (f"Winner: trial {best['trial']}, test {metric} {best['accuracy']:.4f} (drop vs the teacher "
                 f"{_ci(best['drop_ci95'])}), {best['p50_ms']:.2f} ms p50, {best['size_mb']:.1f} MB: `best.yaml`, "
                 f"bundle `{best['bundle']}`" + ("" if best["reproduced"] is not False else
-                                                " ⚠ its run's test accuracy differs from the trial's model on test"))
+                                                f" ⚠ its run's test {metric} differs from the trial's "
+                                                f"model on test"))
     if winner is not None:
         return f"Best so far: trial {winner} (validation); the search is not finished"
     return "No trial has passed the constraints yet"
@@ -72,8 +79,8 @@ def pruning_line(report: dict) -> str:
     pruned = [r for r in first_draws(rows) if r["stop"] == "pruned"]
     early = [r for r in pruned if r.get("epochs_trained")]
     return (f"Pruning: from a training stage's second epoch on, a trial stops when the stage's best validation "
-            f"accuracy plus its pace (its last or its mean gain per epoch, the larger) for every epoch left falls "
-            f"more than {pruning['margin']:g} short of "
+            f"{metric_words(report)} plus its pace (its last or its mean gain per epoch, the larger) for every "
+            f"epoch left falls more than {pruning['margin']:g} short of "
             f"the {report['required_accuracy']:.4f} the constraint requires, and a trial that starts with a pruned "
             f"trial's stages does not start; {len(pruned)} point(s) pruned"
             + (f" ({len(early)} while training: trials {', '.join(str(r['number']) for r in early)})" if pruned
@@ -103,8 +110,9 @@ def finalist_rows(report: dict) -> list[list[str]]:
                                             "–"] for n, s in scored.items() if n != "teacher"]
 
 
-TRIAL_HEADER = ["trial", "point", "validation accuracy", "p50 ms", "size MB", "agreement", "outcome", "epochs",
-                "s"]
+def trial_header(report: dict) -> list[str]:
+    return ["trial", "point", f"validation {metric_words(report)}", "p50 ms", "size MB", "agreement", "outcome",
+            "epochs", "s"]
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -121,15 +129,17 @@ def render_markdown(report: dict) -> str:
              *[f"- {line}" for line in spent_lines(report)], "", "## Shapes (timed before any training, int8)", "",
              *_table(["shape", "p50 ms", "size MB", "status"], shape_rows(report)), "",
              "## Points tried (★: validation front; ×N: drawn by N trials, each listed in report.json)", "",
-             *_table(TRIAL_HEADER, trial_table(report)), ""]
+             *_table(trial_header(report), trial_table(report)), ""]
     if report.get("finalists"):
         lines += ["## Finalists on the test split", "",
-                  *_table(["model", "test accuracy", "95% CI", "drop vs teacher, 95% CI"], finalist_rows(report)), ""]
+                  *_table(["model", f"test {metric_words(report)}", "95% CI", "drop vs teacher, 95% CI"],
+                          finalist_rows(report)), ""]
     return "\n".join(lines)
 
 
 def front_plot(report: dict) -> str | None:
-    """Validation accuracy against the objective for every trial measured, size as the marker, the front joined."""
+    """The validation score (`metric_words`) against the objective for every trial measured, size as the marker,
+    the front joined."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,7 +154,7 @@ def front_plot(report: dict) -> str | None:
                c=["#17803d" if r["stop"] == "passed" else "#999" for r in rows], alpha=0.7)
     front = sorted((r for r in rows if r["number"] in report["front"]), key=lambda r: r[key])
     ax.plot([r[key] for r in front], [r["accuracy"] for r in front], "-", color="#17803d")
-    ax.set(xlabel="CPU p50 ms" if key == "p50_ms" else "size MB", ylabel="validation accuracy")
+    ax.set(xlabel="CPU p50 ms" if key == "p50_ms" else "size MB", ylabel=f"validation {metric_words(report)}")
     svg = svg_of(fig)
     plt.close(fig)
     return svg
@@ -157,5 +167,5 @@ def render_html(report: dict) -> str:
     return env.get_template("report.html.j2").render(
         report=report, status=status_line(report), constraints=constraints_text(report["config"]["constraints"]),
         spent=spent_lines(report), shapes=shape_rows(report),
-        trials=trial_table(report), trial_header=TRIAL_HEADER, finalists=finalist_rows(report),
-        plot=front_plot(report))
+        trials=trial_table(report), trial_header=trial_header(report), finalists=finalist_rows(report),
+        plot=front_plot(report), metric=metric_words(report))

@@ -115,7 +115,7 @@ def ask(study, distributions: dict, out: Path, instead: dict | None, seed: int):
         return study.ask(distributions)
 
 
-RESULT_ATTRS = ("stop", "why", "run_dir", "agreement", "p50_ms", "size_mb", "drop_ci95", "teacher_accuracy",
+RESULT_ATTRS = ("stop", "why", "run_dir", "metric", "agreement", "p50_ms", "size_mb", "drop_ci95", "teacher_accuracy",
                 "artifact", "pruned_prefix", "excess")
 
 

@@ -100,24 +100,31 @@ def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_
 
 
 def score_finalists(cfg: SearchConfig, prepared: Prepared, finalists: list) -> dict:
-    """Each finalist's final model scored once on the test split, against the teacher there: accuracy with its CI
-    and the paired drop's CI. A finalist another machine's worker made (its model is not here) is named, not
-    scored: that worker's own report scores it."""
-    from edgepress.data.metrics import accuracy_drop_ci95
+    """Each finalist's final model scored once on the test split, against the teacher there, as a run measures a
+    stage (`measure_artifact`, then the task's figures against the baseline's predictions): the task's primary
+    metric (as `accuracy`) with its CI and the paired drop's CI. A finalist another machine's worker made (its
+    model is not here) is named, not scored: that worker's own report scores it."""
     from edgepress.pipeline.measure import measure_artifact, measure_model_dir
 
-    data, n = prepared.data, cfg.data.max_length
-    teacher, teacher_preds = measure_model_dir(prepared.model_dir, data, n)
-    scored = {"teacher": {"accuracy": teacher["accuracy"], "accuracy_ci95": teacher["accuracy_ci95"]}}
+    data, n, task = prepared.data, cfg.data.max_length, prepared.task
+    teacher, teacher_preds = measure_model_dir(prepared.model_dir, data, n, task)
+    scored = {"teacher": primary_figures(task, {**teacher, **task.baseline(data.test, teacher_preds)})}
     for trial in finalists:
         if not Path(trial.user_attrs["artifact"]).exists():
             scored[str(trial.number)] = {"elsewhere": trial.user_attrs.get("worker", {}).get("host")}
             continue
         metrics, preds = measure_artifact(Path(trial.user_attrs["artifact"]), data, n, (), cfg.runtime.threads,
-                                          cfg.runtime.latency)
-        scored[str(trial.number)] = {"accuracy": metrics["accuracy"], "accuracy_ci95": metrics["accuracy_ci95"],
-                                     "drop_ci95": accuracy_drop_ci95(data.test.labels, teacher_preds, preds)}
+                                          cfg.runtime.latency, task)
+        scored[str(trial.number)] = primary_figures(task, {**metrics, **task.versus(data.test, teacher_preds, preds)})
     return scored
+
+
+def primary_figures(task, metrics: dict) -> dict:
+    """{accuracy, accuracy_ci95, drop_ci95}: the task's primary metric of a run's `metrics`, its CI, and the paired
+    CI of its drop from the baseline's (where measured: not the baseline's own)."""
+    primary = task.primary
+    return {"accuracy": metrics[primary], "accuracy_ci95": metrics[f"{primary}_ci95"],
+            "drop_ci95": metrics.get(f"{primary}_drop_ci95")}
 
 
 def write_search_report(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict,
@@ -126,7 +133,8 @@ def write_search_report(cfg: SearchConfig, prepared: Prepared, out: Path, study,
 
     front = validation_front(study)
     winner = best_passing(study, cfg.objective)
-    report = {"config": cfg.model_dump(mode="json"), "objective": cfg.objective, "shapes": prepared.table,
+    report = {"config": cfg.model_dump(mode="json"), "objective": cfg.objective, "metric": prepared.metric,
+              "shapes": prepared.table,
               "required_accuracy": prepared.required,
               "trials": trial_rows(study), "front": [t.number for t in front],
               "winner": winner.number if winner else None, "finalists": finalists, "best": best, "spent": spent}
@@ -149,7 +157,8 @@ def finish(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict)
                               f"constraints")
     finalists = score_finalists(cfg, prepared, [*front, *([] if winner in front else [winner])])
     pipeline = pipeline_for(cfg, prepared.depth, point_of(prepared, winner.params))
-    header = (f"# The search's winner (trial {winner.number} of {out}): validation accuracy "
+    metric = prepared.metric.replace("_", " ")
+    header = (f"# The search's winner (trial {winner.number} of {out}): validation {metric} "
               f"{winner.values[0]:.4f}, {cfg.objective} {winner.values[1]:.4g}.\n"
               f"# `edgepress run best.yaml --out RUN_DIR` reproduces it.\n")
     body = pipeline.model_dump(mode="json", exclude_defaults=True)  # but the model and the data, always named
@@ -162,11 +171,10 @@ def finish(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict)
     except GateFailed as e:  # passed on validation, not on test: the verdict is the test split's
         missed = str(e)
     final = read_json(out / "best" / "report.json")["stages"][-1]["metrics"]
-    best = {"trial": winner.number, "accuracy": final["accuracy"], "accuracy_ci95": final["accuracy_ci95"],
-            "drop_ci95": final.get("accuracy_drop_ci95"),
+    best = {"trial": winner.number, **primary_figures(prepared.task, final),
             "p50_ms": final["latency"][cfg.runtime.providers[0]]["p50_ms"], "size_mb": final["size_bytes"] / 1e6,
             "passed": missed is None, "bundle": str(out / "best" / "final") if missed is None else None,
-            "reproduced": math.isclose(final["accuracy"], finalists[str(winner.number)]["accuracy"])
+            "reproduced": math.isclose(final[prepared.metric], finalists[str(winner.number)]["accuracy"])
             if "accuracy" in finalists[str(winner.number)] else None}
     report = write_search_report(cfg, prepared, out, study, spent, finalists, best)
     if missed is not None:

@@ -9,17 +9,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from edgepress.errors import EdgepressError, GateFailed
 from edgepress.files import read_json
 from edgepress.interrupt import check as check_interrupt
 from edgepress.pipeline.gates import gate_name
-from edgepress.pipeline.rundir import RunDir
 from edgepress.search.config import SearchConfig, pipeline_for
 from edgepress.search.policy import beaten_by, passing_trials, shape_figure
 from edgepress.search.prepare import Prepared, point_of
 from edgepress.search.storage import finished_twin, twin_result
+from edgepress.tasks import recorded_task
 
 log = logging.getLogger(__name__)
 
@@ -45,22 +43,30 @@ class EpochWatch:
     why: str = ""
 
     @staticmethod
-    def projected(history: list[dict], epochs: int) -> float | None:
+    def scores(history: list[dict]) -> tuple[str, list[float]]:
+        """(what the training run keeps its epochs by, its value at each epoch): the history's one `val_` figure (a
+        classifier's `val_accuracy`, a token classifier's `val_f1`, a sentence encoder's `val_neighbour_overlap`)."""
+        key = next(k for k in history[0] if k.startswith("val_"))
+        return key.removeprefix("val_").replace("_", " "), [h[key] for h in history]
+
+    @classmethod
+    def projected(cls, history: list[dict], epochs: int) -> float | None:
         """What the stage could reach by its last epoch at its pace: the larger of its last epoch's gain and its
         mean gain per epoch so far (one flat or noisy epoch does not stop a stage still learning), for every epoch
         left (None after one epoch)."""
         if len(history) < 2:
             return None
-        accuracy = [h["val_accuracy"] for h in history]
-        pace = max(0.0, accuracy[-1] - accuracy[-2], (max(accuracy) - accuracy[0]) / (len(accuracy) - 1))
-        return max(accuracy) + pace * (epochs - history[-1]["epoch"])
+        _, score = cls.scores(history)
+        pace = max(0.0, score[-1] - score[-2], (max(score) - score[0]) / (len(score) - 1))
+        return max(score) + pace * (epochs - history[-1]["epoch"])
 
     def __call__(self, history: list[dict], epochs: int) -> None:
         self.epochs += 1
-        self.best = max(h["val_accuracy"] for h in history)
+        name, score = self.scores(history)
+        self.best = max(score)
         projected = self.projected(history, epochs)
         if projected is not None and projected < self.required - self.margin:
-            self.why = (f"pruned after epoch {history[-1]['epoch']}/{epochs}: validation accuracy {self.best:.4f}, "
+            self.why = (f"pruned after epoch {history[-1]['epoch']}/{epochs}: validation {name} {self.best:.4f}, "
                         f"at most {projected:.4f} by epoch {epochs} at its pace, more than {self.margin:g} below the "
                         f"{self.required:.4f} the constraint requires")
             raise TrialPruned(self.why)
@@ -72,21 +78,20 @@ def _stopped_at(report: dict) -> dict | None:
 
 
 def trial_result(cfg: SearchConfig, run_dir: Path) -> dict:
-    """What a trial's run says, from its report: the last stage measured (validation accuracy, latency, size),
-    agreement with the teacher's labels, and the constraints' violations (<= 0: met)."""
+    """What a trial's run says, from its report: the last stage measured (its validation score by the task's primary
+    metric, as `accuracy`; latency, size), its agreement with the teacher (the task's: labels, entity tags, or
+    neighbours), and the constraints' violations (<= 0: met)."""
     report = read_json(run_dir / "report.json")
-    measured = [s for s in report["stages"] if "accuracy" in s["metrics"]]
+    metric = recorded_task(report["baseline"]["metrics"]).primary
+    measured = [s for s in report["stages"] if metric in s["metrics"]]
     last = measured[-1] if measured else None
     if last is None or last is not report["stages"][-1]:
         failed = _stopped_at(report)
         return {"stop": "error", "why": report.get("error") or (failed and failed["status"]) or "no stage ran"}
     m, provider = last["metrics"], cfg.runtime.providers[0]
-    teacher = read_json(RunDir(run_dir).stage_dir(0, "baseline") / "predictions.json")["predictions"]
-    final = read_json(Path(last["artifact"]).parent / "predictions.json")["predictions"]
-    result = {"accuracy": m["accuracy"], "teacher_accuracy": report["baseline"]["metrics"]["accuracy"],
-              "drop_ci95": m.get("accuracy_drop_ci95"), "p50_ms": m["latency"][provider]["p50_ms"],
-              "size_mb": m["size_bytes"] / 1e6, "agreement": float(np.mean(np.array(teacher) == np.array(final))),
-              "artifact": last["artifact"]}
+    result = {"metric": metric, "accuracy": m[metric], "teacher_accuracy": report["baseline"]["metrics"][metric],
+              "drop_ci95": m.get(f"{metric}_drop_ci95"), "p50_ms": m["latency"][provider]["p50_ms"],
+              "size_mb": m["size_bytes"] / 1e6, "agreement": m["agreement"], "artifact": last["artifact"]}
     violations = {gate_name(g): 1.0 if g["excess"] is None else g["excess"] for g in last["gates"]}
     if cfg.constraints.fidelity:
         violations["fidelity.min_agreement"] = cfg.constraints.fidelity.min_agreement - result["agreement"]
