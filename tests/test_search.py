@@ -63,6 +63,9 @@ def test_every_shipped_search_config_makes_valid_pipelines():
         pipelines = [pipeline_for(cfg, 6, point) for point in space.points()]
         assert len(pipelines) == len(space.shapes()) * len(space.quantization) * len(space.vocab) * len(space.epochs)
         assert all(p.stages[-1].gates.accuracy.max_drop == cfg.constraints.accuracy.max_drop for p in pipelines)
+        smooth = pipeline_for(cfg, 6, {**space.points()[0], "quantization": "int8-dynamic-smooth"})
+        assert [(s.method, s.params) for s in smooth.stages[-3:]] == [
+            ("export", {}), ("optimize", {}), ("int8-dynamic", {"per_channel": True, "smooth": 0.85})]
 
 
 def search_config(path: Path, model: Path, data: Path, **changes) -> Path:

@@ -206,7 +206,8 @@ def search(
             if "accuracy" in result else ""
         leader = f"best: trial {best.number} ({best.values[1]:.4g} {cfg.objective})" if best else "none passed yet"
         left = f" · {max(0.0, seconds - (time.monotonic() - started)) / 60:.0f} min left" if seconds else ""
-        err.print(f"trial {number}: {result['stop']} {escape(result.get('why') or '')} {measured} "
+        why = f" {escape(result['why'])}" if result.get("why") else ""
+        err.print(f"trial {number}: {result['stop']}{why} {measured} "
                   f"({result['seconds']:.0f} s) · {leader}{left}", highlight=False, soft_wrap=True)
 
     report = _call(run_search, cfg, out_dir, budget_s=seconds, trials=trials, resume=resume, storage=storage,

@@ -33,6 +33,11 @@ QUANTIZATIONS: dict[str, list[dict]] = {
                      {"name": "int8", "method": "int8-dynamic", "params": {"per_channel": False}}],
     "int8-dynamic-per-channel": [{"name": "export", "method": "export"}, {"name": "fuse", "method": "optimize"},
                                  {"name": "int8", "method": "int8-dynamic", "params": {"per_channel": True}}],
+    # SmoothQuant before per-channel int8 (what `edgepress init` gives a sentence encoder: all-MiniLM-L6-v2's
+    # neighbour overlap 0.84 -> 0.91 on a VNNI CPU, benchmarks/embeddings.py)
+    "int8-dynamic-smooth": [{"name": "export", "method": "export"}, {"name": "fuse", "method": "optimize"},
+                            {"name": "int8", "method": "int8-dynamic",
+                             "params": {"per_channel": True, "smooth": 0.85}}],
     "int8-static": [{"name": "export", "method": "export"}, {"name": "int8", "method": "int8-static"}],
     "qat": [{"name": "qat", "method": "qat", "params": {"epochs": 1, "learning_rate": 2.0e-5}},
             {"name": "export", "method": "export"}],
