@@ -118,11 +118,17 @@ def test_best_yaml_is_a_pipeline_that_edgepress_run_reproduces(searched, tmp_pat
     best = _report(searched)["best"]
     assert best["reproduced"] and Path(best["bundle"], "predict.py").is_file()
     # its stages' models are the trial's (made on the same train and validation splits), measured on test: nothing
-    # is trained again, and the fusions chosen by timing are the trial's
+    # is trained again, and the fusions chosen by timing are the trial's, written into best.yaml (fused again
+    # without timing, to the trial's graph: the int8 stage after it is the trial's)
     log = (searched / "best" / "run.log").read_text()
     assert "epoch 1/" not in log and "fusions timed" not in log
-    for stage, method in (("distill", "distill"), ("export", "export"), ("fuse", "optimize"), ("int8", "int8-dynamic")):
+    for stage, method in (("distill", "distill"), ("export", "export"), ("int8", "int8-dynamic")):
         assert f"stage {stage}: {method}'s model taken from the cache (made on the same train" in log
+    run_dir = next(t["run_dir"] for t in _report(searched)["trials"] if t["number"] == best["trial"])
+    trial = json.loads((Path(run_dir) / "report.json").read_text())
+    fuse = next(s for s in yaml.safe_load((searched / "best.yaml").read_text())["stages"] if s["name"] == "fuse")
+    chosen = next(s for s in trial["stages"] if s["name"] == "fuse")["details"]["disabled"]
+    assert fuse["params"]["fusions"] == "all" and fuse["params"].get("disable", []) == chosen
     result = invoke("run", searched / "best.yaml", "--out", tmp_path / "again")
     assert result.exit_code == 0, result.output
     final = json.loads((tmp_path / "again" / "report.json").read_text())["stages"][-1]["metrics"]

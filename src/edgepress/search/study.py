@@ -37,6 +37,7 @@ import yaml
 from edgepress.errors import ConfigError, GateFailed
 from edgepress.files import read_json, write_json, write_text
 from edgepress.interrupt import check as check_interrupt
+from edgepress.pipeline.config import PipelineConfig
 from edgepress.search.config import SearchConfig, pipeline_for
 from edgepress.search.policy import best_passing, validation_front
 from edgepress.search.prepare import Prepared, distributions, point_of, prepare, search_noise
@@ -144,6 +145,21 @@ def write_search_report(cfg: SearchConfig, prepared: Prepared, out: Path, study,
     return report
 
 
+def with_timed_choices(pipeline: PipelineConfig, run_dir: Path) -> PipelineConfig:
+    """`pipeline` with what its trial's run chose by timing written in: each `fusions: auto` stage becomes
+    `fusions: all` less the set that trial left out. Timed again, on a busy machine, auto can keep another set (another
+    graph, size and speed), and best.yaml would no longer be the trial it names."""
+    done = {stage["name"]: stage.get("details") or {} for stage in read_json(run_dir / "report.json")["stages"]}
+    stages = []
+    for stage in pipeline.stages:
+        chose = done.get(stage.name, {})
+        if stage.method == "optimize" and "timing" in chose:
+            stage = stage.model_copy(update={"params": {**stage.params, "fusions": "all",
+                                                        "disable": chose["disabled"]}})
+        stages.append(stage.model_dump(mode="json"))
+    return PipelineConfig.model_validate({**pipeline.model_dump(mode="json"), "stages": stages})
+
+
 def finish(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict) -> dict:
     """The finalists scored on test, best.yaml written and run into SEARCH_DIR/best (its report and bundle)."""
     from edgepress.pipeline.runner import run_pipeline
@@ -156,11 +172,13 @@ def finish(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict)
                               f"is in {out / 'report.md'}. Fix: a longer --budget or more --trials, or looser "
                               f"constraints")
     finalists = score_finalists(cfg, prepared, [*front, *([] if winner in front else [winner])])
-    pipeline = pipeline_for(cfg, prepared.depth, point_of(prepared, winner.params))
+    pipeline = with_timed_choices(pipeline_for(cfg, prepared.depth, point_of(prepared, winner.params)),
+                                  Path(winner.user_attrs["run_dir"]))
     metric = prepared.metric.replace("_", " ")
     header = (f"# The search's winner (trial {winner.number} of {out}): validation {metric} "
               f"{winner.values[0]:.4f}, {cfg.objective} {winner.values[1]:.4g}.\n"
-              f"# `edgepress run best.yaml --out RUN_DIR` reproduces it.\n")
+              f"# `edgepress run best.yaml --out RUN_DIR` reproduces it (the fusions are those the trial's timing "
+              f"chose on this machine).\n")
     body = pipeline.model_dump(mode="json", exclude_defaults=True)  # but the model and the data, always named
     body = {"model": pipeline.model, "data": {"source": pipeline.data.source, **body.pop("data", {})},
             **{k: v for k, v in body.items() if k != "model"}}
