@@ -16,6 +16,7 @@ from edgepress.cli.app import Target, app
 from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
 from edgepress.deploy import bundle, targets
 from edgepress.deploy.bundle import bundle_model
+from edgepress.deploy.web import web_modules
 from edgepress.device import feeds, sessions
 from edgepress.device.predictor import Predictor
 from edgepress.errors import ConfigError, ModelError
@@ -289,7 +290,7 @@ def web_missing() -> str | None:
     if shutil.which("node") is None:
         return "node is not installed (Debian: apt-get install nodejs npm; then make web)"
     try:
-        bundle.web_modules()
+        web_modules()
     except ConfigError:
         return "web/node_modules is missing: make web (npm ci --ignore-scripts in web/)"
     return None

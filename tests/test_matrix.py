@@ -13,6 +13,7 @@ import pytest
 from edgepress.deploy.targets import detect_target
 from edgepress.errors import ConfigError
 from edgepress.registry import METHODS
+from edgepress.tasks import CLASSIFICATION
 from tests.conftest import FAMILIES, has_cuda, matrix_outcomes
 from tests.test_bundle import transformers_js, web_missing
 
@@ -104,7 +105,7 @@ def _validate(model_dir: Path, method: str, params: dict) -> None:
     from edgepress.models.loading import load_classifier
 
     model, tokenizer = load_classifier(model_dir)
-    METHODS[method].check(model, tokenizer, METHODS[method].config.model_validate(params))
+    METHODS[method].check(model, tokenizer, METHODS[method].config.model_validate(params), CLASSIFICATION)
 
 
 # --- the method cells: each runs the method on the family's model (or its export) and checks what it promises

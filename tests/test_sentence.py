@@ -599,6 +599,7 @@ def test_distill_trains_a_shallower_sentence_encoder_to_the_teachers_vectors(tra
     from edgepress.data.metrics import embedding_metrics
     from edgepress.models.evaluate import predict_outputs
     from edgepress.models.sentence import sentence_encoder
+    from edgepress.tasks import EMBEDDING
 
     # an encoder that learned something from real sentences: its second layer matters to its vectors
     sentence_dir = st_dir(tmp_path, tokenizer, "mean", True, encoder=trained_teacher)
@@ -618,7 +619,7 @@ def test_distill_trains_a_shallower_sentence_encoder_to_the_teachers_vectors(tra
     # the teacher's neighbours (0.71; chance is 10 of 63)
     assert learned["cosine"] > started["cosine"] + 0.05 and learned["neighbour_overlap"] > 0.5
     with pytest.raises(ConfigError, match="style tinybert adds hidden-state losses not built for it yet"):
-        check_student(teacher, tokenizer, DistillConfig(student_layers=1, style="tinybert"))
+        check_student(teacher, tokenizer, DistillConfig(student_layers=1, style="tinybert"), EMBEDDING)
 
 
 def copy_first_layer(teacher):

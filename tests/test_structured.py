@@ -7,6 +7,7 @@ from edgepress.compress.structured import FfnConfig, HeadsConfig, ffn, heads, pr
 from edgepress.errors import ConfigError, ModelError
 from edgepress.models.introspect import param_counts
 from edgepress.models.loading import load_classifier
+from edgepress.tasks import CLASSIFICATION
 from tests.conftest import save, tiny_bert
 
 
@@ -131,14 +132,14 @@ def test_a_teacher_that_is_missing_or_names_other_labels_is_refused_before_runni
     from edgepress.compress.structured import check_structured
 
     model, _ = load_classifier(four_heads)
-    check_structured(model, tokenizer, HeadsConfig(teacher="baseline"))  # filled in by the runner
+    check_structured(model, tokenizer, HeadsConfig(teacher="baseline"), CLASSIFICATION)  # filled in by the runner
     with pytest.raises(ConfigError, match=r"teacher .*nope does not exist\. Fix: the model dir the student was"):
-        check_structured(model, tokenizer, HeadsConfig(teacher=tmp_path / "nope"))
+        check_structured(model, tokenizer, HeadsConfig(teacher=tmp_path / "nope"), CLASSIFICATION)
     swapped = tiny_bert(tokenizer)
     swapped.config.id2label, swapped.config.label2id = {0: "positive", 1: "negative"}, {"positive": 0, "negative": 1}
     save(swapped, tokenizer, tmp_path / "swapped")
     with pytest.raises(ConfigError, match="its logits would teach the wrong classes"):
-        check_structured(model, tokenizer, FfnConfig(teacher=tmp_path / "swapped"))
+        check_structured(model, tokenizer, FfnConfig(teacher=tmp_path / "swapped"), CLASSIFICATION)
 
 
 def test_teacher_baseline_is_the_runs_baseline(tmp_path, tiny_model_dir, movie_data):

@@ -27,6 +27,11 @@ def readable(value) -> str:
     return str(value)
 
 
+def words(name: str) -> str:
+    """A metric's or a field's name as words: `neighbour_overlap` -> "neighbour overlap"."""
+    return name.replace("_", " ")
+
+
 def duration(seconds: float) -> str:
     """'0.4 s', '12 s', '3 min 05 s', '1 h 02 min'."""
     if seconds < 10:

@@ -74,8 +74,8 @@ class Method:
     summary: str
     inputs: Literal["texts", "splits"] = "texts"
     gives_from: tuple[tuple[Kind, Kind], ...] = ()  # (kind taken, kind given) where it is not `gives`
-    # what can be known before a run: `check(model, tokenizer, cfg)` raises the ConfigError the method would raise
-    # (run on the model the config names, by `validate` and before `run` touches anything)
+    # what can be known before a run: `check(model, tokenizer, cfg, task)` raises the ConfigError the method would
+    # raise (run on the model the config names and the run's task, by `validate` and before `run` touches anything)
     check: Callable[..., None] | None = None
     reads_test: bool = False  # its details are computed on the test split, not only its metrics
     runs_from: tuple[tuple[Kind, Callable[..., dict]], ...] = ()  # (kind taken, the function for it) where not `run`

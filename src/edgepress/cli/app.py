@@ -9,6 +9,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from edgepress.logs import words
+
 app = typer.Typer(
     name="edgepress",
     help="Compress a trained BERT-family text classifier for devices: distill, prune, quantize, export to ONNX, "
@@ -118,7 +120,7 @@ def _summary(report: dict, out_dir: Path) -> None:
     primary = recorded_task(report["baseline"]["metrics"]).primary
     for name, status, m in rows:
         cpu = m.get("latency", {}).get("cpu", {})
-        out.print(f"{name:<12} {status:<7} {primary.replace('_', ' ')} {m.get(primary, float('nan')):.4f}  "
+        out.print(f"{name:<12} {status:<7} {words(primary)} {m.get(primary, float('nan')):.4f}  "
                   f"size {m.get('size_bytes', 0) / 1e6:6.1f} MB  cpu p50 {cpu.get('p50_ms', float('nan')):7.2f} ms",
                   highlight=False)
     out.print(f"report: {out_dir / 'report.md'}", highlight=False)
@@ -201,7 +203,7 @@ def search(
     started = time.monotonic()
 
     def progress(number: int, result: dict, best) -> None:
-        metric = result.get("metric", "accuracy").replace("_", " ")
+        metric = words(result.get("metric", "accuracy"))
         measured = f"{metric} {result['accuracy']:.4f}, {result['p50_ms']:.2f} ms, {result['size_mb']:.1f} MB" \
             if "accuracy" in result else ""
         leader = f"best: trial {best.number} ({best.values[1]:.4g} {cfg.objective})" if best else "none passed yet"

@@ -81,18 +81,18 @@ def default_layer_map(teacher_layers: int, student_layers: int) -> tuple[int, ..
     return tuple(int(i * teacher_layers / student_layers) for i in range(student_layers))
 
 
-def check_student(teacher, tokenizer, cfg: DistillConfig) -> tuple[int, ...]:
-    """The teacher layers the student starts from; a ConfigError when the student does not fit the teacher (also
-    the pre-run check of `distill`: `validate` runs it on the model the config names). A sentence encoder's student
-    is trained on its vectors alone: the hidden-state styles are refused there."""
-    from edgepress.models.sentence import is_sentence_encoder
+def check_student(teacher, tokenizer, cfg: DistillConfig, task) -> None:
+    """The pre-run check of `distill` (`validate` runs it on the model the config names): the style is one built for
+    `task`'s students, and the student fits the teacher (`student_layers`)."""
+    from edgepress.models.sentence import encoder_of
 
-    if is_sentence_encoder(teacher):
-        if cfg.style != "hinton":
-            raise ConfigError(f"a sentence-embedding student learns the teacher's sentence vectors (cosine + MSE); "
-                              f"style {cfg.style} adds hidden-state losses not built for it yet. Fix: style hinton "
-                              f"(the default)")
-        teacher = teacher.transformer
+    task.check_distill(cfg)
+    student_layers(encoder_of(teacher), cfg)
+
+
+def student_layers(teacher, cfg: DistillConfig) -> tuple[int, ...]:
+    """The layers of `teacher` (an encoder) the student starts from; a ConfigError when the student does not fit
+    it."""
     arch = arch_of(teacher)
     teacher_layers = depth(teacher)
     mapping = cfg.layer_map or default_layer_map(teacher_layers, cfg.student_layers)
@@ -115,7 +115,7 @@ def make_student(teacher, cfg: DistillConfig):
     """A shallower copy of `teacher`, initialised from its layers `cfg.layer_map`."""
     import copy
 
-    mapping = check_student(teacher, None, cfg)
+    mapping = student_layers(teacher, cfg)
     student = copy.deepcopy(teacher)
     keep_layers(student, mapping)
     return student, mapping
@@ -219,14 +219,14 @@ def distillation_loss(teacher, train_logits, cfg: DistillConfig, scores: tuple |
     return loss
 
 
-def distill_embeddings(src: Path, out: Path, data: DataSplits, cfg: DistillConfig) -> dict:
+def distill_embeddings(src: Path, out: Path, data: DataSplits, cfg: DistillConfig, task) -> dict:
     """A `cfg.student_layers`-layer student of the sentence encoder in `src`, its vectors trained to the teacher's
     (`vector_training`) on the train texts and any transfer texts (augment's copies, data.unlabeled: an embedder
     needs no labels)."""
-    from edgepress.models.sentence import load_sentence_encoder, sentence_encoder
+    from edgepress.models.sentence import sentence_encoder
 
-    teacher, tokenizer = load_sentence_encoder(src)
-    check_student(teacher, tokenizer, cfg)  # the style
+    teacher, tokenizer = task.load_model(src)
+    check_student(teacher, tokenizer, cfg, task)  # the style
     transformer, mapping = make_student(teacher.transformer, cfg)
     student = sentence_encoder(transformer, teacher.layout)
     train, targets = transfer_set(src, teacher, tokenizer, data, cfg)  # targets: the teacher's vectors
@@ -250,7 +250,7 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
 
     task = task or task_of(src)
     if task.targets == "vectors":
-        return distill_embeddings(src, out, data, cfg)
+        return distill_embeddings(src, out, data, cfg, task)
 
     teacher, tokenizer = task.load_model(src)
     student, mapping = make_student(teacher, cfg)

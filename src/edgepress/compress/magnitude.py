@@ -37,6 +37,7 @@ from edgepress.compress.kd import KdLoss, load_with_kd_targets
 from edgepress.configs import changed
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
+from edgepress.logs import words
 from edgepress.models.arch import prunable_weights
 from edgepress.models.sentence import encoder_of
 from edgepress.models.train import TrainConfig
@@ -186,7 +187,7 @@ def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = Mag
     from edgepress.tasks import task_of
 
     model, tokenizer, data, loss, scoring = load_with_kd_targets(src, data, cfg, task or task_of(src))
-    check_sparse(model, tokenizer, cfg)
+    check_sparse(model, tokenizer, cfg, task)
     weights = prunable_weights(encoder_of(model), cfg.include)
     masks = Masks(weights, {n: w.new_ones(w.shape, dtype=bool) for n, w in weights.items()})
     per_epoch = _steps_per_epoch(data, cfg)
@@ -204,7 +205,7 @@ def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = Mag
     score = result.score  # what the kept epoch was chosen by
     log.info("magnitude: %.1f%% of %d pruned weights zero (%.1f%% of all params), validation %s %.4f",
              100 * counts["pruned_weights_sparsity"], counts["pruned_weights"], 100 * counts["all_params_sparsity"],
-             score.replace("_", " "), result.best_val_accuracy)
+             words(score), result.best_val_accuracy)
     return {"sparsity": counts, "pruned": sorted(weights), "schedule_steps": ramp if cfg.schedule == "cubic" else 0,
             f"val_{score}": result.best_val_accuracy, "history": result.history,
             "train_seconds": round(result.seconds, 1)}
@@ -215,7 +216,7 @@ def round_sparsities(final: float, rounds: int) -> list[float]:
     return [1 - (1 - final) ** (r / rounds) for r in range(1, rounds + 1)]
 
 
-def check_sparse(model, tokenizer, cfg: _Sparse) -> None:
+def check_sparse(model, tokenizer, cfg: _Sparse, task=None) -> None:
     """The pre-run check of `magnitude` and `lottery`: the model has weights they prune, and every pruning (each of
     lottery's rounds) sets at least one more of them to zero. Run on the config's model, it can only pass what the
     stage's smaller input (after a distill or a structured prune) would refuse, never refuse what it would pass."""
@@ -291,7 +292,7 @@ def lottery(src: Path, out: Path, data: DataSplits, cfg: LotteryConfig = Lottery
         raise ConfigError(f"rewind_step {cfg.rewind_step} is past the {steps} optimizer steps of the first "
                           f"training ({cfg.epochs} epoch(s) of {len(data.train)} examples at batch "
                           f"{cfg.batch_size}). Fix: a rewind_step of at most {steps}")
-    check_sparse(model, tokenizer, cfg)
+    check_sparse(model, tokenizer, cfg, task)
     weights = prunable_weights(model, cfg.include)
     control = copy.deepcopy(model) if cfg.control == "random" else None
     generator = torch.Generator().manual_seed(cfg.seed)

@@ -28,7 +28,7 @@ from edgepress.errors import ConfigError, missing
 from edgepress.models.arch import arch_of, keep_neurons, layer_list, neurons_of, part
 from edgepress.models.evaluate import forward_inputs
 from edgepress.models.heads import remove_heads
-from edgepress.models.sentence import encoder_of, is_sentence_dir
+from edgepress.models.sentence import encoder_of
 from edgepress.models.train import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -70,29 +70,17 @@ def fill_teacher(params: dict, run) -> dict:
     return {**params, "teacher": str(run.baseline)} if params.get("teacher") == BASELINE else params
 
 
-def check_structured(model, tokenizer, cfg: _Recovery) -> None:
+def check_structured(model, tokenizer, cfg: _Recovery, task) -> None:
     """The pre-run check of `heads` and `ffn`: the model's layers are ones they can prune, and a `teacher` dir
-    exists and names the model's labels with the same ids (its logits are the recovery's targets, position by
-    position). A sentence encoder's teacher must be a sentence encoder (its vectors are the targets)."""
-    from edgepress.models.loading import label2id_of
-
+    exists and is one whose outputs can teach the model of `task` (`task.check_teacher`: a classifier's with its
+    labels, a sentence encoder's)."""
     arch_of(encoder_of(model))
     if cfg.teacher is None or str(cfg.teacher) == BASELINE:
         return
     if not cfg.teacher.exists():
         raise ConfigError(f"teacher {missing(cfg.teacher)}. Fix: the model dir the student was distilled from, or "
                           f"teacher: baseline (the run's model)")
-    if encoder_of(model) is not model:
-        if not is_sentence_dir(cfg.teacher):
-            raise ConfigError(f"teacher {cfg.teacher} is not a sentence-transformers dir (no modules.json): a "
-                              f"sentence encoder's recovery learns a sentence encoder's vectors. Fix: a "
-                              f"sentence-transformers teacher, or teacher: baseline")
-        return
-    labels = label2id_of(cfg.teacher)
-    if labels != dict(model.config.label2id):
-        raise ConfigError(f"teacher {cfg.teacher} names its labels {labels}, the model {dict(model.config.label2id)}:"
-                          f" its logits would teach the wrong classes. Fix: a teacher with the model's labels, or "
-                          f"teacher: baseline")
+    task.check_teacher(model, cfg.teacher)
 
 
 def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str, loss_of=None

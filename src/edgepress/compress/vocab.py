@@ -75,7 +75,7 @@ def tokenizer_spec(tokenizer, src: Path) -> dict:
                       f"vocab stage for this model, or save its tokenizer with a tokenizer.json")
 
 
-def check_vocab(model, tokenizer, cfg: VocabConfig) -> None:
+def check_vocab(model, tokenizer, cfg: VocabConfig, task=None) -> None:
     """The pre-run check of `vocab`: the model's tokenizer is one it can prune."""
     from edgepress.models.sentence import encoder_of
 

@@ -2,7 +2,7 @@
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,6 +50,27 @@ class TextSet:
             self.labels[np.asarray(indices, dtype=np.int64)],
         )
 
+    def with_texts(self, texts: Sequence[str]) -> "TextSet":
+        """The same examples with their texts changed word by word (a typo never splits a word)."""
+        return TextSet(self.ids, tuple(texts), self.labels)
+
+    def training_rows(self, tokenizer, max_length: int) -> list[dict]:
+        """One row per example, what training batches: the tokenizer's outputs, `index` (its position here) and
+        `labels`, its label id."""
+        encoded = tokenizer(list(self.texts), truncation=True, max_length=max_length)
+        return [{**{key: encoded[key][i] for key in encoded}, "index": i, "labels": int(self.labels[i])}
+                for i in range(len(self))]
+
+    def label_ids(self) -> np.ndarray:
+        """The label ids a split's class counts count: one a text."""
+        return self.labels
+
+    def content_lines(self, name: str) -> Iterator[bytes]:
+        """What a digest of the examples reads (`DataSplits.content_sha256`): each example's split `name`, id,
+        text and label, a line each."""
+        for row in zip(self.ids, self.texts, self.labels.tolist(), strict=True):
+            yield json.dumps([name, *row], ensure_ascii=False).encode() + b"\n"
+
 
 @dataclass(frozen=True)
 class PairSet(TextSet):
@@ -62,6 +83,11 @@ class PairSet(TextSet):
         """(first sentences', second sentences') rows of `vectors` made for `texts`."""
         n = len(self.scores)
         return vectors[:n], vectors[n:]
+
+    def content_lines(self, name: str) -> Iterator[bytes]:
+        """The texts' lines, then the pairs' scores."""
+        yield from super().content_lines(name)
+        yield json.dumps([name, "scores", self.scores.tolist()]).encode() + b"\n"
 
 
 @dataclass(frozen=True)
@@ -86,9 +112,7 @@ class DataSplits:
         `pairs`, the scored sentence pairs, when data.pairs names some."""
         from edgepress.data.fidelity import with_typos
 
-        typos = TextSet(self.test.ids, with_typos(self.test.texts), self.test.labels)
-        if getattr(self.test, "tags", None):  # tagged sentences keep their words (a typo never splits one) and tags
-            typos = type(self.test).of(typos.ids, [text.split() for text in typos.texts], self.test.tags)
+        typos = self.test.with_texts(with_typos(self.test.texts))
         return {"test": self.test, "typos": typos, **self.fidelity, **({"pairs": self.pairs} if self.pairs else {})}
 
     def everything(self) -> TextSet:
@@ -97,7 +121,7 @@ class DataSplits:
 
     def class_counts(self) -> dict[str, dict[str, int]]:
         """Per split, how many examples of each label it has, every label named (0 where it has none)."""
-        counts = {name: np.bincount(_label_ids(part), minlength=max(self.id2label) + 1)
+        counts = {name: np.bincount(part.label_ids(), minlength=max(self.id2label) + 1)
                   for name, part in (("train", self.train), ("validation", self.validation), ("test", self.test))}
         return {split: {name: int(n[i]) for i, name in sorted(self.id2label.items())} for split, n in counts.items()}
 
@@ -113,12 +137,8 @@ class DataSplits:
             parts += [(f"fidelity:{name}", part) for name, part in sorted(self.fidelity.items())]
             parts += [("pairs", self.pairs)] if self.pairs else []
         for name, part in parts:
-            for row in zip(part.ids, part.texts, part.labels.tolist(), strict=True):
-                content.update(json.dumps([name, *row], ensure_ascii=False).encode() + b"\n")
-            if isinstance(part, PairSet):
-                content.update(json.dumps([name, "scores", part.scores.tolist()]).encode() + b"\n")
-            for example_id, tags in zip(part.ids, getattr(part, "tags", ()), strict=False):  # a tagged set's tags
-                content.update(json.dumps([name, example_id, "tags", tags.tolist()]).encode() + b"\n")
+            for line in part.content_lines(name):
+                content.update(line)
         return content.hexdigest()
 
     def manifest(self) -> dict:
@@ -142,12 +162,6 @@ class DataSplits:
             **({"note": self.note} if self.note else {}),
             "ids": ids,
         }
-
-
-def _label_ids(part: TextSet) -> np.ndarray:
-    """The label ids a split's class counts count: each text's, or of tagged sentences each word's tag."""
-    tags = getattr(part, "tags", None)
-    return np.concatenate(tags) if tags else part.labels
 
 
 def text_key(text: str) -> str:

@@ -7,8 +7,9 @@ A model reads sub-words, and a word's tag goes to its first sub-word: the rest o
 are ignored by the loss and by the metric (-100), as transformers' token-classification recipes do
 (`first_subword_labels`)."""
 
+import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +51,33 @@ class TaggedSet(TextSet):
     def select(self, indices: list[int] | np.ndarray) -> "TaggedSet":
         return TaggedSet.of([self.ids[i] for i in indices], [self.words[i] for i in indices],
                             [self.tags[i] for i in indices])
+
+    def with_texts(self, texts: Sequence[str]) -> "TaggedSet":
+        """The same sentences with their words changed one by one: each keeps its words' count and tags."""
+        return TaggedSet.of(self.ids, [text.split() for text in texts], self.tags)
+
+    def training_rows(self, tokenizer, max_length: int) -> list[dict]:
+        """One row per sentence: the tokenizer's outputs for its words, `index`, `labels` (each word's tag at its
+        first sub-word, IGNORED elsewhere) and `word_index`, the number of the word each position starts (-1
+        elsewhere)."""
+        encoded = tokenizer([list(w) for w in self.words], truncation=True, max_length=max_length,
+                            is_split_into_words=True)
+        rows = []
+        for i in range(len(self)):
+            words = first_subword_words(encoded.word_ids(i))
+            rows.append({**{key: encoded[key][i] for key in encoded}, "index": i, "word_index": words.tolist(),
+                         "labels": tags_at(words, self.tags[i]).tolist()})
+        return rows
+
+    def label_ids(self) -> np.ndarray:
+        """Each word's tag."""
+        return np.concatenate(self.tags) if self.tags else self.labels
+
+    def content_lines(self, name: str) -> Iterator[bytes]:
+        """The sentences' lines, then each one's tags."""
+        yield from super().content_lines(name)
+        for example_id, tags in zip(self.ids, self.tags, strict=False):
+            yield json.dumps([name, example_id, "tags", tags.tolist()]).encode() + b"\n"
 
 
 def scheme_of(tag_names: Sequence[str]) -> str:

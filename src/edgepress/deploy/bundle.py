@@ -5,22 +5,20 @@ onnxruntime it needs, opsets, every operator with its domain, inputs, max length
 build machine and where, and a sha256 per file. A run's last step and `edgepress bundle` both call `bundle_model`."""
 
 import io
-import json
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from edgepress import __version__, device
-from edgepress.deploy.targets import CPU_INTEGER_OPS, check_artifact, detect_target, resolve_target
+from edgepress.deploy.targets import check_artifact, detect_target, resolve_target
+from edgepress.deploy.web import INDEX, web_files
 from edgepress.device.bundle import BUNDLE_FILES, MANIFEST, json_object, model_file
-from edgepress.device.feeds import position_limit
 from edgepress.device.sessions import disabled_optimizers
 from edgepress.errors import ConfigError, ModelError
 from edgepress.files import atomic_dir, check_apart, check_owned, check_writable, file_sha256, write_json
-from edgepress.models.loading import is_token_classifier_dir
-from edgepress.models.sentence import TOKEN_OUTPUT, SentenceLayout, is_sentence_dir, module_folders, read_layout
+from edgepress.models.sentence import module_folders
+from edgepress.tasks import task_of
 
 PREDICT = "predict.py"
 DEVICE = "edgepress_device"  # the device package (`edgepress.device`), as a bundle carries it beside predict.py
@@ -42,17 +40,8 @@ if __name__ == "__main__":
     sys.exit(main(here=Path(__file__).resolve().parent))
 '''
 ORT_MODEL, ORT_OPERATORS, USABILITY = "model.ort", "model.required_operators.config", "mobile_usability.txt"
-INDEX, VENDOR = "index.html", "vendor"
 EXPORTED = "edgepress-export.json"  # what `edgepress export` wrote (its record and files): not a bundle's file
 GENERATED = (MANIFEST, PREDICT, ORT_MODEL, ORT_OPERATORS, USABILITY, INDEX, EXPORTED)
-# What the page loads, from the npm packages `make web` installs (web/package-lock.json): transformers.js with
-# onnxruntime-web inlined, and onnxruntime-web's WebAssembly binary (the page points `wasmPaths` at it)
-WEB_ASSETS = {"transformers.min.js": "@huggingface/transformers/dist/transformers.min.js",
-              "ort-wasm-simd-threaded.asyncify.wasm": "onnxruntime-web/dist/ort-wasm-simd-threaded.asyncify.wasm"}
-INT8_OPS = (*CPU_INTEGER_OPS, "QuantizeLinear", "DequantizeLinear")  # an int8 graph, dynamic or QDQ
-# The sentence-transformers pooling modes transformers.js's feature-extraction pipeline computes from token vectors,
-# by its own name for each: the mean over the attention mask, and the first token (both as edgepress's graph pools)
-WEB_POOLING = {"mean": "mean", "cls": "cls"}
 # manifest fields a bundle derives itself: not carried over when a bundle is bundled again
 _DERIVED = ("edgepress", "target", "ir_version", "opsets", "operators", "inputs", "onnxruntime", "files", "mobile",
             "web", "model_file")
@@ -216,103 +205,6 @@ def _mobile_files(tmp: Path) -> dict:
             "nnapi_or_coreml_recommended": bool(accelerated), "usability_report": USABILITY}
 
 
-def web_modules() -> Path:
-    """The node_modules holding transformers.js: $EDGEPRESS_WEB_MODULES, else web/node_modules of this checkout."""
-    found = os.environ.get("EDGEPRESS_WEB_MODULES") or Path(__file__).resolve().parents[3] / "web" / "node_modules"
-    found = Path(found)
-    if not all((found / path).is_file() for path in WEB_ASSETS.values()):
-        raise ConfigError(f"a web bundle needs transformers.js and onnxruntime-web's files, not found in {found}. "
-                          f"Fix: `make web` in the edgepress checkout (npm ci --ignore-scripts in web/; Debian: "
-                          f"apt-get install nodejs npm), or set EDGEPRESS_WEB_MODULES to a node_modules holding "
-                          f"@huggingface/transformers 4.x")
-    return found
-
-
-def feature_extraction_options(layout: SentenceLayout, model: Path | str) -> dict:
-    """transformers.js feature-extraction's options {pooling, normalize} that compute the sentence vector of
-    `layout` (the model `model`'s) from its token vectors; a ConfigError for a pooling transformers.js lacks."""
-    if len(layout.pooling) != 1 or layout.pooling[0] not in WEB_POOLING:
-        raise ConfigError(f"target web: {model} pools its token vectors with {' + '.join(layout.pooling)}, and "
-                          f"transformers.js's feature-extraction pipeline pools with {' or '.join(WEB_POOLING)} "
-                          f"only. Fix: another target (x86-vnni, x86-avx2, arm64, mobile, cuda: their predict.py "
-                          f"pools inside the graph), or a model that pools with {' or '.join(WEB_POOLING)}")
-    return {"pooling": WEB_POOLING[layout.pooling[0]], "normalize": layout.normalize}
-
-
-def _token_output(path: Path) -> None:
-    """The graph at `path` giving, beside its sentence vector, the token vectors its pooling reads (the tensor the
-    export named TOKEN_OUTPUT) as a float32 output of that name: what transformers.js's feature-extraction pipeline
-    pools. Inside the graph the tensor is renamed, and cast for the output (an fp16 graph's is float16)."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    graph = model.graph
-    if any(output.name == TOKEN_OUTPUT for output in graph.output):
-        return  # a web bundle's graph, bundled again
-    if not any(TOKEN_OUTPUT in node.output for node in graph.node):
-        raise ModelError(f"{path} has no tensor named {TOKEN_OUTPUT} (the token vectors its pooling reads, which "
-                         f"edgepress's export names: a graph exported by an older edgepress, or rewritten by another "
-                         f"tool, lacks it), so a web bundle cannot give them to transformers.js. Fix: export the "
-                         f"model again with this edgepress (a run's export stage, or `edgepress export`), then bundle "
-                         f"that")
-    inner = f"{TOKEN_OUTPUT}/pooled"
-    for names in [*(node.input for node in graph.node), *(node.output for node in graph.node)]:
-        names[:] = [inner if name == TOKEN_OUTPUT else name for name in names]
-    for info in graph.value_info:
-        info.name = inner if info.name == TOKEN_OUTPUT else info.name
-    graph.node.append(onnx.helper.make_node("Cast", [inner], [TOKEN_OUTPUT], name=f"{TOKEN_OUTPUT}/float",
-                                            to=onnx.TensorProto.FLOAT))
-    graph.output.append(onnx.helper.make_tensor_value_info(TOKEN_OUTPUT, onnx.TensorProto.FLOAT,
-                                                           ["batch_size", "sequence_length", None]))
-    onnx.save(model, str(path))
-
-
-def _web_dtype(operators: list[dict]) -> tuple[str, str]:
-    """(transformers.js dtype, the file name it loads from onnx/) of the graph."""
-    types = {o["op_type"] for o in operators}
-    if "MatMulNBits" in types:
-        return "q4", "model_q4.onnx"
-    return ("q8", "model_quantized.onnx") if types & set(INT8_OPS) else ("fp32", "model.onnx")
-
-
-def _web_files(tmp: Path, operators: list[dict], max_length: int | None, pipeline: dict) -> dict:
-    """The layout transformers.js loads from a local dir (onnx/model*.onnx by dtype, config.json saying which,
-    tokenizer_config.json truncating where the model was measured), the page and what it loads. `pipeline`: the
-    transformers.js pipeline the page runs and its options; for feature-extraction, the graph gives the token
-    vectors too (`_token_output`)."""
-    modules = web_modules()
-    dtype, name = _web_dtype(operators)
-    (tmp / "onnx").mkdir()
-    (tmp / "model.onnx").rename(tmp / "onnx" / name)
-    if pipeline["pipeline"] == "feature-extraction":
-        _token_output(tmp / "onnx" / name)
-    config = json_object(tmp / "config.json")
-    write_json(tmp / "config.json", {**config, "transformers.js_config": {"dtype": dtype}})
-    tokenizer = json_object(tmp / "tokenizer_config.json") if (tmp / "tokenizer_config.json").is_file() else {}
-    length = max_length or position_limit(config)  # transformers.js truncates at model_max_length only
-    write_json(tmp / "tokenizer_config.json", {**tokenizer, "model_max_length": length})
-    shutil.copyfile(Path(__file__).with_name(INDEX), tmp / INDEX)
-    (tmp / VENDOR).mkdir()
-    for target, source in WEB_ASSETS.items():
-        shutil.copyfile(modules / source, tmp / VENDOR / target)
-    versions = {package: json.loads((modules / package / "package.json").read_text())["version"]
-                for package in ("@huggingface/transformers", "onnxruntime-web")}
-    return {"dtype": dtype, "model_file": f"onnx/{name}", "page": INDEX, "max_length": length, **pipeline,
-            **versions}
-
-
-def web_pipeline(model_dir: Path) -> dict:
-    """The transformers.js pipeline a web bundle of `model_dir` runs: feature-extraction, with the options that pool
-    as the model does, for a sentence-transformers model; token-classification for a token classifier (its page
-    joins the tags into entities: `aggregation_strategy` simple); text-classification otherwise."""
-    if is_sentence_dir(model_dir):
-        return {"pipeline": "feature-extraction", "options": feature_extraction_options(read_layout(model_dir),
-                                                                                         model_dir)}
-    if is_token_classifier_dir(model_dir):
-        return {"pipeline": "token-classification", "options": {"aggregation_strategy": "simple"}}
-    return {"pipeline": "text-classification"}
-
-
 def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
     """Copy an ONNX model dir (model.onnx + tokenizer + config.json) to `out` with `predict.py` and the manifest
     (`manifest` + graph facts + sha256 per file); `out` appears whole or not at all."""
@@ -323,16 +215,16 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
     graph = _graph(model_dir)
     facts = graph_facts(graph)
     target = manifest.get("target", {}).get("name")
-    pipeline = web_pipeline(model_dir) if target == "web" else None  # a pooling the web lacks: refused here
+    task = task_of(model_dir)  # read from the files the device reads
+    pipeline = task.web_pipeline(model_dir) if target == "web" else None  # a pooling the web lacks: refused here
     with atomic_dir(Path(out)) as tmp:
         for f in sorted(model_dir.iterdir()):
             if f.is_file() and f.name not in GENERATED:
                 shutil.copy2(f, tmp / f.name)
         shutil.copy2(graph, tmp / "model.onnx")
-        embedder = is_sentence_dir(model_dir)  # a sentence-transformers model: vectors, no labels
         for folder in module_folders(model_dir):  # a sentence encoder's: how it pools, beside modules.json
             shutil.copytree(folder, tmp / folder.relative_to(model_dir))
-        if config.get("id2label") is None and not embedder:  # transformers 5 saves no default label names
+        if config.get("id2label") is None and task.labelled:  # transformers 5 saves no default label names
             names = manifest.get("labels") or {str(i): f"LABEL_{i}" for i in range(config.get("num_labels", 2))}
             write_json(tmp / "config.json", {**config, "id2label": names, "label2id": {v: int(k) for k, v in
                                                                                      names.items()}})
@@ -343,7 +235,7 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
         if target == "mobile":
             manifest = {**manifest, "mobile": _mobile_files(tmp)}
         if target == "web":
-            web = _web_files(tmp, facts["operators"], manifest.get("max_length"), pipeline)
+            web = web_files(tmp, facts["operators"], manifest.get("max_length"), pipeline)
             manifest = {**manifest, "web": web, "model_file": web["model_file"]}
             facts = graph_facts(tmp / web["model_file"])  # with what the web layout added
         files = {f.relative_to(tmp).as_posix(): file_sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}

@@ -117,7 +117,7 @@ class Fp16Config(BaseModel):
     providers: tuple[Literal["cpu", "cuda"], ...] = Field(("cuda",), description="where the fp16 graph is checked")
 
 
-def check_fp16(model, tokenizer, cfg: Fp16Config) -> None:
+def check_fp16(model, tokenizer, cfg: Fp16Config, task=None) -> None:
     """The pre-run check of `fp16`: every provider it checks its graph on runs on this machine."""
     from edgepress.runtime.session import check_providers
 

@@ -12,10 +12,9 @@ from edgepress.data.metrics import classification_metrics
 def accepted_inputs(model) -> list[str]:
     """The parameters of the model's forward; of a sentence encoder (models/sentence.py), those of its encoder,
     which are the inputs it passes on."""
-    from edgepress.models.sentence import is_sentence_encoder
+    from edgepress.models.sentence import encoder_of
 
-    forward = model.transformer.forward if is_sentence_encoder(model) else model.forward
-    return list(inspect.signature(forward).parameters)
+    return list(inspect.signature(encoder_of(model).forward).parameters)
 
 
 def forward_inputs(model, batch) -> dict:

@@ -199,12 +199,14 @@ def is_token_classifier_dir(path: str | Path) -> bool:
     return any(str(a).endswith("ForTokenClassification") for a in architectures)
 
 
-def load_classifier(path: str | Path):
-    """(model in eval mode, tokenizer) from an HF classifier dir whose head was trained: a sequence classifier, or a
-    token classifier where its config.json says so (`is_token_classifier_dir`)."""
+def load_classifier(path: str | Path, auto: str | None = None):
+    """(model in eval mode, tokenizer) from an HF classifier dir whose head was trained, loaded by the transformers
+    class `auto` (its task's; None: a token classifier where its config.json says so, `is_token_classifier_dir`,
+    else a sequence classifier)."""
     path = Path(path)
-    tokens = is_token_classifier_dir(path)
-    auto = "AutoModelForTokenClassification" if tokens else "AutoModelForSequenceClassification"
+    auto = auto or ("AutoModelForTokenClassification" if is_token_classifier_dir(path)
+                    else "AutoModelForSequenceClassification")
+    tokens = auto == "AutoModelForTokenClassification"
     model, tokenizer, info = load_pretrained(path, auto)
     if info["missing_keys"]:
         raise ModelError(

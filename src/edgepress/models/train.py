@@ -26,10 +26,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.data.dataset import EpochDraw, TextSet
-from edgepress.data.tagged import IGNORED, TaggedSet, first_subword_words, tags_at
+from edgepress.data.tagged import IGNORED
 from edgepress.errors import ConfigError, ModelError
 from edgepress.interrupt import check as check_interrupt
-from edgepress.logs import Pace
+from edgepress.logs import Pace, words
 from edgepress.models.evaluate import forward_inputs
 
 EPOCHS = "passes over the train split; the epoch with the best validation accuracy is kept"
@@ -88,25 +88,6 @@ def _default_loss(outputs, batch):
     return outputs.loss
 
 
-def _features(tokenizer, examples: TextSet, max_length: int) -> list[dict]:
-    """One row per example: the tokenizer's outputs, `index` (its position in `examples`) and `labels`: the label
-    id of a text, or of tagged sentences (`TaggedSet`) each word's tag at its first sub-word and IGNORED elsewhere,
-    with `word_index`, the number of the word each position starts (-1 elsewhere)."""
-    tagged = isinstance(examples, TaggedSet)
-    encoded = tokenizer([list(w) for w in examples.words] if tagged else list(examples.texts), truncation=True,
-                        max_length=max_length, is_split_into_words=tagged)
-    rows = [{key: encoded[key][i] for key in encoded} for i in range(len(examples))]
-    for i, row in enumerate(rows):
-        row["index"] = i
-        if tagged:
-            words = first_subword_words(encoded.word_ids(i))
-            row["word_index"] = words.tolist()
-            row["labels"] = tags_at(words, examples.tags[i]).tolist()
-        else:
-            row["labels"] = int(examples.labels[i])
-    return rows
-
-
 PADDED = {"labels": IGNORED, "word_index": -1}  # a tagged sentence's per-position fields, and what pads them
 
 
@@ -132,12 +113,12 @@ def train_loader(tokenizer, examples: TextSet, cfg: TrainConfig):
         return batch
 
     if examples.draw is None:
-        rows = _features(tokenizer, examples, cfg.max_length)
+        rows = examples.training_rows(tokenizer, cfg.max_length)
         generator = torch.Generator().manual_seed(cfg.seed)
         return DataLoader(rows, batch_size=cfg.batch_size, shuffle=True, collate_fn=collate, generator=generator)
 
     def tokenized(indices: list[int]) -> dict:
-        rows = _features(tokenizer, examples.select(indices), cfg.max_length)
+        rows = examples.select(indices).training_rows(tokenizer, cfg.max_length)
         return collate([{**row, "index": i} for row, i in zip(rows, indices, strict=True)])
 
     lengths = np.fromiter(map(len, examples.texts), np.int64, len(examples))  # characters: the batches' bucket key
@@ -230,7 +211,7 @@ def train_classifier(model, tokenizer, train: TextSet, cfg: TrainConfig, out_dir
             name, value = score[0], float(score[1](accelerator.unwrap_model(model)))
             history.append({"epoch": epoch, "train_loss": loss, f"val_{name}": value})
             log.info("epoch %d/%d: train loss %.4f, validation %s %.4f (%s texts/s)", epoch, cfg.epochs, loss,
-                     name.replace("_", " "), value, f"{rate:,.0f}")
+                     words(name), value, f"{rate:,.0f}")
             if _watch.get() is not None and epoch >= keep_from_epoch:  # a schedule under way is not judged
                 _watch.get()(history[keep_from_epoch - 1:], cfg.epochs)
             if epoch >= keep_from_epoch and (best is None or value > best[1]):

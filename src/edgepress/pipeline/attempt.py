@@ -12,7 +12,7 @@ import numpy as np
 
 from edgepress.configs import build
 from edgepress.errors import EdgepressError, ExportParityError
-from edgepress.logs import duration, readable, summarise_library_messages
+from edgepress.logs import duration, readable, summarise_library_messages, words
 from edgepress.pipeline.config import Gates, ParityGate, StageConfig, with_target
 from edgepress.pipeline.gates import evaluate_gates
 from edgepress.pipeline.latency import side_by_side_speedup
@@ -131,7 +131,7 @@ def measured_text(metrics: dict) -> str:
     """'accuracy 0.8392, 7.8 MB, cpu p50 4.20 ms' for a log line (an embedder's: its neighbour overlap)."""
     latency = ", ".join(f"{p} p50 {m['p50_ms']:.2f} ms" for p, m in metrics.get("latency", {}).items())
     primary = recorded_task(metrics).primary
-    score = f"{primary.replace('_', ' ')} {metrics[primary]:.4f}" if primary in metrics else ""
+    score = f"{words(primary)} {metrics[primary]:.4f}" if primary in metrics else ""
     return ", ".join(filter(None, (score, f"{metrics['size_bytes'] / 1e6:.1f} MB", latency)))
 
 

@@ -74,7 +74,7 @@ def _applicable(candidates: list[tuple[str, dict]], model, tokenizer, task) -> t
             continue
         try:
             if spec.check is not None:
-                spec.check(model, tokenizer, spec.config.model_validate(stage.get("params", {})))
+                spec.check(model, tokenizer, spec.config.model_validate(stage.get("params", {})), task)
             kept.append((why, stage))
         except EdgepressError as e:
             left_out.append(f"{stage['name']} left out: {e}")

@@ -8,7 +8,7 @@ from edgepress.data import DataConfig, DataSplits
 from edgepress.data.augment import check_augment
 from edgepress.data.config import DEMO_PAIRS
 from edgepress.data.movie import ID2LABEL as DEMO_LABELS
-from edgepress.deploy.bundle import web_modules, web_pipeline
+from edgepress.deploy.web import web_modules
 from edgepress.device.bundle import MANIFEST
 from edgepress.device.feeds import fixed_shape_feeds, load_tokenizer, position_limit
 from edgepress.errors import ConfigError, EdgepressError
@@ -21,7 +21,6 @@ from edgepress.registry import METHODS
 from edgepress.runtime.session import check_providers
 from edgepress.tasks import (
     CLASSIFICATION,
-    EMBEDDING,
     check_methods_for,
     check_metrics_for,
     task_of,
@@ -99,7 +98,7 @@ def run_task(cfg: PipelineConfig):
     return task_of(None if cfg.model == TEACHER else resolve_model(cfg.model), cfg.task)
 
 
-def check_methods(cfg: PipelineConfig, model, tokenizer) -> None:
+def check_methods(cfg: PipelineConfig, model, tokenizer, task) -> None:
     """Each method's own pre-run check (registry `check`) on the model the config names: every refusal a stage
     would meet after the baseline, listed at once. A distill stage changes the depth, so distills after it are
     left to the run's own check."""
@@ -109,7 +108,7 @@ def check_methods(cfg: PipelineConfig, model, tokenizer) -> None:
             spec, config = METHODS[method], METHODS[method].config.model_validate(params)
             try:
                 if spec.check is not None and (method != "distill" or depth_known):
-                    spec.check(model, tokenizer, config)
+                    spec.check(model, tokenizer, config, task)
                 if getattr(config, "augment", None) is not None:  # the transfer data of a distilling method
                     check_augment(tokenizer, config.augment)
             except EdgepressError as e:
@@ -143,14 +142,13 @@ def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bo
     task = run_task(cfg)
     check_methods_for(task, cfg.stages)
     check_metrics_for(task, cfg.data.pairs, cfg.stages)
-    if cfg.runtime.target == "web":
-        if task is EMBEDDING:  # the model's pooling, which transformers.js computes in a web bundle
-            web_pipeline(resolve_model(cfg.model))
+    if cfg.runtime.target == "web":  # a sentence encoder's pooling, which transformers.js computes in a web bundle
+        task.web_pipeline(None if cfg.model == TEACHER else resolve_model(cfg.model))
         web_modules()
     model_dir, loaded = check_model(cfg.model, build_teacher, task)
     if model_dir is not None:
         check_lengths(model_dir, cfg)
-        check_methods(cfg, *loaded)
+        check_methods(cfg, *loaded, task)
     if not task.labelled:
         label2id = None  # the data's labels (if any) are the data's own: an embedder has none
     else:

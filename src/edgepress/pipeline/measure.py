@@ -9,6 +9,7 @@ import numpy as np
 from edgepress.data import DataSplits
 from edgepress.data.dataset import TextSet
 from edgepress.device.sessions import SPINNING
+from edgepress.logs import words
 from edgepress.models.introspect import param_counts, size_metrics
 from edgepress.pipeline.latency import latency_metrics, onnx_path
 from edgepress.runtime.latency import LatencyConfig
@@ -39,7 +40,7 @@ def onnx_predictions(model_dir: Path, texts: tuple[str, ...], max_length: int, t
     from edgepress.device.predictor import Predictor
 
     predictor = Predictor(model_dir, threads=threads, max_length=max_length)
-    return task.onnx_predictions(predictor, texts, task.primary.replace("_", " "))
+    return task.onnx_predictions(predictor, texts, words(task.primary))
 
 
 def onnx_param_counts(path: Path) -> dict:

@@ -3,6 +3,7 @@ Pareto front drawn; benchmarks/compare.py draws the same plot for its candidates
 
 import io
 
+from edgepress.logs import words
 from edgepress.tasks import recorded_task
 
 
@@ -35,7 +36,7 @@ def stage_plots(report: dict) -> dict[str, str]:
 
     fig, ax = plt.subplots(figsize=(6, 3))
     primary = recorded_task(report["baseline"]["metrics"]).primary  # an embedder's neighbour_overlap
-    label = f"test {primary.replace('_', ' ')} (95% CI)"
+    label = f"test {words(primary)} (95% CI)"
     acc = [m[primary] for _, m in rows]
     err = [[m[primary] - m[f"{primary}_ci95"][0] for _, m in rows], [m[f"{primary}_ci95"][1] - m[primary]
                                                                       for _, m in rows]]

@@ -6,6 +6,7 @@ from itertools import pairwise
 from edgepress import __version__
 from edgepress.data.dataset import missing_classes
 from edgepress.files import read_json, write_json, write_text
+from edgepress.logs import words
 from edgepress.pipeline.gates import gate_name, speedup_of
 from edgepress.pipeline.rundir import RunDir
 from edgepress.tasks import recorded_task
@@ -150,7 +151,7 @@ MEASURED_WORDS = {"size_bytes": lambda v: f"{v / 1e6:.2f} MB", "p50_ms": lambda 
 
 def _measured_word(key: str, value: float) -> str:
     """An attempt's figure in words: its size, its CPU p50, or its task's primary metric ("accuracy 0.8392")."""
-    return MEASURED_WORDS[key](value) if key in MEASURED_WORDS else f"{key.replace('_', ' ')} {value:.4f}"
+    return MEASURED_WORDS[key](value) if key in MEASURED_WORDS else f"{words(key)} {value:.4f}"
 
 
 def _attempt_line(name: str, i: int, attempt: dict) -> str:
@@ -216,7 +217,7 @@ def data_line(report: dict) -> str:
     examples, named = WORDING[primary]["examples"], WORDING[primary]["labels"]
     labels = ", ".join((report["data"].get("id2label") or {}).values()) or "not recorded"
     note = f" Splits: {report['data']['note']}." if report["data"].get("note") else ""
-    missing = "".join(f" ⚠ {line.capitalize()}: {primary.replace('_', ' ')} there says nothing about it."
+    missing = "".join(f" ⚠ {line.capitalize()}: {words(primary)} there says nothing about it."
                       for line in missing_classes(report["data"].get("class_counts") or {}))
     return f"Data: {report['data']['source']} ({_sizes(report)} {examples}; {named}: {labels}).{note}{missing}"
 
@@ -231,8 +232,8 @@ def machine_line(report: dict) -> str:
     """The machine and what ran on it, for a person: the execution providers this run's timings verified, not the
     ones the installed onnxruntime merely lists (onnxruntime-gpu lists CUDA on machines without a GPU)."""
     env, threads = report["environment"], report["config"]["runtime"].get("threads")
-    words = {"torch-cpu": "torch on CPU"}
-    used = ", ".join(words.get(p, f"ONNX Runtime {p.removesuffix('ExecutionProvider')}")
+    names = {"torch-cpu": "torch on CPU"}
+    used = ", ".join(names.get(p, f"ONNX Runtime {p.removesuffix('ExecutionProvider')}")
                      for p in _providers_used(report)) or "nothing yet"
     return (f"Machine: {env['cpu']}, {env['cores']} cores, {threads or 'all its'} threads; torch {env['torch']}, "
             f"onnxruntime {env['onnxruntime']}. Timed on: {used}.")
@@ -328,7 +329,7 @@ def render_markdown(report: dict) -> str:
         "",
         _table_intro(report, primary),
         "",
-        f"| stage | status | {primary.replace('_', ' ')} [95% CI] | {second} [95% CI] | size (MB) | gzip (MB) | "
+        f"| stage | status | {words(primary)} [95% CI] | {second} [95% CI] | size (MB) | gzip (MB) | "
         f"CPU p50 ms | speedup | params |",
         "|---|---|---|---|---|---|---|---|---|",
         *rows,

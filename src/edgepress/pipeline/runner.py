@@ -22,7 +22,7 @@ from edgepress.deploy.targets import resolve_target
 from edgepress.errors import ConfigError, EdgepressError, GateFailed
 from edgepress.files import tree_sha256, write_json
 from edgepress.interrupt import check as check_interrupt
-from edgepress.logs import summarise_library_messages
+from edgepress.logs import summarise_library_messages, words
 from edgepress.pipeline.attempt import Outcome, attempt, cached, measured_text, time_speedup
 from edgepress.pipeline.config import PipelineConfig, StageConfig
 from edgepress.pipeline.environment import environment
@@ -123,7 +123,7 @@ def _baseline(state: RunState, model_dir: Path) -> None:
         state.run.write_stage(0, "baseline", record, {"reuse": key}, metrics, state.predictions(preds))
     state.baseline, state.baseline_preds, state.previous = metrics, preds, metrics
     primary = state.task.primary
-    log.info("baseline: %s (%s CI [%.4f, %.4f])", measured_text(metrics), primary.replace("_", " "),
+    log.info("baseline: %s (%s CI [%.4f, %.4f])", measured_text(metrics), words(primary),
              *metrics[f"{primary}_ci95"])
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from edgepress.data import DataSplits
-from edgepress.logs import step
+from edgepress.logs import step, words
 from edgepress.pipeline.config import PipelineConfig, RuntimeConfig, StageConfig, with_target
 from edgepress.pipeline.latency import onnx_path
 from edgepress.pipeline.measure import measure_scored
@@ -44,7 +44,7 @@ class RunState:
 
     def measure(self, artifact: Path, who: str) -> tuple[dict, dict[str, np.ndarray]]:
         runtime, sets = self.cfg.runtime, [name for name in self.scored if name != "test"]
-        score, made = self.task.primary.replace("_", " "), self.task.predicts
+        score, made = words(self.task.primary), self.task.predicts
         with step(f"{who}: measuring {score} on {len(self.data.test):,} texts, {made} on "
                   f"{', '.join(sets) or 'no other set'}, latency on {', '.join(runtime.providers)}"):
             return measure_scored(artifact, self.data, self.cfg.data.max_length, runtime.providers,

@@ -65,7 +65,7 @@ def check_space(cfg: SearchConfig, loaded: tuple | None, depth: int, space, task
             training = json.dumps([[s.method, s.params] for s in pipeline.stages], sort_keys=True)
             if loaded is not None and training not in checked:
                 checked.add(training)
-                check_methods(pipeline, *loaded)
+                check_methods(pipeline, *loaded, task)
         except EdgepressError as e:
             problems.append(f"point {point}: {e}")
     if problems:

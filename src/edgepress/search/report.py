@@ -1,6 +1,7 @@
 """SEARCH_DIR/report.{md,html}: how the budget was spent, the shape table, every trial, the validation front, the
 finalists on test and the winner's run; built from report.json's dict alone."""
 
+from edgepress.logs import words
 from edgepress.pipeline.plots import svg_of
 
 
@@ -15,7 +16,7 @@ def _ci(ci, sign: str = "+") -> str:
 def metric_words(report: dict) -> str:
     """What the search's `accuracy` figures are, in words: the task's primary metric (a report from before the
     field: accuracy)."""
-    return report.get("metric", "accuracy").replace("_", " ")
+    return words(report.get("metric", "accuracy"))
 
 
 def constraints_text(constraints: dict) -> str:

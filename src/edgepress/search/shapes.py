@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgepress.compress.distill import DistillConfig, check_student, keep_layers
+from edgepress.compress.distill import DistillConfig, keep_layers, student_layers
 from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
 from edgepress.compress.structured import prune_ffn, prune_heads
 from edgepress.export.onnx import ExportConfig, export_model_object
@@ -41,7 +41,7 @@ def build_shape(teacher, shape: Shape):
     encoder = encoder_of(model)
     arch = arch_of(encoder)
     if shape.layers < depth(encoder):
-        keep_layers(encoder, check_student(encoder, None, DistillConfig(student_layers=shape.layers)))
+        keep_layers(encoder, student_layers(encoder, DistillConfig(student_layers=shape.layers)))
     heads, width = getattr(encoder.config, arch.heads_key), getattr(encoder.config, arch.ffn_key)
     kept_heads, kept_neurons = max(1, round(heads * shape.heads_keep)), max(1, round(width * shape.ffn_keep))
     if kept_heads < heads:

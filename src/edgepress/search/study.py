@@ -37,6 +37,7 @@ import yaml
 from edgepress.errors import ConfigError, GateFailed
 from edgepress.files import read_json, write_json, write_text
 from edgepress.interrupt import check as check_interrupt
+from edgepress.logs import words
 from edgepress.pipeline.config import PipelineConfig
 from edgepress.search.config import SearchConfig, pipeline_for
 from edgepress.search.policy import best_passing, validation_front
@@ -174,7 +175,7 @@ def finish(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict)
     finalists = score_finalists(cfg, prepared, [*front, *([] if winner in front else [winner])])
     pipeline = with_timed_choices(pipeline_for(cfg, prepared.depth, point_of(prepared, winner.params)),
                                   Path(winner.user_attrs["run_dir"]))
-    metric = prepared.metric.replace("_", " ")
+    metric = words(prepared.metric)
     header = (f"# The search's winner (trial {winner.number} of {out}): validation {metric} "
               f"{winner.values[0]:.4f}, {cfg.objective} {winner.values[1]:.4g}.\n"
               f"# `edgepress run best.yaml --out RUN_DIR` reproduces it (the fusions are those the trial's timing "

@@ -12,6 +12,7 @@ from pathlib import Path
 from edgepress.errors import EdgepressError, GateFailed
 from edgepress.files import read_json
 from edgepress.interrupt import check as check_interrupt
+from edgepress.logs import words
 from edgepress.pipeline.gates import gate_name
 from edgepress.search.config import SearchConfig, pipeline_for
 from edgepress.search.policy import beaten_by, passing_trials, shape_figure
@@ -47,7 +48,7 @@ class EpochWatch:
         """(what the training run keeps its epochs by, its value at each epoch): the history's one `val_` figure (a
         classifier's `val_accuracy`, a token classifier's `val_f1`, a sentence encoder's `val_neighbour_overlap`)."""
         key = next(k for k in history[0] if k.startswith("val_"))
-        return key.removeprefix("val_").replace("_", " "), [h[key] for h in history]
+        return words(key.removeprefix("val_")), [h[key] for h in history]
 
     @classmethod
     def projected(cls, history: list[dict], epochs: int) -> float | None:

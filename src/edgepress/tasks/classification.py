@@ -68,11 +68,33 @@ class Classification:
         saved = read_json(out / "config.json")
         write_json(out / "config.json", {**saved, "id2label": names, "label2id": {n: int(i) for i, n in names.items()}})
 
+    def check_distill(self, cfg) -> None:
+        """A ConfigError for a distill config (`DistillConfig`) not built for the task's students: none here."""
+
+    def check_teacher(self, model, teacher) -> None:
+        """A recovery's `teacher` dir (heads, ffn) names the labels of `model` with the same ids: its logits are the
+        recovery's targets, position by position."""
+        from edgepress.errors import ConfigError
+        from edgepress.models.loading import label2id_of
+
+        labels = label2id_of(teacher)
+        if labels != dict(model.config.label2id):
+            raise ConfigError(f"teacher {teacher} names its labels {labels}, the model {dict(model.config.label2id)}:"
+                              f" its logits would teach the wrong classes. Fix: a teacher with the model's labels, or "
+                              f"teacher: baseline")
+
+    def web_pipeline(self, model_dir) -> dict:
+        """The transformers.js pipeline a web bundle of the model in `model_dir` runs, and its options."""
+        return {"pipeline": "text-classification"}
+
+    auto_class: str = "AutoModelForSequenceClassification"  # the transformers class its models load with
+
     def load_model(self, model_dir):
-        """(model, tokenizer) of a transformers ...ForSequenceClassification (or ...ForTokenClassification) dir."""
+        """(model, tokenizer) of a transformers ...ForSequenceClassification (a token classifier's:
+        ...ForTokenClassification) dir."""
         from edgepress.models.loading import load_classifier
 
-        return load_classifier(model_dir)
+        return load_classifier(model_dir, self.auto_class)
 
     def load(self, data, label2id: dict[str, int] | None):
         """The run's splits of `data` (a DataConfig or a source), labels mapped by `label2id` (None: an embedder's

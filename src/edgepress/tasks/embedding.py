@@ -67,6 +67,34 @@ class Embedding:
         model.config.save_pretrained(out)
         save_layout(model.layout, model.config.hidden_size, out)
 
+    def check_distill(self, cfg) -> None:
+        """A sentence encoder's student learns the teacher's vectors alone: the hidden-state styles are refused."""
+        from edgepress.errors import ConfigError
+
+        if cfg.style != "hinton":
+            raise ConfigError(f"a sentence-embedding student learns the teacher's sentence vectors (cosine + MSE); "
+                              f"style {cfg.style} adds hidden-state losses not built for it yet. Fix: style hinton "
+                              f"(the default)")
+
+    def check_teacher(self, model, teacher) -> None:
+        """A recovery's `teacher` dir is a sentence encoder's: its vectors are the recovery's targets."""
+        from edgepress.errors import ConfigError
+        from edgepress.models.sentence import is_sentence_dir
+
+        if not is_sentence_dir(teacher):
+            raise ConfigError(f"teacher {teacher} is not a sentence-transformers dir (no modules.json): a "
+                              f"sentence encoder's recovery learns a sentence encoder's vectors. Fix: a "
+                              f"sentence-transformers teacher, or teacher: baseline")
+
+    def web_pipeline(self, model_dir) -> dict:
+        """feature-extraction, with the options that pool as the model in `model_dir` does; a ConfigError for a
+        pooling transformers.js lacks."""
+        from edgepress.deploy.web import feature_extraction_options
+        from edgepress.models.sentence import read_layout
+
+        return {"pipeline": "feature-extraction",
+                "options": feature_extraction_options(read_layout(model_dir), model_dir)}
+
     def load_model(self, model_dir):
         """(sentence encoder, tokenizer) of a sentence-transformers dir (models/sentence.py)."""
         from edgepress.models.sentence import load_sentence_encoder

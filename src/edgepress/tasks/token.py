@@ -99,7 +99,14 @@ class TokenClassification:
         """What the baseline's own metrics add: nothing (its F1 is its own)."""
         return {}
 
+    def web_pipeline(self, model_dir) -> dict:
+        """token-classification; the page joins the tags into entities (`aggregation_strategy` simple)."""
+        return {"pipeline": "token-classification", "options": {"aggregation_strategy": "simple"}}
+
+    check_distill = Classification.check_distill
+    check_teacher = Classification.check_teacher
     training_score = Classification.training_score
+    auto_class: str = "AutoModelForTokenClassification"
     load_model = Classification.load_model
     traced = Classification.traced
     save_config = Classification.save_config

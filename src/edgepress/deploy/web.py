@@ -1,0 +1,110 @@
+"""A web bundle's files: the layout transformers.js loads from a local dir (onnx/model*.onnx by dtype), the page
+(`index.html`) and the npm files it loads (transformers.js, onnxruntime-web's WebAssembly), and for a sentence
+encoder the pooling options that compute its vector from the graph's token vectors."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from edgepress.deploy.targets import CPU_INTEGER_OPS
+from edgepress.device.bundle import json_object
+from edgepress.device.feeds import position_limit
+from edgepress.errors import ConfigError, ModelError
+from edgepress.files import write_json
+from edgepress.models.sentence import TOKEN_OUTPUT, SentenceLayout
+
+INDEX, VENDOR = "index.html", "vendor"
+# What the page loads, from the npm packages `make web` installs (web/package-lock.json): transformers.js with
+# onnxruntime-web inlined, and onnxruntime-web's WebAssembly binary (the page points `wasmPaths` at it)
+WEB_ASSETS = {"transformers.min.js": "@huggingface/transformers/dist/transformers.min.js",
+              "ort-wasm-simd-threaded.asyncify.wasm": "onnxruntime-web/dist/ort-wasm-simd-threaded.asyncify.wasm"}
+INT8_OPS = (*CPU_INTEGER_OPS, "QuantizeLinear", "DequantizeLinear")  # an int8 graph, dynamic or QDQ
+# The sentence-transformers pooling modes transformers.js's feature-extraction pipeline computes from token vectors,
+# by its own name for each: the mean over the attention mask, and the first token (both as edgepress's graph pools)
+WEB_POOLING = {"mean": "mean", "cls": "cls"}
+
+
+def web_modules() -> Path:
+    """The node_modules holding transformers.js: $EDGEPRESS_WEB_MODULES, else web/node_modules of this checkout."""
+    found = os.environ.get("EDGEPRESS_WEB_MODULES") or Path(__file__).resolve().parents[3] / "web" / "node_modules"
+    found = Path(found)
+    if not all((found / path).is_file() for path in WEB_ASSETS.values()):
+        raise ConfigError(f"a web bundle needs transformers.js and onnxruntime-web's files, not found in {found}. "
+                          f"Fix: `make web` in the edgepress checkout (npm ci --ignore-scripts in web/; Debian: "
+                          f"apt-get install nodejs npm), or set EDGEPRESS_WEB_MODULES to a node_modules holding "
+                          f"@huggingface/transformers 4.x")
+    return found
+
+
+def feature_extraction_options(layout: SentenceLayout, model: Path | str) -> dict:
+    """transformers.js feature-extraction's options {pooling, normalize} that compute the sentence vector of
+    `layout` (the model `model`'s) from its token vectors; a ConfigError for a pooling transformers.js lacks."""
+    if len(layout.pooling) != 1 or layout.pooling[0] not in WEB_POOLING:
+        raise ConfigError(f"target web: {model} pools its token vectors with {' + '.join(layout.pooling)}, and "
+                          f"transformers.js's feature-extraction pipeline pools with {' or '.join(WEB_POOLING)} "
+                          f"only. Fix: another target (x86-vnni, x86-avx2, arm64, mobile, cuda: their predict.py "
+                          f"pools inside the graph), or a model that pools with {' or '.join(WEB_POOLING)}")
+    return {"pooling": WEB_POOLING[layout.pooling[0]], "normalize": layout.normalize}
+
+
+def _token_output(path: Path) -> None:
+    """The graph at `path` giving, beside its sentence vector, the token vectors its pooling reads (the tensor the
+    export named TOKEN_OUTPUT) as a float32 output of that name: what transformers.js's feature-extraction pipeline
+    pools. Inside the graph the tensor is renamed, and cast for the output (an fp16 graph's is float16)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    graph = model.graph
+    if any(output.name == TOKEN_OUTPUT for output in graph.output):
+        return  # a web bundle's graph, bundled again
+    if not any(TOKEN_OUTPUT in node.output for node in graph.node):
+        raise ModelError(f"{path} has no tensor named {TOKEN_OUTPUT} (the token vectors its pooling reads, which "
+                         f"edgepress's export names: a graph exported by an older edgepress, or rewritten by another "
+                         f"tool, lacks it), so a web bundle cannot give them to transformers.js. Fix: export the "
+                         f"model again with this edgepress (a run's export stage, or `edgepress export`), then bundle "
+                         f"that")
+    inner = f"{TOKEN_OUTPUT}/pooled"
+    for names in [*(node.input for node in graph.node), *(node.output for node in graph.node)]:
+        names[:] = [inner if name == TOKEN_OUTPUT else name for name in names]
+    for info in graph.value_info:
+        info.name = inner if info.name == TOKEN_OUTPUT else info.name
+    graph.node.append(onnx.helper.make_node("Cast", [inner], [TOKEN_OUTPUT], name=f"{TOKEN_OUTPUT}/float",
+                                            to=onnx.TensorProto.FLOAT))
+    graph.output.append(onnx.helper.make_tensor_value_info(TOKEN_OUTPUT, onnx.TensorProto.FLOAT,
+                                                           ["batch_size", "sequence_length", None]))
+    onnx.save(model, str(path))
+
+
+def _web_dtype(operators: list[dict]) -> tuple[str, str]:
+    """(transformers.js dtype, the file name it loads from onnx/) of the graph."""
+    types = {o["op_type"] for o in operators}
+    if "MatMulNBits" in types:
+        return "q4", "model_q4.onnx"
+    return ("q8", "model_quantized.onnx") if types & set(INT8_OPS) else ("fp32", "model.onnx")
+
+
+def web_files(tmp: Path, operators: list[dict], max_length: int | None, pipeline: dict) -> dict:
+    """The layout transformers.js loads from a local dir (onnx/model*.onnx by dtype, config.json saying which,
+    tokenizer_config.json truncating where the model was measured), the page and what it loads. `pipeline`: the
+    transformers.js pipeline the page runs and its options; for feature-extraction, the graph gives the token
+    vectors too (`_token_output`)."""
+    modules = web_modules()
+    dtype, name = _web_dtype(operators)
+    (tmp / "onnx").mkdir()
+    (tmp / "model.onnx").rename(tmp / "onnx" / name)
+    if pipeline["pipeline"] == "feature-extraction":
+        _token_output(tmp / "onnx" / name)
+    config = json_object(tmp / "config.json")
+    write_json(tmp / "config.json", {**config, "transformers.js_config": {"dtype": dtype}})
+    tokenizer = json_object(tmp / "tokenizer_config.json") if (tmp / "tokenizer_config.json").is_file() else {}
+    length = max_length or position_limit(config)  # transformers.js truncates at model_max_length only
+    write_json(tmp / "tokenizer_config.json", {**tokenizer, "model_max_length": length})
+    shutil.copyfile(Path(__file__).with_name(INDEX), tmp / INDEX)
+    (tmp / VENDOR).mkdir()
+    for target, source in WEB_ASSETS.items():
+        shutil.copyfile(modules / source, tmp / VENDOR / target)
+    versions = {package: json.loads((modules / package / "package.json").read_text())["version"]
+                for package in ("@huggingface/transformers", "onnxruntime-web")}
+    return {"dtype": dtype, "model_file": f"onnx/{name}", "page": INDEX, "max_length": length, **pipeline,
+            **versions}
