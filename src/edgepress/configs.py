@@ -2,13 +2,29 @@
 of someone writing YAML (a list, a mapping), not pydantic's ("valid tuple", "instance of SplitConfig")."""
 
 from types import UnionType
-from typing import Any, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from edgepress.errors import ConfigError
 
 Config = TypeVar("Config", bound=BaseModel)
+
+# The bounds numeric config fields take (the schema, an editor and `validate` show them): a value outside is refused
+# before anything runs, and no value inside overflows what reads it. Every numeric field has a lower and an upper
+# bound (tests/test_faults.py walks the schemas for one without).
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]  # what numpy's and torch's generators both take
+Epochs = Annotated[int, Field(ge=1, le=1000)]
+Layers = Annotated[int, Field(ge=1, le=256)]  # encoder layers of a student
+LayerIndex = Annotated[int, Field(ge=0, le=255)]
+Tokens = Annotated[int, Field(ge=8, le=8192)]  # tokens per text after truncation
+TextCount = Annotated[int, Field(ge=1, le=10**9)]  # texts, words, steps: as many as a machine could hold
+Milliseconds = Annotated[float, Field(gt=0, le=1e7)]
+Megabytes = Annotated[float, Field(gt=0, le=1e6)]
+Ratio = Annotated[float, Field(gt=0, le=1e4)]  # a speedup or a size ratio
+Threads = Annotated[int, Field(ge=1, le=1024)]
+Share = Annotated[float, Field(gt=0, le=1)]  # of heads, neurons: (0, 1]
+Logits = Annotated[float, Field(gt=0, le=1e6)]  # a tolerance on |logit difference|
 
 # pydantic error type -> what a person writing the YAML or the command line should read instead
 PLAIN_WORDS = {

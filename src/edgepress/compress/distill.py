@@ -35,7 +35,7 @@ from edgepress.compress.kd import (
     validation_vectors,
     vector_training,
 )
-from edgepress.configs import changed
+from edgepress.configs import Epochs, LayerIndex, Layers, changed
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
 from edgepress.models.arch import arch_of, depth, head_size, layer_list, part
@@ -48,17 +48,19 @@ log = logging.getLogger(__name__)
 class DistillConfig(TrainConfig, KdLoss):
     """The `distill` method: the student's shape and loss, and the training fields of `TrainConfig`."""
 
-    student_layers: int = Field(3, ge=1, description="encoder layers of the student (fewer than the teacher's), "
+    student_layers: Layers = Field(3, description="encoder layers of the student (fewer than the teacher's), "
                                                     "each initialised from a teacher layer")
     style: Literal["hinton", "distilbert", "tinybert"] = Field("hinton", description="hinton: soft targets; "
                                                                "distilbert: + cosine loss on the last hidden "
                                                                "states; tinybert: + every mapped layer's hidden "
                                                                "states and attention scores")
-    layer_map: tuple[int, ...] | None = Field(None, description="teacher layer each student layer starts from (the "
-                                              "tinybert and distilbert losses map layers uniformly, whatever it is)")
-    hidden_weight: float = Field(1.0, ge=0, description="weight of the hidden-state loss (distilbert, tinybert)")
-    attention_weight: float = Field(1.0, ge=0, description="weight of the attention-score loss (tinybert)")
-    epochs: int = Field(4, ge=1, description=EPOCHS)
+    layer_map: tuple[LayerIndex, ...] | None = Field(None, description="teacher layer each student layer starts "
+                                                     "from (the tinybert and distilbert losses map layers uniformly, "
+                                                     "whatever it is)")
+    hidden_weight: float = Field(1.0, ge=0, le=1000, description="weight of the hidden-state loss (distilbert, "
+                                                                 "tinybert)")
+    attention_weight: float = Field(1.0, ge=0, le=1000, description="weight of the attention-score loss (tinybert)")
+    epochs: Epochs = Field(4, description=EPOCHS)
 
     @model_validator(mode="after")
     def _map_fits(self) -> "DistillConfig":

@@ -32,7 +32,7 @@ from edgepress.compress.quantize import (
     rank_sensitivity,
     require_unfused,
 )
-from edgepress.configs import changed
+from edgepress.configs import Tokens, changed
 from edgepress.errors import ConfigError
 from edgepress.export.parity import (
     LOOSE_PARITY,
@@ -59,15 +59,16 @@ class Int4Config(BaseModel):
     algorithm: Literal["rtn", "hqq", "gptq", "awq"] = Field("rtn", description="rtn: min/max per block; "
                                                                  "hqq: half-quadratic; gptq/awq: "
                                                                  "neural-compressor on the torch model")
-    block_size: int = Field(32, description="weights per scale, along the input dimension (a power of 2, >= 16)")
+    block_size: int = Field(32, ge=16, le=65536, description="weights per scale, along the input dimension (a power "
+                                                             "of 2, >= 16)")
     symmetric: bool | None = Field(None, description="no zero points; default: true (hqq is asymmetric)")
     accuracy_level: Literal[0, 4] = Field(0, description="4: activations int8 per block, integer dot products")
     embeddings: bool = Field(False, description="the word embeddings to 4-bit too (GatherBlockQuantized)")
     keep_float: KeepFloat = KEEP_FLOAT
-    calibration_size: int = Field(128, ge=8, description="gptq/awq: validation sentences they calibrate on")
+    calibration_size: int = Field(128, ge=8, le=10**6, description="gptq/awq: validation sentences they calibrate on")
     torch_model: Path | None = Field(None, description="gptq/awq: the torch model dir the graph was exported from "
                                                        "(a pipeline fills in the export stage's input)")
-    max_length: int = Field(128, ge=8, description=PARITY_LENGTH)
+    max_length: Tokens = Field(128, description=PARITY_LENGTH)
     parity: ParityConfig = Field(ParityConfig(max_abs_diff=1.5, min_agreement=0.9), description=LOOSE_PARITY)
 
     @field_validator("block_size")

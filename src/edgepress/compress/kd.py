@@ -38,7 +38,7 @@ class KdLoss(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    temperature: float = Field(2.0, gt=0, description="softens the teacher's and the student's logits before "
+    temperature: float = Field(2.0, gt=0, le=100, description="softens the teacher's and the student's logits before "
                                                       "their KL divergence (the loss is scaled by its square)")
     alpha: float = Field(0.5, ge=0, le=1, description="weight of the soft (teacher) loss against the labels "
                                                      "(transfer examples have the soft loss alone)")

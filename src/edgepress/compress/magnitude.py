@@ -34,7 +34,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from edgepress.compress.kd import KdLoss, load_with_kd_targets
-from edgepress.configs import changed
+from edgepress.configs import Epochs, TextCount, changed
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
 from edgepress.logs import words
@@ -71,7 +71,7 @@ class MagnitudeConfig(_Sparse):
     schedule: Literal["oneshot", "cubic"] = Field("oneshot", description="oneshot: all zeros before the "
                                                           "fine-tune; cubic: grown on Zhu & Gupta's ramp")
     prune_fraction: float = Field(0.5, gt=0, le=1, description="share of the fine-tuning steps the cubic ramp takes")
-    prune_every: int = Field(10, ge=1, description="optimizer steps between mask updates of the cubic ramp")
+    prune_every: TextCount = Field(10, description="optimizer steps between mask updates of the cubic ramp")
 
     @model_validator(mode="after")
     def _ramp_params_need_the_ramp(self) -> "MagnitudeConfig":
@@ -85,13 +85,13 @@ class LotteryConfig(_Sparse):
     """The `lottery` method: iterative magnitude pruning with rewinding; `epochs` is per training."""
 
     sparsity: float = Field(0.6, ge=0, lt=1, description="final fraction of the pruned weights set to zero")
-    rounds: int = Field(3, ge=1, description="prunings; each removes the same share of the surviving weights")
+    rounds: int = Field(3, ge=1, le=100, description="prunings; each removes the same share of the surviving weights")
     rewind: Literal["init", "step"] = Field("init", description="what survivors are rewound to each round: the "
                                                     "input's weights (init) or those after rewind_step steps")
-    rewind_step: int = Field(0, ge=0, description="with rewind: step, the first training's step rewound to")
+    rewind_step: int = Field(0, ge=0, le=10**9, description="with rewind: step, the first training's step rewound to")
     control: Literal["none", "random"] = Field("none", description="random: also train a random mask at the "
                                                        "same sparsities, rewound the same way, and report both")
-    epochs: int = Field(1, ge=1, description="epochs of each training (every round's and the last ticket's)")
+    epochs: Epochs = Field(1, description="epochs of each training (every round's and the last ticket's)")
 
     @model_validator(mode="after")
     def _rewind_fits(self) -> "LotteryConfig":

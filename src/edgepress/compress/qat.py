@@ -15,6 +15,7 @@ import numpy as np
 from pydantic import Field
 
 from edgepress.compress.kd import KdLoss
+from edgepress.configs import Epochs
 from edgepress.data import DataSplits
 from edgepress.errors import ModelError
 from edgepress.export.onnx import ExportConfig
@@ -38,7 +39,7 @@ class QatConfig(TrainConfig, KdLoss):
     """The `qat` method: the fine-tune's fields (`TrainConfig`, distilled from the input model with `KdLoss`) and
     how fast the input ranges follow the batches."""
 
-    epochs: int = Field(1, ge=1, description=EPOCHS)
+    epochs: Epochs = Field(1, description=EPOCHS)
     learning_rate: float = Field(2e-5, gt=0, lt=1, description="AdamW's peak learning rate")
     momentum: float = Field(0.01, gt=0, le=1, description="EMA weight of each batch's input min / max")
     reduce_range: bool = Field(False, description="7-bit weights ([-64, 64]), for CPUs without VNNI that saturate "

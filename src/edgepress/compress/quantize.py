@@ -28,6 +28,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from edgepress.compress.gptq import gptq_rounding
 from edgepress.compress.smooth import smooth_activations, text_feeds
+from edgepress.configs import Tokens
 from edgepress.device.feeds import encode, fixed_shape_feeds, load_tokenizer
 from edgepress.errors import ConfigError
 from edgepress.export.parity import (
@@ -48,17 +49,21 @@ log = logging.getLogger(__name__)
 INT8_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "QAttention", "DynamicQuantizeMatMul", "QGemm")
 
 
+MAX_KEEP_FLOAT = 10**6  # nodes kept float: more than any graph has
+
+
 def _keep_float(value):
     """A count (0, 1, 2, ...) or node names; one message for both (a union's own errors name its internals)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_KEEP_FLOAT:
         return value
     if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
         return tuple(value)
-    raise ValueError("keep_float takes a number of nodes (0, 1, 2, ...; 0 keeps none) or a non-empty list of node "
-                     "names")
+    raise ValueError(f"keep_float takes a number of nodes (0, 1, 2, ... {MAX_KEEP_FLOAT:,}; 0 keeps none) or a "
+                     f"non-empty list of node names")
 
 
-KeepFloat = Annotated[int | tuple[str, ...], BeforeValidator(_keep_float)]
+KeepFloat = Annotated[Annotated[int, Field(ge=0, le=MAX_KEEP_FLOAT)] | tuple[str, ...],
+                      BeforeValidator(_keep_float)]
 KEEP_FLOAT = Field(0, description="the N most sensitive nodes stay float (measured), or a list of node names")
 SENSITIVITY_TEXTS = 64  # validation sentences each candidate is measured on
 
@@ -156,7 +161,7 @@ class Int8DynamicConfig(BaseModel):
                        "sentences' activations instead of to nearest: each weight's rounding error compensated in "
                        "its rows not yet rounded, on the same scales (the same kernels and speed). Needs "
                        "neural-compressor (edgepress[int4])")
-    max_length: int = Field(128, ge=8, description=PARITY_LENGTH)
+    max_length: Tokens = Field(128, description=PARITY_LENGTH)
     parity: ParityConfig = Field(ParityConfig(max_abs_diff=1.5, min_agreement=0.9), description=LOOSE_PARITY)
 
 
@@ -217,9 +222,9 @@ class Int8StaticConfig(BaseModel):
     calibration: Literal["minmax", "percentile", "entropy"] = Field("minmax", description="how activation "
                                                                            "ranges are chosen from the "
                                                                            "calibration sentences")
-    calibration_size: int = Field(128, ge=8, description="real sentences the activation ranges come from")
+    calibration_size: int = Field(128, ge=8, le=10**6, description="real sentences the activation ranges come from")
     keep_float: KeepFloat = KEEP_FLOAT
-    max_length: int = Field(128, ge=8, description=PARITY_LENGTH)
+    max_length: Tokens = Field(128, description=PARITY_LENGTH)
     parity: ParityConfig = Field(ParityConfig(max_abs_diff=1.5, min_agreement=0.9), description=LOOSE_PARITY)
 
 

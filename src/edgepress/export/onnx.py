@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgepress.configs import Tokens
 from edgepress.export.parity import (
     ONNX_FILE,
     PARITY_LENGTH,
@@ -35,7 +36,7 @@ class ExportConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     opset: int = Field(18, ge=14, le=21, description="ONNX opset of the exported graph")
-    max_length: int = Field(128, ge=8, description=PARITY_LENGTH)
+    max_length: Tokens = Field(128, description=PARITY_LENGTH)
     parity: ParityConfig = Field(ParityConfig(), description="how close ONNX Runtime's logits must be to torch's")
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.compress.quantize import Int8DynamicConfig
+from edgepress.configs import Threads, Tokens
 from edgepress.device.feeds import (
     NATURAL_SENTENCES,
     bundle_tokenizer,
@@ -77,10 +78,10 @@ class OptimizeConfig(BaseModel):
 
     fusions: Literal["auto", "all"] = Field("auto", description="auto: time the candidate sets, keep the fastest")
     disable: tuple[Fusion, ...] = Field((), description="fusions never used, e.g. [skip_layer_norm]")
-    max_length: int = Field(128, ge=8, description=PARITY_LENGTH)
+    max_length: Tokens = Field(128, description=PARITY_LENGTH)
     parity: ParityConfig = Field(ParityConfig(max_abs_diff=1e-3), description="how close the fused graph's logits "
                                                                               "must be to the unfused graph's")
-    threads: int | None = Field(None, ge=1, description="auto: the intra-op threads the candidates are timed on")
+    threads: Threads | None = Field(None, description="auto: the intra-op threads the candidates are timed on")
     latency: LatencyConfig = Field(LatencyConfig(), description="auto: the shape, warm-up and runs of the timing")
     natural: bool = Field(False, description="auto: time the candidates at the texts' natural lengths, one a call, "
                                              "not at latency's shape (a run sets it when a later stage gates "
@@ -111,7 +112,7 @@ class Fp16Config(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    max_length: int = Field(128, ge=8, description=PARITY_LENGTH)
+    max_length: Tokens = Field(128, description=PARITY_LENGTH)
     parity: ParityConfig = Field(ParityConfig(max_abs_diff=5e-2, min_agreement=0.99), description="how close the "
                                  "fp16 graph's logits must be to the fp32 graph's")
     providers: tuple[Literal["cpu", "cuda"], ...] = Field(("cuda",), description="where the fp16 graph is checked")

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgepress.configs import Logits
 from edgepress.device.feeds import encode, load_tokenizer, position_limit
 from edgepress.device.sessions import output_name
 from edgepress.errors import ExportParityError
@@ -28,12 +29,12 @@ class ParityConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    max_abs_diff: float = Field(1e-4, gt=0, description="largest allowed |logit difference| (of a sentence "
+    max_abs_diff: Logits = Field(1e-4, description="largest allowed |logit difference| (of a sentence "
                                 "embedder: |difference| of a vector component)")
     min_agreement: float = Field(0.999, ge=0, le=1, description="fraction of examples with the same argmax (of a "
                                  "sentence embedder: with cosine ≥ 0.95 to the reference vector)")
-    n_texts: int = Field(64, ge=2, description="real sentences checked")
-    batch_size: int = Field(8, ge=2, description="the batched (padded) pass uses batches of this size")
+    n_texts: int = Field(64, ge=2, le=10**6, description="real sentences checked")
+    batch_size: int = Field(8, ge=2, le=4096, description="the batched (padded) pass uses batches of this size")
 
 
 PARITY_LENGTH = "tokens the parity sentences are cut to"

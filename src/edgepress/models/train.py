@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgepress.configs import Epochs, Seed
 from edgepress.data.dataset import EpochDraw, TextSet
 from edgepress.data.tagged import IGNORED
 from edgepress.errors import ConfigError, ModelError
@@ -42,15 +43,15 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    epochs: int = Field(2, ge=1, description=EPOCHS)
-    batch_size: int = Field(32, ge=1, description="examples per optimizer step (the global batch under "
+    epochs: Epochs = Field(2, description=EPOCHS)
+    batch_size: int = Field(32, ge=1, le=65536, description="examples per optimizer step (the global batch under "
                                                   "runtime.launch)")
     learning_rate: float = Field(5e-5, gt=0, lt=1, description="AdamW's peak learning rate")
-    weight_decay: float = Field(0.01, ge=0, description="AdamW's weight decay")
+    weight_decay: float = Field(0.01, ge=0, le=1, description="AdamW's weight decay")
     warmup_ratio: float = Field(0.1, ge=0, lt=1, description="share of the steps the learning rate warms up "
                                                                 "over, linearly, before it decays to 0")
     max_length: int = Field(64, ge=8, le=8192, description=MAX_LENGTH)
-    seed: int = Field(13, description="seeds the initialisation, the batch order and dropout")
+    seed: Seed = Field(13, description="seeds the initialisation, the batch order and dropout")
 
 
 @dataclass

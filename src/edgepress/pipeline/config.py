@@ -8,7 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from edgepress.configs import build, validated
+from edgepress.configs import Logits, Megabytes, Milliseconds, Ratio, build, validated
 from edgepress.data.config import DataConfig
 from edgepress.deploy.targets import INT8_METHODS, TARGETS, detect_target, refusals, target_params
 from edgepress.errors import ConfigError
@@ -54,13 +54,13 @@ class LatencyGate(BaseModel):
     model_config = Strict
     provider: Literal["cpu", "cuda"] = Field("cpu", description="whose latency is judged (one of "
                                                    "runtime.providers)")
-    max_p50_ms: float | None = Field(None, gt=0, description="largest median latency at runtime.latency's shape")
-    max_p90_ms: float | None = Field(None, gt=0, description="largest 90th-percentile latency")
-    min_speedup: float | None = Field(None, gt=0, description="smallest baseline p50 / stage p50, the two timed "
+    max_p50_ms: Milliseconds | None = Field(None, description="largest median latency at runtime.latency's shape")
+    max_p90_ms: Milliseconds | None = Field(None, description="largest 90th-percentile latency")
+    min_speedup: Ratio | None = Field(None, description="smallest baseline p50 / stage p50, the two timed "
                                                               "again side by side, in turns, when the stage is "
                                                               "measured (cpu only: the torch baseline is timed on "
                                                               "cpu)")
-    min_natural_speedup: float | None = Field(None, gt=0, description="smallest baseline p50 / stage p50 at the "
+    min_natural_speedup: Ratio | None = Field(None, description="smallest baseline p50 / stage p50 at the "
                                               "test texts' natural lengths (cut at data.max_length, as the "
                                               "bundle reads them), one text a call, timed side by side as "
                                               "min_speedup is (cpu only)")
@@ -70,15 +70,15 @@ class SizeGate(BaseModel):
     """Size limits: `max_mb` of the weight files, `min_ratio` = baseline size / stage size."""
 
     model_config = Strict
-    max_mb: float | None = Field(None, gt=0, description="largest size of the weight files, in MB (10^6 bytes)")
-    min_ratio: float | None = Field(None, gt=0, description="smallest baseline size / stage size")
+    max_mb: Megabytes | None = Field(None, description="largest size of the weight files, in MB (10^6 bytes)")
+    min_ratio: Ratio | None = Field(None, description="smallest baseline size / stage size")
 
 
 class ParityGate(BaseModel):
     """Parity of an ONNX artifact with the model it came from (checked by the method itself)."""
 
     model_config = Strict
-    max_abs_diff: float | None = Field(None, gt=0, description="largest |logit difference| (the method's own "
+    max_abs_diff: Logits | None = Field(None, description="largest |logit difference| (the method's own "
                                                              "parity tolerance)")
     min_agreement: float | None = Field(None, ge=0, le=1, description="smallest share of the same labels")
 

@@ -4,12 +4,12 @@ pipeline of the existing methods (`pipeline_for`): the search adds no method of 
 
 import itertools
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from edgepress.compress.structured import BASELINE
-from edgepress.configs import build
+from edgepress.configs import Epochs, Layers, Megabytes, Milliseconds, Seed, Share, build
 from edgepress.data.augment import AugmentConfig
 from edgepress.data.config import DataConfig
 from edgepress.errors import ConfigError
@@ -73,14 +73,14 @@ class LatencyConstraint(BaseModel):
     """The latency a trial must meet (shapes that cannot are never trained)."""
 
     model_config = Strict
-    max_p50_ms: float = Field(gt=0, description="largest median latency at runtime.latency's shape, in ms")
+    max_p50_ms: Milliseconds = Field(description="largest median latency at runtime.latency's shape, in ms")
 
 
 class SizeConstraint(BaseModel):
     """The size a trial's model must meet."""
 
     model_config = Strict
-    max_mb: float = Field(gt=0, description="largest size of the weight files, in MB (10^6 bytes)")
+    max_mb: Megabytes = Field(description="largest size of the weight files, in MB (10^6 bytes)")
 
 
 class Pruning(BaseModel):
@@ -106,6 +106,9 @@ class Constraints(BaseModel):
     size: SizeConstraint | None = Field(None, description="of the model that ships")
 
 
+Draw = Annotated[int, Field(ge=0, le=10**9)]  # transfer texts an epoch draws; 0: none
+
+
 def _choices(kind):
     return Field(None, min_length=1, description=f"the {kind} to try")
 
@@ -114,15 +117,15 @@ class Space(BaseModel):
     """The choices a trial draws from; unset: `defaults(depth)`."""
 
     model_config = Strict
-    layers: list[int] | None = _choices("student depths (the teacher's own depth: no distillation)")
-    heads_keep: list[float] | None = _choices("shares of attention heads kept (1: no head pruning)")
-    ffn_keep: list[float] | None = _choices("shares of FFN neurons kept (1: no FFN pruning)")
+    layers: list[Layers] | None = _choices("student depths (the teacher's own depth: no distillation)")
+    heads_keep: list[Share] | None = _choices("shares of attention heads kept (1: no head pruning)")
+    ffn_keep: list[Share] | None = _choices("shares of FFN neurons kept (1: no FFN pruning)")
     vocab: list[bool] | None = _choices("vocabulary pruning off (false) and on (true)")
     quantization: list[Quantization] | None = _choices("quantizations")
-    epochs: list[int] | None = _choices("epochs of every training stage (distill, heads, ffn)")
-    transfer: list[int] | None = Field(None, min_length=1, description="transfer texts each epoch of every training "
-                                       "stage draws from data.unlabeled (its per_epoch), 0: none; unset: every trial "
-                                       "trains on data.unlabeled as the data config says")
+    epochs: list[Epochs] | None = _choices("epochs of every training stage (distill, heads, ffn)")
+    transfer: list[Draw] | None = Field(None, min_length=1, description="transfer texts each epoch of every training "
+                                        "stage draws from data.unlabeled (its per_epoch), 0: none; unset: every trial "
+                                        "trains on data.unlabeled as the data config says")
 
     @field_validator("layers", "epochs")
     @classmethod
@@ -188,7 +191,7 @@ class SearchConfig(BaseModel):
                                           "(distill, heads, ffn, qat): perturbed copies of the train texts that the "
                                           "stage's teacher labels; each epoch is then (1 + factor) times as long")
     pruning: Pruning | None = Field(Pruning(), description="null: every trial trains all its epochs")
-    seed: int = Field(13, ge=0, description="the sampler's seed")
+    seed: Seed = Field(13, description="the sampler's seed")
 
     @model_validator(mode="after")
     def _transfer_has_texts(self) -> "SearchConfig":
