@@ -256,9 +256,9 @@ def test_export_and_bench_read_the_users_texts_whatever_the_labels(tmp_path, tok
 
 
 def test_evaluate_and_bench_take_any_bundle_the_web_one_too(earlier, tmp_path):
-    from edgepress.deploy import bundle as bundle_module
+    from edgepress.deploy import web
 
-    if not all((bundle_module.web_modules() / p).is_file() for p in bundle_module.WEB_ASSETS.values()):
+    if not all((web.web_modules() / p).is_file() for p in web.WEB_ASSETS.values()):
         pytest.skip("make web has not installed transformers.js")
     assert invoke("bundle", earlier, "--out", tmp_path / "web", "--target", "web").exit_code == 0
     assert not (tmp_path / "web" / "model.onnx").exists()

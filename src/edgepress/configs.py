@@ -1,10 +1,11 @@
 """Strict configs: a pydantic validation failure becomes one ConfigError with a line per wrong field, in the words
 of someone writing YAML (a list, a mapping), not pydantic's ("valid tuple", "instance of SplitConfig")."""
 
+from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
 from edgepress.errors import ConfigError
 
@@ -24,6 +25,19 @@ Megabytes = Annotated[float, Field(gt=0, le=1e6)]
 Ratio = Annotated[float, Field(gt=0, le=1e4)]  # a speedup or a size ratio
 Threads = Annotated[int, Field(ge=1, le=1024)]
 Share = Annotated[float, Field(gt=0, le=1)]  # of heads, neurons: (0, 1]
+
+
+def _names_something(value):
+    """A path as a config writes it names something: an empty one would be read as the working directory."""
+    if isinstance(value, str | Path) and not str(value).strip():
+        raise ValueError("should name a file or directory (or a demo: name), not be empty")
+    if isinstance(value, str | Path) and "\x00" in str(value):
+        raise ValueError("holds a NUL character, which no path can")
+    return value
+
+
+PathText = Annotated[str, BeforeValidator(_names_something)]  # a file, a directory or a demo: name
+PathName = Annotated[Path, BeforeValidator(_names_something)]
 Logits = Annotated[float, Field(gt=0, le=1e6)]  # a tolerance on |logit difference|
 
 # pydantic error type -> what a person writing the YAML or the command line should read instead
@@ -45,6 +59,8 @@ PLAIN_WORDS = {
     "finite_number": "should be a finite number",
 }
 SHOWN_INPUT = 60  # characters of a wrong value quoted back
+FIX = ("Fix: give each field above a value it takes (docs/reference/ lists every field with its type and bounds; "
+       "`edgepress schema` gives them to an editor)")
 
 
 def describe(error: dict) -> str:
@@ -72,13 +88,24 @@ def describe_all(error: ValidationError) -> list[str]:
 
 
 def _options(annotation: Any) -> tuple:
-    return get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    """The types a field takes: each of a union's, an Annotated type's own (its bounds aside)."""
+    if get_origin(annotation) is Annotated:
+        return _options(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        return tuple(option for arg in get_args(annotation) for option in _options(arg))
+    return (annotation,)
 
 
 def _numeric(annotation: Any) -> bool:
     """The field takes a number (int or float, alone or in a union) and not true/false."""
     options = _options(annotation)
     return bool(set(options) & {int, float}) and bool not in options
+
+
+def _numeric_items(annotation: Any) -> bool:
+    """The field takes a list of numbers."""
+    return any(get_origin(o) in (list, tuple) and get_args(o) and _numeric(get_args(o)[0])
+               for o in _options(annotation))
 
 
 def _model(annotation: Any) -> type[BaseModel] | None:
@@ -104,6 +131,10 @@ def not_numbers(cls: type[BaseModel], data: dict[str, Any], prefix: str = "") ->
             lines.append(f"{prefix}{name}: should be a number, not true or false: got {str(value).lower()}")
         elif isinstance(value, str) and _numeric(field.annotation) and str not in _options(field.annotation):
             lines.append(f"{prefix}{name}: should be a number, not text: got {value!r}. Fix: write it unquoted")
+        elif isinstance(value, list) and _numeric_items(field.annotation):
+            lines += [f"{prefix}{name}.{i}: should be a number, not "
+                      f"{'true or false' if isinstance(item, bool) else 'text'}: got {item!r}"
+                      for i, item in enumerate(value) if isinstance(item, bool | str)]
         elif isinstance(value, dict) and (nested := _model(field.annotation)) is not None:
             lines += not_numbers(nested, value, f"{prefix}{name}.")
         elif isinstance(value, list) and (nested := _list_of_models(field.annotation)) is not None:
@@ -129,5 +160,5 @@ def build(cls: type[Config], data: dict[str, Any] | None = None, where: str = "c
     built, problems = validated(cls, {**(data or {}), **values})
     if problems:
         lines = "\n".join(f"  ✗ {line}" for line in problems)  # a line may hold several (a validator's)
-        raise ConfigError(f"{where} is not valid ({lines.count('✗')} problem(s)):\n{lines}") from None
+        raise ConfigError(f"{where} is not valid ({lines.count('✗')} problem(s)):\n{lines}\n{FIX}") from None
     return built

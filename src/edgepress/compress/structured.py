@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from edgepress.compress.kd import KdLoss
+from edgepress.configs import PathName
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError, missing
 from edgepress.models.arch import arch_of, keep_neurons, layer_list, neurons_of, part
@@ -40,7 +41,7 @@ class _Recovery(TrainConfig, KdLoss):
 
     keep: float = Field(0.5, gt=0, le=1, description="fraction kept in every layer")
     importance_batches: int = Field(32, ge=1, le=10**5, description="train batches the importance is averaged over")
-    teacher: Path | None = Field(None, description="the model dir whose logits the recovery fine-tune learns, or "
+    teacher: PathName | None = Field(None, description="the model dir whose logits the recovery fine-tune learns, or "
                                  "`baseline`: the run's baseline (the teacher a student was distilled from: its "
                                  "labels are kept better, at the same training time); none: the stage's input as "
                                  "it was before pruning")

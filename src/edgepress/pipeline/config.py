@@ -8,7 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from edgepress.configs import Logits, Megabytes, Milliseconds, Ratio, build, validated
+from edgepress.configs import Logits, Megabytes, Milliseconds, PathText, Ratio, build, validated
 from edgepress.data.config import DataConfig
 from edgepress.deploy.targets import INT8_METHODS, TARGETS, detect_target, refusals, target_params
 from edgepress.errors import ConfigError
@@ -190,7 +190,7 @@ class PipelineConfig(BaseModel):
     """A whole run: `edgepress run CONFIG.yaml --out RUN_DIR`."""
 
     model_config = Strict
-    model: str = Field("demo:minilm-movie", min_length=1, description=MODEL)
+    model: PathText = Field("demo:minilm-movie", description=MODEL)
     task: Literal["classification", "embedding", "token-classification"] | None = Field(
         None, description="what the model does: classification (a sequence classifier: labels, judged by accuracy), "
         "embedding (a sentence-transformers dir: sentence vectors, judged by their agreement with the baseline's "

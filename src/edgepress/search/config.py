@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from edgepress.compress.structured import BASELINE
-from edgepress.configs import Epochs, Layers, Megabytes, Milliseconds, Seed, Share, build
+from edgepress.configs import Epochs, Layers, Megabytes, Milliseconds, PathText, Seed, Share, build
 from edgepress.data.augment import AugmentConfig
 from edgepress.data.config import DataConfig
 from edgepress.errors import ConfigError
@@ -178,7 +178,7 @@ class SearchConfig(BaseModel):
     """A search: `edgepress search SEARCH.yaml --out SEARCH_DIR`."""
 
     model_config = Strict
-    model: str = Field("demo:minilm-movie", min_length=1, description=MODEL)
+    model: PathText = Field("demo:minilm-movie", description=MODEL)
     data: DataConfig = Field(DataConfig(), description="the examples, their columns and splits")
     runtime: RuntimeConfig = Field(RuntimeConfig(), description="where latency is measured (runtime.target: where "
                                    "the winner will run)")

@@ -1,0 +1,235 @@
+"""The fault corpus: bad input as a class, not a list. Its cases are generated from what the code already declares,
+so that a new field, file or command joins it without anyone adding a case:
+
+- every field of the JSON Schemas `edgepress schema` writes (pipeline, search; each method's params), given each
+  value of its type's bad set, through `edgepress validate`;
+- every file a model dir, an ONNX dir, a bundle and a run dir hold (whatever is there), each mutated mechanically
+  (empty, truncated, random bytes, JSON of the wrong shape, other encodings, NUL bytes, a directory in its place, a
+  symlink loop), through every command that reads that dir;
+- every data file kind (CSV, JSON lines, CoNLL, pairs, texts), mutated the same way and with every line end.
+
+Every case is judged by the same rules (`judge`): exit 0 (the input is in fact fine), 2 or 3, never anything else;
+no traceback; a refusal names the file or field and carries a `Fix:`; every input byte-identical afterwards; no
+--out left behind by a refusal. A value the schema refuses must be refused (exit 2). The counts of cases, per command
+and per kind, are printed at the end of the session."""
+
+import collections
+import copy
+import hashlib
+import math
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from edgepress.cli.app import app
+from edgepress.registry import METHODS
+from edgepress.schema import schema
+
+COUNTS: collections.Counter = collections.Counter()  # (command, kind) -> cases run
+FAST_RUNTIME = {"threads": 1, "latency": {"warmup": 1, "runs": 3}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_counts(request):
+    yield
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and COUNTS:
+        reporter.write_line("")
+        reporter.write_line(f"fault corpus: {sum(COUNTS.values()):,} cases")
+        for (command, kind), n in sorted(COUNTS.items()):
+            reporter.write_line(f"  {command:<10} {kind:<34} {n:>6,}")
+
+
+def invoke(*args) -> object:
+    return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "400"})
+
+
+def snapshot(*roots: Path) -> dict[str, str]:
+    """Every file under `roots` (or each file given) -> its sha256: what must be byte-identical afterwards."""
+    found = {}
+    for root in roots:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+        found |= {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    return found
+
+
+def judge(result, case: str, names: tuple[str, ...] = (), refused: bool = False, inputs: dict | None = None,
+          out: Path | None = None) -> str | None:
+    """What is wrong with how a command met `case` (None: nothing). `names`: what a refusal must name (any of
+    them: the field, the file); `refused`: the input is certainly bad (exit 2 expected)."""
+    text = result.output
+    if result.exit_code not in (0, 2, 3) or not isinstance(result.exception, SystemExit | None):
+        return f"{case}: exit {result.exit_code}, {type(result.exception).__name__}: {result.exception}"
+    if "Traceback" in text:
+        return f"{case}: a traceback in the output"
+    if refused and result.exit_code != 2:
+        return f"{case}: exit {result.exit_code} where the input is bad (expected 2)"
+    if result.exit_code == 2:
+        if "Fix:" not in text:
+            return f"{case}: a refusal without a Fix: {text.strip()[-300:]}"
+        if names and not any(name in text for name in names):
+            return f"{case}: a refusal that names none of {names}: {text.strip()[-300:]}"
+        if out is not None and out.exists():
+            return f"{case}: --out {out} left behind by a refusal"
+    if inputs is not None and (after := snapshot(*map(Path, inputs))) != inputs:
+        changed = sorted(set(inputs.items()) ^ set(after.items()))[:3]
+        return f"{case}: an input changed: {changed}"
+    return None
+
+
+def failed(problems: list[str]) -> str:
+    if os.environ.get("EDGEPRESS_FAULTS_OUT"):
+        Path(os.environ["EDGEPRESS_FAULTS_OUT"]).write_text("\n".join(problems))
+    return f"{len(problems)} case(s) ended badly:\n" + "\n".join(problems[:25])
+
+
+# --- every config field
+
+
+def _csv(path: Path, movie_data) -> Path:
+    rows = zip(movie_data.train.texts[:200], movie_data.train.labels[:200], strict=True)
+    path.write_text("text,label\n" + "".join(f'"{t.replace(chr(34), chr(39))}",{int(y)}\n' for t, y in rows))
+    return path
+
+
+def _resolve(node: dict, defs: dict) -> dict:
+    while "$ref" in node:
+        node = {**defs[node["$ref"].split("/")[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def _types(node: dict, defs: dict) -> list[dict]:
+    """The alternatives of a field: each anyOf branch, resolved."""
+    node = _resolve(node, defs)
+    return [_resolve(n, defs) for n in node["anyOf"]] if "anyOf" in node else [node]
+
+
+def leaves(node: dict, defs: dict, path: tuple = ()) -> list[tuple[tuple, dict]]:
+    """(path, schema) of every field under `node` a value is written to: numbers, booleans, text, choices, lists of
+    those; a mapping's fields in turn (a list of mappings: its first item's). `[]` in a path: a list's item."""
+    found, objects = [], [t for t in _types(node, defs) if "properties" in t]
+    for obj in objects[:1]:
+        for key, sub in obj["properties"].items():
+            if any("properties" in t for t in _types(sub, defs)):
+                found += leaves(sub, defs, (*path, key))
+            elif any(t.get("type") == "array" and "properties" in _resolve(t.get("items", {}), defs)
+                     for t in _types(sub, defs)):
+                item = next(_resolve(t["items"], defs) for t in _types(sub, defs) if t.get("type") == "array")
+                found += [((*path, key), sub)] + leaves(item, defs, (*path, key, 0))
+            else:
+                found.append(((*path, key), sub))
+    return found
+
+
+def bad_values(node: dict, defs: dict) -> list:
+    """The values of a field's bad set: past each bound, NaN, ±inf, huge, text, a bool, null, an empty list, a list
+    where a value goes, a mapping, a choice that is none of its choices. Some may be fine (null where it is allowed);
+    the schema says which."""
+    values = ["text", True, None, [], {"key": 1}, math.nan, math.inf, -math.inf, 10**30]
+    for t in _types(node, defs):
+        for bound, step in (("minimum", -1), ("exclusiveMinimum", 0), ("maximum", 1), ("exclusiveMaximum", 0)):
+            if bound in t:
+                values.append(t[bound] + step * (1 if t.get("type") == "integer" else 0.5))
+        if t.get("type") == "integer":
+            values += [2.5, [1]]
+        if t.get("type") == "number":
+            values += ["0.5", [0.5]]
+        if "enum" in t or "const" in t:
+            values += ["no-such-choice", 3]
+        if t.get("type") == "boolean":
+            values += ["maybe", 2]
+        if t.get("type") == "string":
+            values += ["", "\x00", 12]
+        if t.get("type") == "array":
+            values += [[[1]], [None]]
+    return values
+
+
+def _set(config: dict, path: tuple, value) -> dict:
+    """`config` with `value` at `path` (the mappings and lists on the way made where missing)."""
+    config = copy.deepcopy(config)
+    node = config
+    for key, then in zip(path[:-1], path[1:], strict=True):
+        if isinstance(node, dict) and not isinstance(node.get(key), dict | list):
+            node[key] = [{}] if isinstance(then, int) else {}
+        node = node[key]
+    node[path[-1]] = value
+    return config
+
+
+def config_cases(kind: str, bases: dict[str, dict]) -> list[tuple[str, dict, tuple[str, ...]]]:
+    """(case, config, names a refusal must carry) for every field of the `kind` schema and every bad value, on the
+    base config each field belongs to (`bases`: "" for the config's own fields, a method name for its params)."""
+    root = schema(kind)
+    defs = root["$defs"]
+    cases = []
+    fields = [("", path, node) for path, node in leaves(root, defs)]
+    if kind == "pipeline":  # each method's params, on a stage of that method
+        fields += [(name, ("stages", -1, "params", *path), node) for name in METHODS
+                   for path, node in leaves(defs[f"params.{name}"], defs)]
+    for base, path, node in fields:
+        where = ".".join(str(k) for k in path if k not in (0, -1))
+        for value in bad_values(node, defs):
+            config = _set(bases[base], path, [value] if _is_items(node, defs) and not isinstance(value, list)
+                          else value)
+            # a refusal names the field or a section it is in (a gate's missing limit names the gate)
+            names = tuple(str(k) for k in path if isinstance(k, str))
+            cases.append((f"{kind} {base + ': ' if base else ''}{where} = {value!r}", config, names))
+        parent = _set(bases[base], (*path[:-1], "no_such_key"), 1)  # an unknown key beside it
+        cases.append((f"{kind} {where}: an unknown key beside it", parent, ("no_such_key",)))
+    return cases
+
+
+def _is_items(node: dict, defs: dict) -> bool:
+    """A list of values, not of mappings (its bad values are written as its one item)."""
+    return any(t.get("type") == "array" and "properties" not in _resolve(t.get("items", {}), defs)
+               for t in _types(node, defs))
+
+
+# what a method's stage needs to pass `validate` on the tiny 2-layer model of a CPU machine
+BASE_PARAMS = {"distill": {"student_layers": 1}, "fp16": {"providers": ["cpu"]}}
+
+
+def _chain(method: str) -> list[dict]:
+    """The shortest stages that reach `method`'s own: it alone on a torch model, after export on a graph."""
+    stage = {"name": "s", "method": method, **({"params": BASE_PARAMS[method]} if method in BASE_PARAMS else {})}
+    return [stage] if "torch" in METHODS[method].takes else [{"name": "export", "method": "export"}, stage]
+
+
+@pytest.fixture(scope="module")
+def config_bases(tmp_path_factory, tiny_model_dir, movie_data) -> dict[str, dict]:
+    root = tmp_path_factory.mktemp("config-corpus")
+    data = _csv(root / "d.csv", movie_data)
+    pipeline = {"model": str(tiny_model_dir), "data": {"source": str(data)}, "runtime": FAST_RUNTIME}
+    return {"pipeline": {"": {**pipeline, "stages": [{"name": "export", "method": "export"}]},
+                         **{name: {**pipeline, "stages": _chain(name)} for name in METHODS}},
+            "search": {"": {**pipeline, "constraints": {"accuracy": {"max_drop": 0.5}},
+                            "space": {"layers": [1], "heads_keep": [1.0], "ffn_keep": [1.0], "vocab": [False],
+                                      "quantization": ["int8-dynamic"], "epochs": [1]}}}}
+
+
+@pytest.mark.parametrize("kind", ["pipeline", "search"])
+def test_every_config_field_meets_its_bad_values_with_exit_2_and_its_name(kind, config_bases, tmp_path):
+    """Each base config validates; then every field of the schema, given each value of its type's bad set, is
+    either fine (by the schema: `validate` may still refuse it, naming it) or refused by `validate` with exit 2, the
+    field named and a Fix."""
+    from jsonschema import Draft202012Validator
+
+    bases = config_bases[kind]
+    for name, base in bases.items():
+        (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+        result = invoke("validate", tmp_path / "base.yaml")
+        assert result.exit_code == 0, f"base config {name or kind}: {result.output}"
+    checker = Draft202012Validator(schema(kind))
+    problems, file = [], tmp_path / f"{kind}.yaml"
+    for case, config, names in config_cases(kind, bases):
+        file.write_text(yaml.safe_dump(config, allow_unicode=True))
+        before = snapshot(file)
+        result = invoke("validate", file)
+        COUNTS["validate", f"{kind} field values"] += 1
+        problems.append(judge(result, case, names, refused=not checker.is_valid(config), inputs=before))
+    problems = [p for p in problems if p]
+    assert not problems, failed(problems)
