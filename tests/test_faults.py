@@ -18,6 +18,7 @@ import copy
 import hashlib
 import math
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -233,3 +234,135 @@ def test_every_config_field_meets_its_bad_values_with_exit_2_and_its_name(kind, 
         problems.append(judge(result, case, names, refused=not checker.is_valid(config), inputs=before))
     problems = [p for p in problems if p]
     assert not problems, failed(problems)
+
+
+# --- every file a command reads
+
+
+def _text_lines(data: bytes, end: bytes) -> bytes:
+    return data.replace(b"\r\n", b"\n").replace(b"\n", end)
+
+
+def _utf16(data: bytes) -> bytes | None:
+    try:
+        return b"\xff\xfe" + data.decode("utf-8").encode("utf-16-le")
+    except UnicodeDecodeError:
+        return None  # not text
+
+
+def _latin1(data: bytes) -> bytes | None:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return (text + "\ncafé\n").encode("latin-1", errors="replace")
+
+
+# name -> bytes of a file -> mutated bytes (None: the mutation does not apply to it)
+BYTES = {
+    "empty": lambda data: b"",
+    "one byte": lambda data: data[:1],
+    "truncated at half": lambda data: data[: len(data) // 2],
+    "truncated by one byte": lambda data: data[:-1],
+    "random bytes": lambda data: hashlib.shake_256(data).digest(max(len(data), 16) if len(data) < 4096 else 4096),
+    "NUL bytes in the middle": lambda data: data[: len(data) // 2] + b"\x00" * 8 + data[len(data) // 2:],
+    "JSON of another shape": lambda data: b'[1, "two", null]',
+    "a JSON mapping of other keys": lambda data: b'{"unexpected": {"nested": [1, 2]}}',
+    "UTF-16 with a BOM": _utf16,
+    "latin-1": _latin1,
+    "CRLF line ends": lambda data: _text_lines(data, b"\r\n") if b"\n" in data else None,
+    "lone CR line ends": lambda data: _text_lines(data, b"\r") if b"\n" in data else None,
+}
+# name -> path -> None: what stands in the file's place
+PLACES = {
+    "a directory in its place": lambda path: (path.unlink(), path.mkdir()),
+    "a symlink loop in its place": lambda path: (path.unlink(), path.symlink_to(path.name)),
+    "missing": lambda path: path.unlink(),
+}
+
+
+def mutations(path: Path) -> list[tuple[str, object]]:
+    """(name, fn(path)) of every mutation that applies to the file at `path` (JSON shapes to .json files only)."""
+    data, found = path.read_bytes(), []
+    for name, fn in BYTES.items():
+        if "JSON" in name and path.suffix != ".json":
+            continue
+        mutated = fn(data)
+        if mutated is not None and mutated != data:
+            found.append((name, lambda p, m=mutated: p.write_bytes(m)))
+    return found + list(PLACES.items())
+
+
+def _files(root: Path) -> list[Path]:
+    """The files of a dir that a command reads (a bundle's own Python code aside: it is what runs)."""
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".py" and "__pycache__" not in p.parts)
+
+
+def _eval_csv(path: Path, movie_data) -> Path:
+    rows = zip(movie_data.test.texts[:16], movie_data.test.labels[:16], strict=True)
+    path.write_text("text,label\n" + "".join(f'"{t.replace(chr(34), chr(39))}",{int(y)}\n' for t, y in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory, tiny_model_dir, tiny_onnx_dir, movie_data) -> dict[str, Path]:
+    """A good dir of each kind a command takes: a torch model dir, an ONNX dir, a bundle; and the data it reads."""
+    root = tmp_path_factory.mktemp("file-corpus")
+    result = invoke("bundle", tiny_onnx_dir, "--out", root / "bundle")
+    assert result.exit_code == 0, result.output
+    return {"torch": tiny_model_dir, "onnx": tiny_onnx_dir, "bundle": root / "bundle",
+            "data": _eval_csv(root / "eval.csv", movie_data)}
+
+
+# kind of dir -> command -> its arguments (DIR: the dir, OUT: an --out that must not be left behind, DATA: texts)
+COMMANDS = {
+    "torch": {"evaluate": ("evaluate", "DIR", "--data", "DATA", "--max-length", 32),
+              "export": ("export", "DIR", "--out", "OUT", "--data", "DATA", "--max-length", 32, "--no-optimize")},
+    "onnx": {"evaluate": ("evaluate", "DIR", "--data", "DATA", "--max-length", 32),
+             "bench": ("bench", "DIR", "--runs", 2, "--warmup", 0, "--seq-len", 16),
+             "bundle": ("bundle", "DIR", "--out", "OUT"),
+             "predict": ("predict", "DIR", "a fine film")},
+    "bundle": {"evaluate": ("evaluate", "DIR", "--data", "DATA"),
+               "bench": ("bench", "DIR", "--runs", 2, "--warmup", 0, "--seq-len", 16),
+               "bundle": ("bundle", "DIR", "--out", "OUT"),
+               "predict": ("predict", "DIR", "a fine film")},
+}
+
+
+@pytest.mark.parametrize("kind", list(COMMANDS))
+def test_every_file_of_a_model_dir_mutated_meets_every_command_that_reads_it(kind, dirs, tmp_path):
+    """Each file of the dir (whatever the dir holds), mutated each way that applies to it, given to each command
+    that takes such a dir: exit 0 (what the command does not read), 2 or 3, never a traceback; a refusal names the
+    file or the dir, with a Fix; the dir and the data unchanged; no --out left behind."""
+    good = dirs[kind]
+    problems = []
+    for command, args in COMMANDS[kind].items():
+        result = invoke(*[_arg(a, good, dirs, tmp_path / "good-out") for a in args])
+        assert result.exit_code == 0, f"{command} on the good {kind} dir: {result.output}"
+        for file in _files(good):
+            rel = file.relative_to(good)
+            for name, mutate in mutations(file):
+                case_dir = tmp_path / "case"
+                shutil.copytree(good, case_dir, symlinks=True)
+                mutate(case_dir / rel)
+                out = tmp_path / "out"
+                before = snapshot(case_dir, dirs["data"])
+                result = invoke(*[_arg(a, case_dir, dirs, out) for a in args])
+                COUNTS[command, f"{kind} dir files"] += 1
+                problems.append(judge(result, f"{command} {kind}/{rel}: {name}", (rel.name, str(case_dir)),
+                                      inputs=before, out=out if result.exit_code == 2 else None))
+                _clear(case_dir, out)
+    problems = [p for p in problems if p]
+    assert not problems, failed(problems)
+
+
+def _arg(arg, case_dir: Path, dirs: dict, out: Path):
+    return {"DIR": case_dir, "DATA": dirs["data"], "OUT": out}.get(arg, arg) if isinstance(arg, str) else arg
+
+
+def _clear(*paths: Path) -> None:
+    for path in paths:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.exists():
+            shutil.rmtree(path)

@@ -45,6 +45,23 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def read_onnx(path: Path, external_data: bool = True):
+    """The ONNX model at `path` (an onnx.ModelProto; its external weights read too unless `external_data` is
+    False): the one reader every command opens a graph with. A file that is not one (empty, cut short, another
+    format, weights missing) is a ModelError naming the fix."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        return onnx.load(str(path), load_external_data=external_data)
+    except (DecodeError, RuntimeWarning, ValueError, OSError, onnx.checker.ValidationError) as e:
+        from edgepress.errors import ModelError
+
+        why = " ".join(str(e).split())[:200] or type(e).__name__
+        raise ModelError(f"{path} is not a readable ONNX model ({why}). Fix: export the model again (an export "
+                         f"stage, or `edgepress export`), or bundle the run's final/ again") from None
+
+
 def write_arrays(path: Path, arrays: dict) -> None:
     """Numeric arrays by name as an .npz file, atomically."""
     import io

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from edgepress.errors import ConfigError, ModelError
+from edgepress.files import read_onnx
 from edgepress.logs import collected
 
 
@@ -190,7 +191,7 @@ def gptq_rounding(float_path: Path, int8_path: Path, feeds: list[dict], reduce_r
 
     from edgepress.compress.smooth import READERS, activations
 
-    model, quantized = onnx.load(str(float_path)), onnx.load(str(int8_path))
+    model, quantized = read_onnx(float_path), read_onnx(int8_path)
     floats = {t.name: t for t in model.graph.initializer}
     ints = {t.name: t for t in quantized.graph.initializer}
     targets = [n for n in model.graph.node if n.op_type in READERS and len(n.input) > 1 and n.input[1] in floats

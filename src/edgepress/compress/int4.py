@@ -42,7 +42,7 @@ from edgepress.export.parity import (
     check_graph_change,
     copy_side_files,
 )
-from edgepress.files import atomic_dir
+from edgepress.files import atomic_dir, read_onnx
 from edgepress.logs import parity_text, readable
 from edgepress.runtime.session import SessionConfig
 
@@ -180,7 +180,7 @@ def int4(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Int4Config =
 
     def quantize(out: Path, only: list[str] | None = None, exclude: tuple[str, ...] = ()) -> None:
         skip = [*others, *([n for n in candidates if n not in only] if only else exclude)]
-        model = _matmuls(onnx.load(str(src)), cfg, skip, linears)
+        model = _matmuls(read_onnx(src), cfg, skip, linears)
         onnx.save_model(_word_table(model, cfg, skip) if cfg.embeddings else model, str(out))
 
     keep, ranking = kept_float(cfg.keep_float, candidates,
@@ -188,7 +188,7 @@ def int4(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Int4Config =
     with atomic_dir(Path(out_dir)) as tmp:
         quantize(tmp / ONNX_FILE, exclude=tuple(keep))
         copy_side_files(Path(src_dir), tmp)
-        counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
+        counts = Counter(node.op_type for node in read_onnx(tmp / ONNX_FILE).graph.node)
         parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity, "the 4-bit graph",
                                     SessionConfig(), default="parity" not in cfg.model_fields_set)
         kernels = low_bit_kernels(tmp / ONNX_FILE)

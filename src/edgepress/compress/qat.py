@@ -27,7 +27,7 @@ from edgepress.export.parity import (
     input_names,
     ort_runner,
 )
-from edgepress.files import atomic_dir, read_json, write_json
+from edgepress.files import atomic_dir, read_json, read_onnx, write_json
 from edgepress.logs import parity_text, readable
 from edgepress.models.train import EPOCHS, TrainConfig
 from edgepress.runtime.session import SessionConfig, open_session
@@ -92,14 +92,13 @@ QDQ_PARITY = ParityConfig(max_abs_diff=0.25, min_agreement=0.99)
 def _activation_ranges(onnx_file: Path, model, ranges: dict) -> dict:
     """ONNX input tensor of each fake-quantized Linear's MatMul -> its learned [lo, hi]; the MatMuls are found by
     weight content (the export writes Linear.weight.T bit for bit)."""
-    import onnx
     from onnx import numpy_helper
 
     from edgepress.compress.gptq import weight_key
 
     by_weight = {weight_key(model.get_submodule(name).weight.detach().numpy().T): bounds
                  for name, bounds in ranges.items()}
-    graph = onnx.load(str(onnx_file)).graph
+    graph = read_onnx(onnx_file).graph
     weights = {t.name: t for t in graph.initializer}
     tensors, matched = {}, set()
     for node in graph.node:
@@ -128,7 +127,7 @@ def _float_beside_matmuls(path: Path) -> None:
     quantized nodes share it): the residual Add after each FFN would then add a rounded tensor."""
     import onnx
 
-    model = onnx.load(str(path))
+    model = read_onnx(path)
     nodes = model.graph.node
     quantized = {n.output[0]: n.input[0] for n in nodes if n.op_type == "QuantizeLinear"}
     original = {n.output[0]: quantized[n.input[0]] for n in nodes
@@ -168,7 +167,7 @@ def export_qat(model_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Expo
         save_tensors_data(TensorsData(CalibrationMethod.MinMax, {
             name: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for name, (lo, hi) in tensors.items()
         }), cache)
-        graph = onnx.load(str(float_dir / ONNX_FILE)).graph
+        graph = read_onnx(float_dir / ONNX_FILE).graph
         with atomic_dir(Path(out_dir)) as tmp:
             quantize_static(float_dir / ONNX_FILE, tmp / ONNX_FILE, None, quant_format=QuantFormat.QDQ,
                             op_types_to_quantize=["MatMul"], per_channel=True, activation_type=QuantType.QUInt8,

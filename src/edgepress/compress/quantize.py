@@ -41,7 +41,7 @@ from edgepress.export.parity import (
     ort_runner,
     spread_by_length,
 )
-from edgepress.files import atomic_dir
+from edgepress.files import atomic_dir, read_onnx
 from edgepress.logs import parity_text, readable
 from edgepress.runtime.session import SessionConfig, open_session, session_op_counts
 
@@ -88,9 +88,8 @@ def _weighted(graph, op_types: tuple[str, ...]) -> list[str]:
 
 def int8_dynamic_nodes(path: Path) -> list[str]:
     """The nodes of the graph at `path` that `int8-dynamic` quantizes: what its `keep_float` may name."""
-    import onnx
 
-    return _weighted(onnx.load(str(path), load_external_data=False).graph,
+    return _weighted(read_onnx(path, external_data=False).graph,
                      ("MatMul", "Gemm", "Attention", "Gather", "EmbedLayerNormalization"))
 
 
@@ -194,11 +193,11 @@ def _int8_dynamic(src: Path, src_dir: Path, out_dir: Path, texts: tuple[str, ...
                                lambda: rank_sensitivity(src_dir, candidates, quantize, texts, cfg.max_length))
     with atomic_dir(out_dir) as tmp:
         quantize(tmp / ONNX_FILE, exclude=keep)
-        rounding = gptq_rounding(src, tmp / ONNX_FILE, text_feeds(onnx.load(str(src), load_external_data=False),
+        rounding = gptq_rounding(src, tmp / ONNX_FILE, text_feeds(read_onnx(src, external_data=False),
                                                                   src_dir, texts, cfg.max_length),
                                  cfg.reduce_range) if cfg.gptq else None
         copy_side_files(src_dir, tmp)
-        counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
+        counts = Counter(node.op_type for node in read_onnx(tmp / ONNX_FILE).graph.node)
         ops = {op: counts[op] for op in INT8_OPS if counts[op]}
         parity = check_graph_change(src_dir, tmp, texts, cfg.max_length, cfg.parity, "the int8 graph",
                                     SessionConfig(), default="parity" not in cfg.model_fields_set)
@@ -240,9 +239,8 @@ class _Sentences:
 
 def require_unfused(src: Path, method: str):
     """The graph at `src` (without its external data), refused when ONNX Runtime's fusions have run on it."""
-    import onnx
 
-    model = onnx.load(str(src), load_external_data=False)
+    model = read_onnx(src, external_data=False)
     fused = sorted({n.op_type for n in model.graph.node if n.domain == "com.microsoft"})
     if fused:
         raise ConfigError(f"{method} needs the unfused graph of an export stage; {src} has fused ops "
@@ -319,7 +317,7 @@ def int8_static(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
         with atomic_dir(Path(out_dir)) as tmp:
             quantize(tmp / ONNX_FILE, exclude=tuple(keep))
             copy_side_files(Path(src_dir), tmp)
-            counts = Counter(node.op_type for node in onnx.load(str(tmp / ONNX_FILE)).graph.node)
+            counts = Counter(node.op_type for node in read_onnx(tmp / ONNX_FILE).graph.node)
             parity = check_graph_change(Path(src_dir), tmp, texts, cfg.max_length, cfg.parity,
                                         "the static int8 graph", SessionConfig(),
                                         default="parity" not in cfg.model_fields_set)

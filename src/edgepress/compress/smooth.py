@@ -21,6 +21,7 @@ import numpy as np
 
 from edgepress.device.feeds import load_tokenizer, natural_feeds
 from edgepress.export.parity import parity_feeds
+from edgepress.files import read_onnx
 
 SMOOTH_TEXTS = 128  # validation sentences the activation maxima are measured on
 SMOOTH_BATCH = 8  # ... alone and in padded batches of this size: padding positions carry outliers of their own
@@ -105,7 +106,7 @@ def smooth_activations(src: Path, dst: Path, texts: tuple[str, ...], alpha: floa
     SMOOTH_TEXTS of `texts`, alone and in padded batches; returns what `smooth_graph` did, and the texts."""
     import onnx
 
-    model = onnx.load(str(src))
+    model = read_onnx(src)
     done = smooth_graph(model, text_feeds(model, Path(src).parent, texts, max_length, SMOOTH_BATCH), alpha,
                         fold_attention)
     onnx.save(model, str(dst))

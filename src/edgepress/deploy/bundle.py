@@ -16,7 +16,7 @@ from edgepress.deploy.web import INDEX, web_files
 from edgepress.device.bundle import BUNDLE_FILES, MANIFEST, json_object, model_file
 from edgepress.device.sessions import disabled_optimizers
 from edgepress.errors import ConfigError, ModelError
-from edgepress.files import atomic_dir, check_apart, check_owned, check_writable, file_sha256, write_json
+from edgepress.files import atomic_dir, check_apart, check_owned, check_writable, file_sha256, read_onnx, write_json
 from edgepress.models.sentence import module_folders
 from edgepress.tasks import task_of
 
@@ -64,7 +64,7 @@ def graph_facts(path: Path) -> dict:
     """ir_version, opsets {domain: version}, operators [{domain, op_type}] sorted, inputs [{name, dtype}]."""
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
+    model = read_onnx(path, external_data=False)
     graph = model.graph
     operators = sorted({(n.domain or "ai.onnx", n.op_type) for n in graph.node})
     initializers = {t.name for t in graph.initializer}
@@ -89,12 +89,11 @@ def minimum_onnxruntime(facts: dict, built_with: str) -> str:
 
 def operator_origins(run_root: Path | None) -> dict[str, str]:
     """{op_type: the first stage of the run whose graph has it}: whom to blame for an operator a target lacks."""
-    import onnx
 
     origins: dict[str, str] = {}
     stages = sorted((run_root / "stages").glob("*/model/model.onnx")) if run_root else []
     for path in stages:
-        for node in onnx.load(str(path), load_external_data=False).graph.node:
+        for node in read_onnx(path, external_data=False).graph.node:
             origins.setdefault(node.op_type, path.parent.parent.name.split("-", 1)[1])
     return origins
 

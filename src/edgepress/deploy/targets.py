@@ -17,6 +17,7 @@ from typing import Any
 
 from edgepress.device.timing import cpu_flags
 from edgepress.errors import ConfigError
+from edgepress.files import read_onnx
 
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 # Integer-MatMul kernels ONNX Runtime has for CPU only: on CUDA each would run on the CPU, with copies around it
@@ -100,7 +101,7 @@ def int8_weight_ranges(path: Path) -> dict[str, int]:
     import onnx
     from onnx import numpy_helper
 
-    graph = onnx.load(str(path)).graph
+    graph = read_onnx(path).graph
     weights = {t.name: t for t in graph.initializer if t.data_type == onnx.TensorProto.INT8}
     readers = {"MatMulInteger": 1, "DynamicQuantizeMatMul": 1, "QAttention": 1, "DequantizeLinear": 0}
     found = {}

@@ -11,7 +11,7 @@ from edgepress.deploy.targets import CPU_INTEGER_OPS
 from edgepress.device.bundle import json_object
 from edgepress.device.feeds import position_limit
 from edgepress.errors import ConfigError, ModelError
-from edgepress.files import write_json
+from edgepress.files import read_onnx, write_json
 from edgepress.models.sentence import TOKEN_OUTPUT, SentenceLayout
 
 INDEX, VENDOR = "index.html", "vendor"
@@ -54,7 +54,7 @@ def _token_output(path: Path) -> None:
     pools. Inside the graph the tensor is renamed, and cast for the output (an fp16 graph's is float16)."""
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
+    model = read_onnx(path, external_data=False)
     graph = model.graph
     if any(output.name == TOKEN_OUTPUT for output in graph.output):
         return  # a web bundle's graph, bundled again

@@ -23,7 +23,7 @@ from edgepress.export.parity import (
     ort_runner,
     real_feeds,
 )
-from edgepress.files import atomic_dir
+from edgepress.files import atomic_dir, read_onnx
 from edgepress.logs import parity_text
 from edgepress.runtime.session import SessionConfig, open_session
 
@@ -106,7 +106,7 @@ def keep_outputs(path: Path, outputs: tuple[str, ...]) -> None:
     where something inside the graph reads them); external weights are left where they are."""
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
+    model = read_onnx(path, external_data=False)
     for i in reversed(range(len(model.graph.output))):
         if model.graph.output[i].name not in outputs:
             del model.graph.output[i]
@@ -121,7 +121,7 @@ def pin_head_counts(path: Path) -> int:
     import onnx
     from onnx import numpy_helper
 
-    model = onnx.load(str(path))
+    model = read_onnx(path)
     graph = model.graph
     producer = {out: node for node in graph.node for out in node.output}
     initializer = {tensor.name: tensor for tensor in graph.initializer}

@@ -45,7 +45,7 @@ from edgepress.export.parity import (
     copy_side_files,
     ort_runner,
 )
-from edgepress.files import atomic_dir, write_json
+from edgepress.files import atomic_dir, read_onnx, write_json
 from edgepress.logs import parity_text, quiet, readable, step
 from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig
@@ -265,11 +265,10 @@ def optimize_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Opt
 
 def fp16_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Fp16Config = Fp16Config()) -> dict:
     """Convert `src_dir`/model.onnx to float16 (int64 inputs, float32 logits), checked on `cfg.providers`."""
-    import onnx
     from onnxruntime.transformers.onnx_model import OnnxModel
 
     with atomic_dir(Path(out_dir)) as tmp:
-        model = OnnxModel(onnx.load(str(Path(src_dir) / ONNX_FILE)))
+        model = OnnxModel(read_onnx(Path(src_dir) / ONNX_FILE))
         model.convert_float_to_float16(keep_io_types=True)
         model.save_model_to_file(str(tmp / ONNX_FILE))
         copy_side_files(Path(src_dir), tmp)

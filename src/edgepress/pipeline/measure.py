@@ -9,6 +9,7 @@ import numpy as np
 from edgepress.data import DataSplits
 from edgepress.data.dataset import TextSet
 from edgepress.device.sessions import SPINNING
+from edgepress.files import read_onnx
 from edgepress.logs import words
 from edgepress.models.introspect import param_counts, size_metrics
 from edgepress.pipeline.latency import latency_metrics, onnx_path
@@ -45,10 +46,9 @@ def onnx_predictions(model_dir: Path, texts: tuple[str, ...], max_length: int, t
 
 def onnx_param_counts(path: Path) -> dict:
     """params and nonzero_params over the graph's initializers (weights, biases, quantization scales)."""
-    import onnx
     from onnx import numpy_helper
 
-    arrays = [numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer]
+    arrays = [numpy_helper.to_array(t) for t in read_onnx(path).graph.initializer]
     total = sum(a.size for a in arrays)
     nonzero = sum(int(np.count_nonzero(a)) for a in arrays)
     return {"params": total, "nonzero_params": nonzero, "sparsity": 1 - nonzero / total}

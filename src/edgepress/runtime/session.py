@@ -18,6 +18,7 @@ from edgepress.device.sessions import (
     require_providers,
     session_options,
 )
+from edgepress.files import read_onnx
 
 Provider = Literal["cpu", "cuda"]
 
@@ -47,7 +48,6 @@ def open_session(path: str | Path, cfg: SessionConfig = SessionConfig()):
 def session_op_counts(path: str | Path, cfg: SessionConfig = SessionConfig()) -> dict[str, int]:
     """Op counts of the graph ONNX Runtime actually runs, after its own optimizations (it writes that graph out):
     which integer kernels a quantized model ends up on, say, rather than what the file asks for."""
-    import onnx
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory(prefix="edgepress-optimized-") as scratch:
@@ -57,7 +57,7 @@ def session_op_counts(path: str | Path, cfg: SessionConfig = SessionConfig()) ->
         options.log_severity_level = 3  # not the warning that such a graph is for this machine only: it is not kept
         ort.InferenceSession(str(path), options, providers=list(provider_names(cfg.providers)),
                              disabled_optimizers=disabled_optimizers(Path(path)))
-        counts = Counter(node.op_type for node in onnx.load(str(optimized), load_external_data=False).graph.node)
+        counts = Counter(node.op_type for node in read_onnx(optimized, external_data=False).graph.node)
     return dict(sorted(counts.items()))
 
 
