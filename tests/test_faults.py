@@ -16,6 +16,7 @@ and per kind, are printed at the end of the session."""
 import collections
 import copy
 import hashlib
+import json
 import math
 import os
 import shutil
@@ -366,3 +367,34 @@ def _clear(*paths: Path) -> None:
             path.unlink()
         elif path.exists():
             shutil.rmtree(path)
+
+
+# --- what a line of input is
+
+# texts that hold, inside them, the characters str.splitlines would also end a line at
+TEXTS = ("a fine film\u2028 after all", "dull\u2029 and long", "the plot\u0085 holds", "plain")
+
+
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"], ids=["LF", "CRLF", "CR"])
+def test_every_text_reader_ends_a_line_at_a_line_end_only(end, dirs, tmp_path, movie_data):
+    """`\\n`, `\\r\\n` and `\\r` end a line; U+2028, U+2029 and U+0085 inside a line are text: the bundle's
+    `predict.py --file` gives one result a line, in order, and edgepress reads a .txt fidelity set and transfer
+    texts with the same lines."""
+    import subprocess
+    import sys
+
+    from edgepress.data import DataConfig, load_data
+
+    file = tmp_path / "texts.txt"
+    file.write_bytes(end.join(TEXTS).encode() + end.encode())
+    done = subprocess.run([sys.executable, str(dirs["bundle"] / "predict.py"), "--file", str(file), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    COUNTS["predict.py", "line ends"] += 1
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["text"] for line in done.stdout.splitlines()] == list(TEXTS)
+    transfer = tmp_path / "transfer.txt"  # texts of its own: those judged on (the fidelity set's) are left out
+    transfer.write_bytes(end.join(f"more: {text}" for text in TEXTS).encode() + end.encode())
+    data = load_data(DataConfig(source=str(_csv(tmp_path / "d.csv", movie_data)), fidelity_sets={"f": str(file)},
+                                unlabeled=str(transfer)))
+    COUNTS["run", "line ends"] += 1
+    assert data.fidelity["f"].texts == TEXTS and data.unlabeled == tuple(f"more: {text}" for text in TEXTS)

@@ -13,6 +13,7 @@ from edgepress.data.imdb import imdb_sentences
 from edgepress.data.movie import ID2LABEL, load_movie_snippets
 from edgepress.data.pairs import read_pairs
 from edgepress.data.sources import SHOWN, RawSource, column_texts, read_source, row_numbers
+from edgepress.device.lines import text_lines
 from edgepress.errors import DataError
 
 TEXT_FILES = (".txt", ".csv", ".jsonl")  # what data.unlabeled and a fidelity set may be
@@ -157,7 +158,7 @@ def _text_lines(path) -> tuple[str, ...]:
         raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). Fix: save it as UTF-8") from e
     except OSError as e:
         raise DataError(f"{path} cannot be read: {e.strerror}. Fix: check the path and its permissions") from e
-    lines = text.splitlines()
+    lines = text_lines(text)
     empty = [i for i, line in enumerate(lines) if not line.strip()]
     if empty:
         raise DataError(f"{path}: lines {row_numbers(empty)} are empty. Fix: one text per line, no empty lines")

@@ -9,6 +9,7 @@ import numpy as np
 
 from .entities import AGGREGATIONS
 from .errors import ConfigError, DataError, EdgepressError, ModelError
+from .lines import text_lines
 from .predictor import Prediction, Predictor
 from .sessions import PROVIDERS
 
@@ -16,7 +17,7 @@ from .sessions import PROVIDERS
 def _lines(file: str) -> list[str]:
     """The non-blank lines of a UTF-8 text file (blank lines, a trailing newline, are not texts)."""
     try:
-        lines = Path(file).read_bytes().decode("utf-8").splitlines()
+        lines = text_lines(Path(file).read_bytes().decode("utf-8"))
     except OSError as e:
         raise DataError(f"cannot read {file}: {e.strerror}. Fix: pass a readable text file, one text a line") from None
     except UnicodeDecodeError:
