@@ -398,3 +398,78 @@ def test_every_text_reader_ends_a_line_at_a_line_end_only(end, dirs, tmp_path, m
                                 unlabeled=str(transfer)))
     COUNTS["run", "line ends"] += 1
     assert data.fidelity["f"].texts == TEXTS and data.unlabeled == tuple(f"more: {text}" for text in TEXTS)
+
+
+# --- every data file a run or a command reads
+
+
+def _jsonl(path: Path, movie_data) -> Path:
+    rows = zip(movie_data.train.texts[:200], movie_data.train.labels[:200], strict=True)
+    path.write_text("".join(json.dumps({"text": t, "label": int(y)}) + "\n" for t, y in rows))
+    return path
+
+
+def _texts(path: Path, movie_data) -> Path:
+    path.write_text("".join(f"{t}\n" for t in movie_data.test.texts[500:540]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory, movie_data) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("data-corpus")
+    return {"csv": _csv(root / "d.csv", movie_data), "jsonl": _jsonl(root / "d.jsonl", movie_data),
+            "txt": _texts(root / "t.txt", movie_data)}
+
+
+# where a data file goes: its kinds, and the command line that reads it (FILE: the mutated file; CONFIG: a pipeline
+# config written with it, MODEL/ONNX: the tiny torch model / its ONNX export)
+DATA_READERS = {
+    "data.source": (("csv", "jsonl"), ("validate", "CONFIG"), {"data": {"source": "FILE"}}),
+    "data.unlabeled": (("txt", "csv", "jsonl"), ("validate", "CONFIG"), {"data": {"source": "GOOD",
+                                                                                 "unlabeled": "FILE"}}),
+    "data.fidelity_sets": (("txt", "csv", "jsonl"), ("validate", "CONFIG"),
+                           {"data": {"source": "GOOD", "fidelity_sets": {"mine": "FILE"}}}),
+    "evaluate --data": (("csv", "jsonl"), ("evaluate", "ONNX", "--data", "FILE", "--max-length", 32), None),
+    "bench --data": (("csv", "jsonl"), ("bench", "ONNX", "--data", "FILE", "--runs", 2, "--warmup", 0), None),
+    "export --data": (("csv",), ("export", "MODEL", "--out", "OUT", "--data", "FILE", "--max-length", 32,
+                                 "--no-optimize"), None),
+}
+
+
+def _fill(value, names: dict):
+    if isinstance(value, dict):
+        return {k: _fill(v, names) for k, v in value.items()}
+    return str(names[value]) if isinstance(value, str) and value in names else value
+
+
+@pytest.mark.parametrize("reader", list(DATA_READERS))
+def test_every_data_file_mutated_meets_what_reads_it(reader, data_files, tiny_model_dir, tiny_onnx_dir, tmp_path):
+    """Each data file kind a reader takes, mutated each way that applies, read where a user gives it: exit 0 (what
+    is still fine), 2 or 3; no traceback; a refusal names the file, with a Fix; the file unchanged; no --out."""
+    kinds, args, section = DATA_READERS[reader]
+    problems = []
+    for kind in kinds:
+        good = data_files[kind]
+        for name, mutate in [("as it is", lambda p: None), *mutations(good)]:
+            file = tmp_path / f"case{good.suffix}"
+            shutil.copyfile(good, file)
+            mutate(file)
+            names = {"FILE": file, "GOOD": data_files["csv"], "MODEL": tiny_model_dir, "ONNX": tiny_onnx_dir,
+                     "OUT": tmp_path / "out"}
+            if section is not None:
+                config = tmp_path / "p.yaml"
+                config.write_text(yaml.safe_dump({"model": str(tiny_model_dir), **_fill(section, names),
+                                                  "runtime": FAST_RUNTIME,
+                                                  "stages": [{"name": "export", "method": "export"}]}))
+                names["CONFIG"] = config
+            before = snapshot(file) if file.is_file() else None
+            result = invoke(*[_fill(a, names) for a in args])
+            COUNTS[args[0], f"{reader} ({kind})"] += 1
+            problem = judge(result, f"{reader} {kind}: {name}", (file.name,), inputs=before,
+                            out=names["OUT"] if result.exit_code == 2 else None)
+            if name == "as it is" and result.exit_code != 0:
+                problem = f"{reader} {kind}: the good file is refused: {result.output[-300:]}"
+            problems.append(problem)
+            _clear(file, names["OUT"])
+    problems = [p for p in problems if p]
+    assert not problems, failed(problems)

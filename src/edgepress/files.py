@@ -163,6 +163,18 @@ def check_writable(out: Path) -> None:
                           f"Fix: choose a directory you can write, or change its permissions")
 
 
+def resolved(path: Path, what: str) -> Path:
+    """`path` made absolute, its links followed; a ConfigError naming `what` (--out, the model, ...) where a link
+    leads back to itself (Python 3.11 raises RuntimeError there, later ones OSError)."""
+    from edgepress.errors import ConfigError
+
+    try:
+        return Path(path).expanduser().resolve()
+    except (RuntimeError, OSError) as e:
+        raise ConfigError(f"{what} {path} cannot be followed: {e}. Fix: a path that names a file or directory (no "
+                          f"symbolic link that leads back to itself)") from None
+
+
 def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
@@ -172,10 +184,10 @@ def check_apart(out: Path, inputs: dict[str, Path], replaced: tuple[Path, ...] |
     `out` whole), and `out` does not lie inside an input dir: a command never overwrites what it reads."""
     from edgepress.errors import ConfigError
 
-    out = out.resolve()
-    replaced = tuple(p.resolve() for p in replaced) if replaced is not None else (out,)
+    out = resolved(out, "--out")
+    replaced = tuple(resolved(p, "--out") for p in replaced) if replaced is not None else (out,)
     for what, path in inputs.items():
-        path = Path(path).resolve()
+        path = resolved(Path(path), what)
         if path == out:
             raise ConfigError(f"--out {out} is {what}, which this command reads. Fix: write to another directory")
         if any(_inside(path, r) for r in replaced):

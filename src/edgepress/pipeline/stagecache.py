@@ -29,7 +29,7 @@ import numpy as np
 
 from edgepress import __version__
 from edgepress.errors import ConfigError
-from edgepress.files import atomic_dir, read_json, tree_sha256, write_json
+from edgepress.files import atomic_dir, read_json, resolved, tree_sha256, write_json
 from edgepress.pipeline.rundir import loaded_predictions, stored_predictions
 
 ENTRY = "entry.json"
@@ -113,9 +113,9 @@ class StageCache:
 def open_cache(root: Path, apart_from: dict[str, Path]) -> StageCache:
     """The cache in `root` (made when missing), which must lie apart from the run dir and every input: a run
     replaces what is in its dir, and a cache inside the model or data would change what it reads."""
-    root = Path(root).expanduser().resolve()
+    root = resolved(Path(root), "--cache")
     for what, path in apart_from.items():
-        path = Path(path).resolve()
+        path = resolved(Path(path), what)
         if root == path or root.is_relative_to(path) or path.is_relative_to(root):
             raise ConfigError(f"--cache {root} and {what} ({path}) overlap. Fix: keep the cache in a directory of "
                               f"its own, outside the run dir and the inputs")
