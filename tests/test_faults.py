@@ -226,13 +226,21 @@ def test_every_config_field_meets_its_bad_values_with_exit_2_and_its_name(kind, 
         result = invoke("validate", tmp_path / "base.yaml")
         assert result.exit_code == 0, f"base config {name or kind}: {result.output}"
     checker = Draft202012Validator(schema(kind))
-    problems, file = [], tmp_path / f"{kind}.yaml"
+    problems, file, out, ran = [], tmp_path / f"{kind}.yaml", tmp_path / "out", set()
+    command = "run" if kind == "pipeline" else "search"
     for case, config, names in config_cases(kind, bases):
         file.write_text(yaml.safe_dump(config, allow_unicode=True))
         before = snapshot(file)
         result = invoke("validate", file)
         COUNTS["validate", f"{kind} field values"] += 1
-        problems.append(judge(result, case, names, refused=not checker.is_valid(config), inputs=before))
+        refused = not checker.is_valid(config)
+        problems.append(judge(result, case, names, refused=refused, inputs=before))
+        if refused and names not in ran:  # the run (or search) refuses it too, before writing anything
+            ran.add(names)
+            result = invoke(command, file, "--out", out, *(("--trials", 1) if kind == "search" else ()))
+            COUNTS[command, f"{kind} field values"] += 1
+            problems.append(judge(result, f"{command}: {case}", names, refused=True, inputs=before, out=out))
+            _clear(out)
     problems = [p for p in problems if p]
     assert not problems, failed(problems)
 
@@ -312,12 +320,13 @@ def dirs(tmp_path_factory, tiny_model_dir, tiny_onnx_dir, movie_data) -> dict[st
     result = invoke("bundle", tiny_onnx_dir, "--out", root / "bundle")
     assert result.exit_code == 0, result.output
     return {"torch": tiny_model_dir, "onnx": tiny_onnx_dir, "bundle": root / "bundle",
-            "data": _eval_csv(root / "eval.csv", movie_data)}
+            "data": _eval_csv(root / "eval.csv", movie_data), "train": _csv(root / "train.csv", movie_data)}
 
 
 # kind of dir -> command -> its arguments (DIR: the dir, OUT: an --out that must not be left behind, DATA: texts)
 COMMANDS = {
     "torch": {"evaluate": ("evaluate", "DIR", "--data", "DATA", "--max-length", 32),
+              "init": ("init", "DIR", "TRAIN", "--out", "OUT"),
               "export": ("export", "DIR", "--out", "OUT", "--data", "DATA", "--max-length", 32, "--no-optimize")},
     "onnx": {"evaluate": ("evaluate", "DIR", "--data", "DATA", "--max-length", 32),
              "bench": ("bench", "DIR", "--runs", 2, "--warmup", 0, "--seq-len", 16),
@@ -340,6 +349,7 @@ def test_every_file_of_a_model_dir_mutated_meets_every_command_that_reads_it(kin
     for command, args in COMMANDS[kind].items():
         result = invoke(*[_arg(a, good, dirs, tmp_path / "good-out") for a in args])
         assert result.exit_code == 0, f"{command} on the good {kind} dir: {result.output}"
+        _clear(tmp_path / "good-out")
         for file in _files(good):
             rel = file.relative_to(good)
             for name, mutate in mutations(file):
@@ -358,7 +368,8 @@ def test_every_file_of_a_model_dir_mutated_meets_every_command_that_reads_it(kin
 
 
 def _arg(arg, case_dir: Path, dirs: dict, out: Path):
-    return {"DIR": case_dir, "DATA": dirs["data"], "OUT": out}.get(arg, arg) if isinstance(arg, str) else arg
+    return {"DIR": case_dir, "DATA": dirs["data"], "TRAIN": dirs["train"], "OUT": out}.get(arg, arg) \
+        if isinstance(arg, str) else arg
 
 
 def _clear(*paths: Path) -> None:
@@ -433,6 +444,7 @@ DATA_READERS = {
     "bench --data": (("csv", "jsonl"), ("bench", "ONNX", "--data", "FILE", "--runs", 2, "--warmup", 0), None),
     "export --data": (("csv",), ("export", "MODEL", "--out", "OUT", "--data", "FILE", "--max-length", 32,
                                  "--no-optimize"), None),
+    "init DATA": (("csv", "jsonl"), ("init", "MODEL", "FILE", "--out", "OUT"), None),
 }
 
 
@@ -471,5 +483,35 @@ def test_every_data_file_mutated_meets_what_reads_it(reader, data_files, tiny_mo
                 problem = f"{reader} {kind}: the good file is refused: {result.output[-300:]}"
             problems.append(problem)
             _clear(file, names["OUT"])
+    problems = [p for p in problems if p]
+    assert not problems, failed(problems)
+
+
+# --- the config file itself
+
+
+@pytest.mark.parametrize("kind", ["pipeline", "search"])
+def test_a_config_file_mutated_is_refused_alike_by_validate_and_by_what_runs_it(kind, config_bases, tmp_path):
+    """The YAML file, mutated each way that applies: `validate` exits 0 or 2 (naming the file, with a Fix), never a
+    traceback; what it refuses, `run` (or `search`) refuses too, with no --out left behind."""
+    good = tmp_path / f"{kind}.yaml"
+    good.write_text(yaml.safe_dump(config_bases[kind][""]))
+    command = "run" if kind == "pipeline" else "search"
+    problems, out = [], tmp_path / "out"
+    for name, mutate in mutations(good):
+        file = tmp_path / "case.yaml"
+        shutil.copyfile(good, file)
+        mutate(file)
+        before = snapshot(file) if file.is_file() else None
+        result = invoke("validate", file)
+        COUNTS["validate", f"{kind} file"] += 1
+        # a refusal names the file, or what in it is wrong (a value cut short: the model's path)
+        problems.append(judge(result, f"validate {kind} file: {name}", (file.name, "model"), inputs=before))
+        if result.exit_code == 2:
+            result = invoke(command, file, "--out", out, *(("--trials", 1) if kind == "search" else ()))
+            COUNTS[command, f"{kind} file"] += 1
+            problems.append(judge(result, f"{command} {kind} file: {name}", (file.name, "model"), refused=True,
+                                  inputs=before, out=out))
+        _clear(file, out)
     problems = [p for p in problems if p]
     assert not problems, failed(problems)

@@ -89,5 +89,5 @@ def resolve_model(spec: str) -> Path:
                          f"{ENCODER} (a sentence encoder); anything else is a path to a Hugging Face model dir")
     path = Path(spec).expanduser()
     if not path.exists():
-        raise ModelError(f"{missing(spec)}. Fix: check the path (a Hugging Face model dir, or {TEACHER})")
+        raise ModelError(f"the model {missing(spec)}. Fix: check the path (a Hugging Face model dir, or {TEACHER})")
     return path

@@ -401,7 +401,7 @@ def load_config(path: str | Path) -> PipelineConfig:
                           f"examples/ and the README)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must be a mapping with model, data, runtime and stages (it holds a "
-                          f"{type(data).__name__})")
+                          f"{type(data).__name__}). Fix: write it as `key: value` lines (see examples/demo.yaml)")
     if is_search(data):
         sections = ", ".join(key for key in SEARCH_SECTIONS if key in data)
         raise ConfigError(f"{path} is a search config ({sections}, no stages): a search writes the pipelines itself. "

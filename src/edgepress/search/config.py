@@ -205,7 +205,8 @@ def load_search(path: str | Path) -> SearchConfig:
     data = read_yaml(Path(path))
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must be a mapping with model, data, runtime, constraints, objective and space "
-                          f"(see examples/search-demo.yaml)")
+                          f"(it holds {'nothing' if data is None else f'a {type(data).__name__}'}). Fix: write it as "
+                          f"`key: value` lines (see examples/search-demo.yaml)")
     if "stages" in data:
         raise ConfigError(f"{path} is a pipeline config (it has stages): a search writes the stages itself. Fix: "
                           f"`edgepress run {path}`, or a search config with constraints and a space instead of "
