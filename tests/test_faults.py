@@ -14,13 +14,16 @@ no traceback; a refusal names the file or field and carries a `Fix:`; every inpu
 and per kind, are printed at the end of the session."""
 
 import collections
+import contextlib
 import copy
 import hashlib
+import io
 import json
 import math
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -46,7 +49,25 @@ def _print_counts(request):
 
 
 def invoke(*args) -> object:
+    """`edgepress ARGS`; with `predict.py` first, a bundle's own command line (the device package's, in process:
+    what a bundle's predict.py runs), given the bundle dir it would run from."""
+    if args[:1] == ("predict.py",):
+        return _predict_py(Path(args[1]), *args[2:])
     return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "400"})
+
+
+def _predict_py(bundle: Path, *args) -> SimpleNamespace:
+    from edgepress.device.cli import main
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        try:
+            code, exception = main([str(a) for a in args], here=bundle), None
+        except SystemExit as e:  # argparse's own refusals
+            code, exception = e.code, e
+        except Exception as e:  # noqa: BLE001 - what the judge reports
+            code, exception = 1, e
+    return SimpleNamespace(exit_code=code, output=printed.getvalue(), exception=exception)
 
 
 def snapshot(*roots: Path) -> dict[str, str]:
@@ -335,7 +356,8 @@ COMMANDS = {
     "bundle": {"evaluate": ("evaluate", "DIR", "--data", "DATA"),
                "bench": ("bench", "DIR", "--runs", 2, "--warmup", 0, "--seq-len", 16),
                "bundle": ("bundle", "DIR", "--out", "OUT"),
-               "predict": ("predict", "DIR", "a fine film")},
+               "predict": ("predict", "DIR", "a fine film"),
+               "predict.py": ("predict.py", "DIR", "a fine film", "--json")},
 }
 
 
