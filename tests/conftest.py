@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,15 @@ def matrix_outcomes(config) -> dict:
 def pytest_sessionfinish(session):
     if os.environ.get("EDGEPRESS_MATRIX_OUT"):
         Path(os.environ["EDGEPRESS_MATRIX_OUT"]).write_text(json.dumps(matrix_outcomes(session.config), indent=1))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many cases the fault corpus ran (tests/test_faults.py), per command and kind of input."""
+    faults = sys.modules.get("tests.test_faults")
+    if faults is not None and faults.COUNTS:
+        terminalreporter.write_sep("-", f"fault corpus: {sum(faults.COUNTS.values()):,} cases")
+        for (command, kind), n in sorted(faults.COUNTS.items()):
+            terminalreporter.write_line(f"  {command:<10} {kind:<34} {n:>6,}")
 
 
 def tiny_encoder(family: str, tokenizer, layers: int = 2, heads: int = 2, seed: int = 0, **overrides):

@@ -33,19 +33,8 @@ from edgepress.cli.app import app
 from edgepress.registry import METHODS
 from edgepress.schema import schema
 
-COUNTS: collections.Counter = collections.Counter()  # (command, kind) -> cases run
+COUNTS: collections.Counter = collections.Counter()  # (command, kind) -> cases run (conftest prints them)
 FAST_RUNTIME = {"threads": 1, "latency": {"warmup": 1, "runs": 3}}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _print_counts(request):
-    yield
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and COUNTS:
-        reporter.write_line("")
-        reporter.write_line(f"fault corpus: {sum(COUNTS.values()):,} cases")
-        for (command, kind), n in sorted(COUNTS.items()):
-            reporter.write_line(f"  {command:<10} {kind:<34} {n:>6,}")
 
 
 def invoke(*args) -> object:
