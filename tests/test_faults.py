@@ -526,3 +526,63 @@ def test_a_config_file_mutated_is_refused_alike_by_validate_and_by_what_runs_it(
         _clear(file, out)
     problems = [p for p in problems if p]
     assert not problems, failed(problems)
+
+
+# --- a run dir's own records
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, tiny_model_dir, movie_data) -> tuple[Path, Path]:
+    """(a finished, passed run of the tiny model: export, fuse, int8; its config)."""
+    root = tmp_path_factory.mktemp("run-corpus")
+    config = root / "p.yaml"
+    config.write_text(yaml.safe_dump({"model": str(tiny_model_dir), "data": {"source": str(_csv(root / "d.csv",
+                                                                                                movie_data))},
+                                      "runtime": FAST_RUNTIME,
+                                      "stages": [{"name": "export", "method": "export"},
+                                                 {"name": "fuse", "method": "optimize", "params": {"fusions": "all"}},
+                                                 {"name": "int8", "method": "int8-dynamic"}]}))
+    result = invoke("run", config, "--out", root / "run")
+    assert result.exit_code == 0, result.output
+    return root / "run", config
+
+
+# what a resumed run meets of each record (the slow command: two mutations that differ in kind)
+RESUMED = ("truncated at half", "JSON of another shape")
+
+
+def test_every_record_of_a_run_dir_mutated_meets_bundle_evaluate_and_resume(run_dir, dirs, tmp_path):
+    """Each of a run dir's own records (the JSON files it writes; its models are the ONNX dirs' cases), mutated each
+    way, given to what reads it: the run's top-level records to `bundle RUN` and `evaluate RUN`, every record (with
+    the mutations in `RESUMED`) to `run --resume`, which takes a damaged record as none and runs that stage again.
+    Exit 0, 2 or 3, no traceback, a refusal named with a Fix, no --out left behind."""
+    good, config = run_dir
+    records = sorted(p for p in good.rglob("*.json") if "final" not in p.parts and "model" not in p.parts)
+    assert {"run.json", "report.json", "stage.json"} <= {p.name for p in records}
+    problems, case_dir, out = [], tmp_path / "run", tmp_path / "out"
+    for file in records:
+        rel = file.relative_to(good)
+        for name, mutate in mutations(file):
+            top = len(rel.parts) == 1  # run.json, report.json, data_split.json: what bundle and evaluate read
+            staged = len(rel.parts) > 2 and rel.parts[1].startswith("01-")  # one stage's (every stage's are alike)
+            resume = name in RESUMED and (top or staged)
+            if not (top or resume):
+                continue
+            shutil.copytree(good, case_dir, symlinks=True)
+            mutate(case_dir / rel)
+            before = snapshot(case_dir)
+            commands = [("bundle", case_dir, "--out", out),
+                        ("evaluate", case_dir, "--data", dirs["data"], "--max-length", 32)] if top else []
+            for args in commands:
+                result = invoke(*args)
+                COUNTS[args[0], "run dir records"] += 1
+                problems.append(judge(result, f"{args[0]} run/{rel}: {name}", (rel.name, str(case_dir)),
+                                      inputs=before, out=out if result.exit_code == 2 else None))
+                _clear(out)
+            if resume:  # --resume writes into the run dir: its inputs are the config and the model
+                result = invoke("run", config, "--out", case_dir, "--resume")
+                COUNTS["run", "run dir records (--resume)"] += 1
+                problems.append(judge(result, f"run --resume run/{rel}: {name}", (rel.name, str(case_dir))))
+            _clear(case_dir, out)
+    problems = [p for p in problems if p]
+    assert not problems, failed(problems)

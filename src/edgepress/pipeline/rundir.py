@@ -25,6 +25,15 @@ STAGE_FOLDER = re.compile(r"^\d{2}-[A-Za-z0-9][A-Za-z0-9_.-]*$")  # what stage_d
 VECTORS = "predictions.npz"  # beside predictions.json: an embedder's sentence vectors, per scored set
 
 
+def read_record(path: Path) -> dict:
+    """A record a run wrote (stage.json, config.json, metrics.json, ...): a JSON object; anything else is a
+    ValueError, which every reader of an earlier run takes as no record (that stage runs again)."""
+    value = read_json(path)
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} holds a JSON {type(value).__name__}, not an object")
+    return value
+
+
 def stored_predictions(predictions: dict[str, np.ndarray], folder: Path) -> dict:
     """How `predictions` ({set: array}) are kept in a JSON record in `folder`: labels as lists under
     "predictions" (the test split's) and "sets"; sentence vectors (floats) in folder/VECTORS, the record naming it."""
@@ -86,7 +95,7 @@ class RunDir:
         """The content digest of the data the earlier run in this dir used (every split's ids, texts and labels),
         if it recorded one."""
         try:
-            return read_json(self.root / "data_split.json")["content_sha256"]
+            return read_record(self.root / "data_split.json")["content_sha256"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -98,8 +107,8 @@ class RunDir:
         folder = self.stage_dir(index, name)
         try:
             record = self.read_stage(folder)
-            config = read_json(folder / "config.json")
-            predictions = loaded_predictions(read_json(folder / "predictions.json"), folder)
+            config = read_record(folder / "config.json")
+            predictions = loaded_predictions(read_record(folder / "predictions.json"), folder)
         except (OSError, ValueError, KeyError, TypeError):
             return None
         if record.get("status") != "passed" or _without_gates(config.get("reuse")) != _without_gates(key):
@@ -140,7 +149,7 @@ class RunDir:
         return folder
 
     def read_stage(self, folder: Path) -> dict:
-        return {**read_json(folder / "stage.json"), "metrics": read_json(folder / "metrics.json")}
+        return {**read_record(folder / "stage.json"), "metrics": read_record(folder / "metrics.json")}
 
     def stage_of_run(self, index: int, name: str, run_id: str) -> dict | None:
         """The record of stage `index` if the run `run_id` wrote or reused it, else None."""
