@@ -71,10 +71,10 @@ class Int4Config(BaseModel):
     max_length: Tokens = Field(128, description=PARITY_LENGTH)
     parity: ParityConfig = Field(ParityConfig(max_abs_diff=1.5, min_agreement=0.9), description=LOOSE_PARITY)
 
-    @field_validator("block_size")
+    @field_validator("block_size", mode="before")  # before the bounds: its own message says what they mean
     @classmethod
-    def _power_of_two(cls, value: int) -> int:
-        if value < 16 or value & (value - 1):
+    def _power_of_two(cls, value):
+        if isinstance(value, int) and not isinstance(value, bool) and (value < 16 or value & (value - 1)):
             raise ValueError("block_size must be a power of 2 of at least 16 (16, 32, 64, 128)")
         return value
 

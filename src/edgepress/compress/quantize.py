@@ -58,8 +58,8 @@ def _keep_float(value):
         return value
     if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
         return tuple(value)
-    raise ValueError(f"keep_float takes a number of nodes (0, 1, 2, ... {MAX_KEEP_FLOAT:,}; 0 keeps none) or a "
-                     f"non-empty list of node names")
+    raise ValueError(f"keep_float takes a number of nodes (0, 1, 2, ...; 0 keeps none) or a non-empty list of node "
+                     f"names (at most {MAX_KEEP_FLOAT:,} nodes)")
 
 
 KeepFloat = Annotated[Annotated[int, Field(ge=0, le=MAX_KEEP_FLOAT)] | tuple[str, ...],
