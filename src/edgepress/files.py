@@ -74,11 +74,20 @@ def write_arrays(path: Path, arrays: dict) -> None:
 
 
 def read_arrays(path: Path) -> dict:
-    """The arrays of an .npz file `write_arrays` wrote; objects are refused (no pickle is ever loaded)."""
+    """The arrays of an .npz file `write_arrays` wrote; objects are refused (no pickle is ever loaded). A file
+    that is not one (empty, cut short, another format) is a ModelError."""
+    import zipfile
+
     import numpy as np
 
-    with np.load(path, allow_pickle=False) as stored:
-        return {name: stored[name] for name in stored.files}
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            return {name: stored[name] for name in stored.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
+        from edgepress.errors import ModelError
+
+        why = " ".join(str(e).split())[:200] or type(e).__name__
+        raise ModelError(f"{path} is not an .npz file of arrays ({why}). Fix: run the stage again") from None
 
 
 @contextlib.contextmanager

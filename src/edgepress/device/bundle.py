@@ -9,14 +9,23 @@ BUNDLE_FILES = ("model.onnx", "tokenizer.json", "config.json")
 MANIFEST = "edgepress.json"
 
 
-def json_object(path: Path) -> dict:
-    """A JSON file that must hold an object; anything else is a ModelError naming the fix."""
+def json_value(path: Path, fix: str = "Fix: export or bundle the model again"):
+    """The JSON value in the file at `path`: the one reader of the JSON files edgepress and a bundle read (a
+    model's config.json, a manifest, a run's records). A file that cannot be read or is not UTF-8 JSON is a
+    ModelError ending in `fix`."""
     try:
-        value = json.loads(path.read_bytes().decode("utf-8"))
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise ModelError(f"{path} cannot be read: {e.strerror or e}. {fix}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelError(f"{path} is not valid JSON ({e}). Fix: export or bundle the model again") from None
+        raise ModelError(f"{path} is not valid JSON ({e}). {fix}") from None
+
+
+def json_object(path: Path, fix: str = "Fix: export or bundle the model again") -> dict:
+    """The JSON object in the file at `path` (`json_value`); another JSON value is a ModelError ending in `fix`."""
+    value = json_value(path, fix)
     if not isinstance(value, dict):
-        raise ModelError(f"{path} holds a JSON {type(value).__name__}, not an object. Fix: export the model again")
+        raise ModelError(f"{path} holds a JSON {type(value).__name__}, not an object. {fix}")
     return value
 
 

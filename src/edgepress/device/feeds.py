@@ -1,11 +1,11 @@
 """Tokenization with the `tokenizers` library alone (what a device has: tokenizer.json and its special tokens), and
 the model feeds made from it: a call's texts, a fixed timing shape of real tokens, each text at its natural length."""
 
-import json
 from pathlib import Path
 
 import numpy as np
 
+from .bundle import json_object
 from .errors import ConfigError, ModelError
 
 PAD_CANDIDATES = ("[PAD]", "<pad>")
@@ -25,9 +25,11 @@ def position_limit(config: dict) -> int:
 def _pad_token(directory: Path, tokenizer) -> str:
     special = directory / "special_tokens_map.json"
     if special.is_file():
-        pad = json.loads(special.read_text(encoding="utf-8")).get("pad_token")
-        if pad:
-            return pad["content"] if isinstance(pad, dict) else pad
+        pad = json_object(special, "Fix: bundle the model again").get("pad_token")
+        if isinstance(pad, dict):
+            pad = pad.get("content")
+        if pad and isinstance(pad, str):
+            return pad
     for candidate in PAD_CANDIDATES:
         if tokenizer.token_to_id(candidate) is not None:
             return candidate

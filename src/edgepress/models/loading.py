@@ -4,6 +4,7 @@ pickles."""
 import json
 from pathlib import Path
 
+from edgepress.device.bundle import json_object, json_value
 from edgepress.errors import ModelError
 
 WEIGHT_FILES = (
@@ -43,10 +44,7 @@ def check_no_remote_code(path: Path, config: dict) -> None:
     found = [f"config.json: {field}" for field in _code_fields(config, "")]
     for name in SIDE_CONFIGS:
         side = path / name
-        try:
-            side_config = json.loads(side.read_bytes().decode("utf-8")) if side.is_file() else {}
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ModelError(f"{side} is not valid JSON ({e}). {FIX_DIR}") from None
+        side_config = json_value(side, FIX_DIR) if side.is_file() else {}
         found += [f"{name}: {field}" for field in _code_fields(side_config, "")] if isinstance(side_config, dict) \
             else []
     if (path / "adapter_config.json").is_file():
@@ -83,16 +81,7 @@ def check_model_dir(path: Path) -> None:
 
 def read_model_config(path: Path) -> dict:
     """The model dir's config.json as a dict; unreadable or not a JSON object is a ModelError."""
-    file = Path(path) / "config.json"
-    try:
-        config = json.loads(file.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelError(f"{file} is not valid JSON ({e}). {FIX_DIR}") from None
-    except OSError as e:
-        raise ModelError(f"{file} cannot be read: {e.strerror}. {FIX_DIR}") from None
-    if not isinstance(config, dict):
-        raise ModelError(f"{file} holds a JSON {type(config).__name__}, not an object. {FIX_DIR}")
-    return config
+    return json_object(Path(path) / "config.json", FIX_DIR)
 
 
 def label2id_of(path: Path, torch_weights: bool = True) -> dict[str, int]:
@@ -120,8 +109,8 @@ def safetensors_files(path: Path) -> list[Path]:
     if not index.is_file():
         return []
     try:
-        shards = sorted(set(json.loads(index.read_bytes().decode("utf-8"))["weight_map"].values()))
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        shards = sorted(set(json_object(index, FIX_DIR)["weight_map"].values()))
+    except (KeyError, TypeError, AttributeError) as e:
         raise ModelError(f"{index} is not a safetensors index (a JSON object with a weight_map): {e}. "
                          f"{FIX_DIR}") from None
     outside = [s for s in shards if not isinstance(s, str) or Path(s).name != s or s in ("", ".", "..")]

@@ -9,10 +9,10 @@ Router) is refused with its name: edgepress would otherwise silently compute ano
 does.
 """
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgepress.device.bundle import json_value
 from edgepress.errors import ModelError
 from edgepress.models.loading import FIX_DIR
 
@@ -61,13 +61,6 @@ def is_sentence_dir(path: Path) -> bool:
     return (Path(path) / MODULES_FILE).is_file()
 
 
-def _json(path: Path):
-    try:
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelError(f"{path} is not valid JSON ({e}). {FIX_SENTENCE}") from None
-
-
 def _folder(root: Path, entry: dict, problems: list[str]) -> Path | None:
     """The module's folder: a relative path inside `root` (a module outside it would read other files)."""
     relative = entry.get("path", "")
@@ -91,7 +84,7 @@ def _pooling(folder: Path, problems: list[str]) -> tuple[str, ...]:
     """The Pooling module's modes, in the order their vectors are concatenated: `pooling_mode` (a name or a list,
     sentence-transformers 6), else the legacy `pooling_mode_*` flags in their fixed order; none set means mean, as
     sentence-transformers 6 reads it."""
-    config = _json(folder / POOLING_FILE) if (folder / POOLING_FILE).is_file() else None
+    config = json_value(folder / POOLING_FILE, FIX_SENTENCE) if (folder / POOLING_FILE).is_file() else None
     if not isinstance(config, dict):
         problems.append(f"the Pooling module has no {folder.name}/{POOLING_FILE}")
         return ()
@@ -115,7 +108,7 @@ def _transformer(folder: Path, problems: list[str]) -> int | None:
     in the tokenizer's model_max_length); a task other than token vectors, or model_args asking for remote code
     (edgepress never runs it), are problems."""
     file = folder / "sentence_bert_config.json"
-    config = _json(file) if file.is_file() else {}
+    config = json_value(file, FIX_SENTENCE) if file.is_file() else {}
     if not isinstance(config, dict):
         problems.append(f"{file.name} holds no JSON object")
         return None
@@ -141,7 +134,7 @@ def _prompt(path: Path, problems: list[str]) -> None:
     """A default prompt (config_sentence_transformers.json) is put before every text by sentence-transformers:
     not yet by edgepress, so such a model is refused rather than computed on other inputs."""
     file = path / "config_sentence_transformers.json"
-    config = _json(file) if file.is_file() else {}
+    config = json_value(file, FIX_SENTENCE) if file.is_file() else {}
     name = config.get("default_prompt_name") if isinstance(config, dict) else None
     if name:
         prompt = (config.get("prompts") or {}).get(name)
@@ -152,7 +145,7 @@ def _prompt(path: Path, problems: list[str]) -> None:
 def read_layout(path: Path) -> SentenceLayout:
     """The layout of the sentence-transformers dir `path`; a ModelError with a line per problem otherwise."""
     path = Path(path)
-    entries = _json(path / MODULES_FILE)
+    entries = json_value(path / MODULES_FILE, FIX_SENTENCE)
     if not isinstance(entries, list) or not entries:
         raise ModelError(f"{path / MODULES_FILE} must list the model's modules (a JSON list). {FIX_SENTENCE}")
     problems: list[str] = []
@@ -185,7 +178,7 @@ def module_folders(path: Path) -> list[Path]:
     path = Path(path)
     if not is_sentence_dir(path):
         return []
-    entries = _json(path / MODULES_FILE)
+    entries = json_value(path / MODULES_FILE, FIX_SENTENCE)
     folders = [_folder(path, entry, []) for entry in entries if isinstance(entry, dict)] \
         if isinstance(entries, list) else []
     return [folder for folder in folders if folder is not None and folder != path and folder.is_dir()]

@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from edgepress.data import DataSplits
-from edgepress.files import read_arrays, read_json, tree_sha256, write_arrays, write_json
+from edgepress.device.bundle import json_object
+from edgepress.errors import ModelError
+from edgepress.files import read_arrays, tree_sha256, write_arrays, write_json
 
 # the report first: while a new attempt replaces an old one, no report may describe a mix of the two. run.json
 # stays (the mark of a run dir) until the new run overwrites it, right after `prepare`.
@@ -23,15 +25,6 @@ STAGE_FOLDER = re.compile(r"^\d{2}-[A-Za-z0-9][A-Za-z0-9_.-]*$")  # what stage_d
 
 
 VECTORS = "predictions.npz"  # beside predictions.json: an embedder's sentence vectors, per scored set
-
-
-def read_record(path: Path) -> dict:
-    """A record a run wrote (stage.json, config.json, metrics.json, ...): a JSON object; anything else is a
-    ValueError, which every reader of an earlier run takes as no record (that stage runs again)."""
-    value = read_json(path)
-    if not isinstance(value, dict):
-        raise ValueError(f"{path} holds a JSON {type(value).__name__}, not an object")
-    return value
 
 
 def stored_predictions(predictions: dict[str, np.ndarray], folder: Path) -> dict:
@@ -95,8 +88,8 @@ class RunDir:
         """The content digest of the data the earlier run in this dir used (every split's ids, texts and labels),
         if it recorded one."""
         try:
-            return read_record(self.root / "data_split.json")["content_sha256"]
-        except (OSError, ValueError, KeyError, TypeError):
+            return json_object(self.root / "data_split.json")["content_sha256"]
+        except (ModelError, KeyError, TypeError):
             return None
 
     def reusable(self, index: int, name: str, key: dict, artifact: Path) -> dict | None:
@@ -107,9 +100,9 @@ class RunDir:
         folder = self.stage_dir(index, name)
         try:
             record = self.read_stage(folder)
-            config = read_record(folder / "config.json")
-            predictions = loaded_predictions(read_record(folder / "predictions.json"), folder)
-        except (OSError, ValueError, KeyError, TypeError):
+            config = json_object(folder / "config.json")
+            predictions = loaded_predictions(json_object(folder / "predictions.json"), folder)
+        except (ModelError, KeyError, TypeError):
             return None
         if record.get("status") != "passed" or _without_gates(config.get("reuse")) != _without_gates(key):
             return None
@@ -149,14 +142,14 @@ class RunDir:
         return folder
 
     def read_stage(self, folder: Path) -> dict:
-        return {**read_record(folder / "stage.json"), "metrics": read_record(folder / "metrics.json")}
+        return {**json_object(folder / "stage.json"), "metrics": json_object(folder / "metrics.json")}
 
     def stage_of_run(self, index: int, name: str, run_id: str) -> dict | None:
         """The record of stage `index` if the run `run_id` wrote or reused it, else None."""
         folder = self.stage_dir(index, name)
         try:
             record = self.read_stage(folder)
-        except (OSError, ValueError):
+        except (ModelError, KeyError, TypeError):
             return None
         return record if record.get("run_id") == run_id else None
 
