@@ -252,7 +252,8 @@ def test_labels_the_model_does_not_know(tmp_path, real_rows):
     with pytest.raises(DataError) as e:
         load_data(DataConfig(source=str(source), text_column="review", label_column="sentiment"),
                   label2id={"neg": 0, "pos": 1})
-    assert str(e.value).startswith("labels the model does not know: 'meh'. The model's labels are: neg (0), pos (1).")
+    assert str(e.value).startswith(f"{source}: labels the model does not know: 'meh'. The model's labels are: neg (0), "
+                                   f"pos (1).")
 
 
 def test_non_text_values_are_named_by_row(tmp_path, real_rows):

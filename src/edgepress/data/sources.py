@@ -1,10 +1,12 @@
 """Reading user data: a .csv or .jsonl file, a directory of per-split files, or a saved Hugging Face dataset."""
 
 import csv
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgepress.device.lines import text_lines
 from edgepress.errors import DataError, missing
 
 SPLIT_ALIASES = {"train": ("train",), "validation": ("validation", "valid", "dev"), "test": ("test",)}
@@ -50,11 +52,21 @@ def split_role(name: str) -> str | None:
     return next((role for role, aliases in SPLIT_ALIASES.items() if name.lower() in aliases), None)
 
 
+def read_text(path: Path) -> str:
+    """The text of a data file, UTF-8 (a BOM allowed): the one way every data reader opens its file. A file that
+    cannot be read or is not UTF-8 is a DataError naming it."""
+    try:
+        return path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). Fix: save it as UTF-8") from None
+    except OSError as e:
+        raise DataError(f"{path} cannot be read: {e.strerror}. Fix: check the path and its permissions") from None
+
+
 def _read_csv(path: Path) -> list[dict]:
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        reader = csv.DictReader(f)
-        rows = list(reader)
-        header = reader.fieldnames or []  # read while the file is open: an empty file's is read from it here
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))  # csv's own line ends: \n, \r\n, \r
+    rows = list(reader)
+    header = reader.fieldnames or []
     other = next((sep for sep in ";\t|" if len(header) == 1 and sep in header[0]), None)
     if other:
         raise DataError(f"{path} looks {other!r}-separated (its header is {header[0]!r}); edgepress reads comma-"
@@ -69,19 +81,18 @@ def _read_csv(path: Path) -> list[dict]:
 
 def read_jsonl(path: Path) -> list[dict]:
     rows = []
-    with path.open(encoding="utf-8-sig") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                message = f"{path}: line {number} is not valid JSON ({e.msg}). Fix: one JSON object per line"
-                raise DataError(message) from e
-            if not isinstance(row, dict):
-                raise DataError(f"{path}: line {number} is a JSON {type(row).__name__}, not an object. Fix: one JSON "
-                                f"object per line")
-            rows.append(row)
+    for number, line in enumerate(text_lines(read_text(path)), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            message = f"{path}: line {number} is not valid JSON ({e.msg}). Fix: one JSON object per line"
+            raise DataError(message) from e
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: line {number} is a JSON {type(row).__name__}, not an object. Fix: one JSON "
+                            f"object per line")
+        rows.append(row)
     return rows
 
 
@@ -103,12 +114,8 @@ def read_file(path: Path) -> list[dict]:
         if path.suffix == ".csv":
             return _read_csv(path)
         return read_jsonl(path)
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}). Fix: save it as UTF-8") from e
     except csv.Error as e:  # a NUL byte, an unterminated quote at the end of the file
         raise DataError(f"{path} is not a readable CSV file ({e}). Fix: save it as plain UTF-8 CSV text") from e
-    except OSError as e:
-        raise DataError(f"{path} cannot be read: {e.strerror}. Fix: check the path and its permissions") from e
 
 
 def split_files(directory: Path, kinds: tuple[str, ...] = FILE_KINDS) -> dict[str, Path]:
@@ -132,7 +139,7 @@ def _read_hf_dataset(directory: Path, label_column: str) -> RawSource:
 
     try:
         loaded = load_from_disk(str(directory))
-    except (OSError, ValueError, KeyError) as e:  # what datasets raises on missing or damaged files
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # datasets' on missing or damaged files
         raise DataError(f"{directory} looks like a saved dataset but cannot be loaded ({e}). Fix: save it again "
                         f"with dataset.save_to_disk(DIR)") from e
     parts = dict(loaded) if isinstance(loaded, DatasetDict) else {"all": loaded}
