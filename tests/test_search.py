@@ -145,7 +145,7 @@ def test_a_second_search_into_the_same_dir_needs_resume(searched):
     ({"constraints": {"latency": {"max_p50_ms": 1e-6}}}, ("--trials", 1), "latency.max_p50_ms excluded every one"),
     ({"space": {**SPACE, "layers": [5]}}, ("--trials", 1), "the teacher has 2"),
     ({}, ("--budget", "soon"), "is not a duration"),
-    ({}, (), "give --budget"),
+    ({}, (), "needs a limit. Fix: give --budget"),
     ({"stages": [{"name": "x", "method": "export"}]}, ("--trials", 1), "is a pipeline config (it has stages)"),
 ])
 def test_bad_searches_exit_2_before_any_training(tmp_path, tiny_model_dir, movie_data, changes, args, expected):

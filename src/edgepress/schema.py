@@ -44,7 +44,15 @@ def write_schema(kind: str, out: Path | None) -> str:
     """The schema as text, also written to `out` when given."""
     text = json.dumps(schema(kind), indent=2, sort_keys=True) + "\n"
     if out is not None:
+        from edgepress.errors import ConfigError
         from edgepress.files import write_text
 
-        write_text(out, text)
+        if out.is_dir():
+            raise ConfigError(f"--out {out} is a directory. Fix: give the path of a file (it is replaced if it "
+                              f"exists)")
+        try:
+            write_text(out, text)
+        except OSError as e:
+            raise ConfigError(f"--out {out} cannot be written: {e.strerror or e}. Fix: a file in a directory you "
+                              f"can write") from None
     return text

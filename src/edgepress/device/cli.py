@@ -14,14 +14,16 @@ from .predictor import Prediction, Predictor
 from .sessions import PROVIDERS
 
 
-def _lines(file: str) -> list[str]:
-    """The non-blank lines of a UTF-8 text file (blank lines, a trailing newline, are not texts)."""
+def _lines(file: str, option: str = "--file") -> list[str]:
+    """The non-blank lines of the UTF-8 text file that `option` names (blank lines, a trailing newline, are not
+    texts)."""
     try:
         lines = text_lines(Path(file).read_bytes().decode("utf-8"))
     except OSError as e:
-        raise DataError(f"cannot read {file}: {e.strerror}. Fix: pass a readable text file, one text a line") from None
+        raise DataError(f"{option} {str(file)!r}: cannot read it ({e.strerror}). Fix: pass a readable text file, one "
+                        f"text a line") from None
     except UnicodeDecodeError:
-        raise DataError(f"{file} is not UTF-8 text. Fix: save it in the UTF-8 encoding") from None
+        raise DataError(f"{option} {file} is not UTF-8 text. Fix: save it in the UTF-8 encoding") from None
     return [line for line in lines if line.strip()]
 
 
@@ -30,6 +32,14 @@ def _texts(args: argparse.Namespace) -> tuple[str, ...]:
     if not texts:
         raise DataError("no text to classify. Fix: pass texts as arguments or --file FILE (one text a line)")
     return tuple(texts)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose refusals (an unknown option, a value of the wrong type) end, like every other
+    refusal, with their fix (exit 2)."""
+
+    def error(self, message: str):
+        super().error(f"{message}. Fix: see `{self.prog} --help` for what it takes")
 
 
 def _session_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -44,7 +54,7 @@ def _session_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
 
 
 def _parser(here: Path) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="predict.py", description="Classify texts with an edgepress bundle, or "
+    parser = _Parser(prog="predict.py", description="Classify texts with an edgepress bundle, or "
                                      "embed them with an embedding model's bundle (one JSON object a text); "
                                      "onnxruntime, tokenizers and numpy only.")
     parser.add_argument("texts", nargs="*", help="texts to classify (or embed)")
@@ -89,9 +99,9 @@ def similar(predictor: Predictor, queries: list[str] | tuple[str, ...], corpus: 
 
 def read_corpus(file: str) -> tuple[str, ...]:
     """The texts of a corpus file, one a line; an empty one is a DataError."""
-    corpus = tuple(_lines(file))
+    corpus = tuple(_lines(file, "--corpus"))
     if not corpus:
-        raise DataError(f"{file} holds no text. Fix: one text a line")
+        raise DataError(f"--corpus {file} holds no text. Fix: one text a line")
     return corpus
 
 
@@ -101,7 +111,7 @@ def similar_line(query: str, rank: int, score: float, text: str, as_json: bool) 
 
 
 def _similar_parser(here: Path) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="predict.py similar", description="The texts of a corpus nearest a query, "
+    parser = _Parser(prog="predict.py similar", description="The texts of a corpus nearest a query, "
                                      "by the cosine of an embedding model's vectors.")
     parser.add_argument("query", help="the text to search for")
     parser.add_argument("--corpus", required=True, help="a UTF-8 file of texts, one a line (blank lines skipped)")

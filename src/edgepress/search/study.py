@@ -209,7 +209,10 @@ def run_search(cfg: SearchConfig, out: Path, budget_s: float | None = None, tria
     input or an empty space, SearchExhausted (exit 3) when no trial passed."""
     out = Path(out)
     if budget_s is None and trials is None:
-        raise ConfigError("give --budget (e.g. 2h) or --trials N: a search needs a limit")
+        raise ConfigError("a search needs a limit. Fix: give --budget (e.g. 2h) or --trials N")
+    if storage is not None and not storage.strip():  # e.g. --storage "$URL" with URL unset
+        raise ConfigError("--storage is empty. Fix: give a database URL (e.g. postgresql+psycopg://user:password@host/"
+                          "db), or leave --storage out for SEARCH_DIR/study.db")
     prepared = prepare(cfg, out, resume, config_file)
     if (line := search_noise(cfg, len(prepared.data.validation))) is not None:
         log.warning("%s", line)
