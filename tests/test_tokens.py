@@ -465,6 +465,7 @@ def test_a_quantized_token_graph_is_checked_loosely_per_token_only_where_parity_
     from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
     from edgepress.errors import ExportParityError
     from edgepress.export import parity
+    from edgepress.pipeline.attempt import _parity_gates
 
     checked = []
     original = parity.check_parity
@@ -474,9 +475,13 @@ def test_a_quantized_token_graph_is_checked_loosely_per_token_only_where_parity_
     assert done["parity"]["examples"] == "tokens"
     assert checked[-1].max_abs_diff == parity.TOKEN_LOOSE_DIFF and checked[-1].min_agreement == 0.9
     tight = {"max_abs_diff": done["parity"]["max_abs_diff"] / 2, "min_agreement": 0.5}
-    with pytest.raises(ExportParityError, match=r"max \|Δlogit\|"):
+    with pytest.raises(ExportParityError, match=r"max \|Δlogit\|") as missed:
         int8_dynamic(token_onnx, tmp_path / "set", texts, Int8DynamicConfig(max_length=64, parity=tight))
-    assert checked[-1].max_abs_diff == tight["max_abs_diff"]
+    assert checked[-1].max_abs_diff == tight["max_abs_diff"] == missed.value.limits.max_abs_diff
+    # a miss of the loose default is recorded with the limit the check applied, not the method's configured one
+    loose = ExportParityError("missed", missed.value.result, checked[0])
+    recorded = {gate["rule"]: gate["limit"] for gate in _parity_gates(loose, Int8DynamicConfig())}
+    assert recorded == {"max_abs_diff": parity.TOKEN_LOOSE_DIFF, "min_agreement": 0.9}
 
 
 def test_init_starts_a_token_classifier_on_its_tagged_data(token_model, ner_dir, tmp_path):

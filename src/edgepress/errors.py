@@ -21,13 +21,15 @@ def missing(path: str | Path) -> str:
 
 
 class ExportParityError(EdgepressError):
-    """An exported or rewritten graph does not match the model it came from; `result` holds the numbers."""
+    """An exported or rewritten graph does not match the model it came from; `result` holds the numbers, `limits`
+    the tolerances the check applied (export.parity.ParityConfig: a token classifier's loose default is wider than
+    the method's configured one)."""
 
     exit_code = 2
 
-    def __init__(self, message: str, result: dict | None = None):
+    def __init__(self, message: str, result: dict | None = None, limits=None):
         super().__init__(message)
-        self.result = result
+        self.result, self.limits = result, limits
 
 
 class GateFailed(EdgepressError):

@@ -124,7 +124,7 @@ def check_parity(reference: Runner, candidate: Runner, feeds: list[Feeds], cfg: 
                             f" (lowest cosine {low:.4f})" if embedding else ""))
     if failures:
         lines = "\n".join(f"  ✗ {line}" for line in failures)
-        raise ExportParityError(f"{what} does not match its reference on {total} real {unit}:\n{lines}", result)
+        raise ExportParityError(f"{what} does not match its reference on {total} real {unit}:\n{lines}", result, cfg)
     return result
 
 

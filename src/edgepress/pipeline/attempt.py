@@ -57,7 +57,9 @@ def _method_params(state: RunState, stage: StageConfig, method: str, params: dic
 
 
 def _parity_gates(error: ExportParityError, cfg) -> list[dict]:
-    gate = ParityGate(max_abs_diff=cfg.parity.max_abs_diff, min_agreement=cfg.parity.min_agreement)
+    """The parity gates a method's own check missed, with the limits it applied."""
+    limits = error.limits or cfg.parity
+    gate = ParityGate(max_abs_diff=limits.max_abs_diff, min_agreement=limits.min_agreement)
     return evaluate_gates(Gates(parity=gate), {}, {}, {}, error.result)
 
 
