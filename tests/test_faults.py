@@ -410,6 +410,34 @@ def test_every_file_of_a_model_dir_mutated_meets_every_command_that_reads_it(kin
     assert not problems, failed(problems)
 
 
+def test_a_tokenizer_saved_as_vocab_and_merges_alone_is_refused_whole_whatever_its_files_hold(family_model, dirs,
+                                                                                             tmp_path):
+    """A byte-level BPE tokenizer given by vocab.json + merges.txt (no tokenizer.json): transformers 5 builds it only
+    with sentencepiece or tiktoken installed, which edgepress does not need, so the dir is refused with its fix
+    (exit 2), as it is with either file mutated each way: never a traceback, the dir unchanged."""
+    from transformers import AutoTokenizer
+
+    good = tmp_path / "bpe"
+    shutil.copytree(family_model("roberta"), good)
+    AutoTokenizer.from_pretrained(good).backend_tokenizer.model.save(str(good))  # vocab.json, merges.txt
+    (good / "tokenizer.json").unlink()
+    cases = [("as saved", good / "vocab.json", lambda p: None)]
+    cases += [(name, good / file, mutate) for file in ("vocab.json", "merges.txt") for name, mutate in
+              mutations(good / file)]
+    problems, case_dir = [], tmp_path / "case"
+    for name, file, mutate in cases:
+        shutil.copytree(good, case_dir, symlinks=True)
+        mutate(case_dir / file.name)
+        before = snapshot(case_dir)
+        result = invoke("init", case_dir, dirs["train"], "--out", tmp_path / "out")
+        COUNTS["init", "BPE vocab.json + merges.txt"] += 1
+        problems.append(judge(result, f"init bpe/{file.name}: {name}", (str(case_dir),), refused=True,
+                              inputs=before, out=tmp_path / "out"))
+        _clear(case_dir)
+    problems = [p for p in problems if p]
+    assert not problems, failed(problems)
+
+
 def _arg(arg, case_dir: Path, dirs: dict, out: Path):
     return {"DIR": case_dir, "DATA": dirs["data"], "TRAIN": dirs["train"], "OUT": out}.get(arg, arg) \
         if isinstance(arg, str) else arg
