@@ -25,20 +25,23 @@ Megabytes = Annotated[float, Field(gt=0, le=1e6)]
 Ratio = Annotated[float, Field(gt=0, le=1e4)]  # a speedup or a size ratio
 Threads = Annotated[int, Field(ge=1, le=1024)]
 Share = Annotated[float, Field(gt=0, le=1)]  # of heads, neurons: (0, 1]
+Logits = Annotated[float, Field(gt=0, le=1e6)]  # a tolerance on |logit difference|
 
 
-def _names_something(value):
-    """A path as a config writes it names something: an empty one would be read as the working directory."""
-    if isinstance(value, str | Path) and not str(value).strip():
+def names_something(value):
+    """A path as a config or the command line writes it names something: an empty one would be read as the working
+    directory (and the command line's is often a variable that is not set)."""
+    if not isinstance(value, str | Path):
+        return value  # the field's type says what it should be
+    if not str(value).strip():
         raise ValueError("should name a file or directory (or a demo: name), not be empty")
-    if isinstance(value, str | Path) and "\x00" in str(value):
+    if "\x00" in str(value):
         raise ValueError("holds a NUL character, which no path can")
     return value
 
 
-PathText = Annotated[str, BeforeValidator(_names_something)]  # a file, a directory or a demo: name
-PathName = Annotated[Path, BeforeValidator(_names_something)]
-Logits = Annotated[float, Field(gt=0, le=1e6)]  # a tolerance on |logit difference|
+PathText = Annotated[str, BeforeValidator(names_something)]  # a file, a directory or a demo: name
+PathName = Annotated[Path, BeforeValidator(names_something)]
 
 # pydantic error type -> what a person writing the YAML or the command line should read instead
 PLAIN_WORDS = {

@@ -93,12 +93,15 @@ Target = StrEnum("Target", {name.replace("-", "_"): name for name in ("x86-vnni"
 
 
 def _path(text: str) -> Path:
-    """A path given on the command line; an empty one (an unset variable: `--out "$DIR"`) would be the current
-    dir."""
-    if not text.strip():
-        raise typer.BadParameter("an empty path. Fix: give the path (an empty value is often a variable that is not "
-                                 "set)")
-    return Path(text)
+    """A path given on the command line, as a config's is checked (`configs.names_something`): an empty one (an
+    unset variable: `--out "$DIR"`) would be the current dir."""
+    from edgepress.configs import names_something
+
+    try:
+        return Path(names_something(text))
+    except ValueError as e:
+        raise typer.BadParameter(f"{e}. Fix: give the path (an empty value is often a variable that is not set)"
+                                 ) from None
 
 
 err = Console(stderr=True)
