@@ -833,3 +833,35 @@ def test_every_command_line_option_meets_its_bad_values_with_exit_2_and_its_name
         _clear(out)
     problems = [p for p in problems if p]
     assert not problems, failed(problems)
+
+
+# what a resumed run meets of a stage's stored vectors: cut short, not an .npz at all, a directory in its place
+RESUMED_ARRAYS = ("truncated at half", "random bytes", "a directory in its place")
+
+
+def test_a_stages_stored_vectors_mutated_are_taken_as_no_record_by_resume(sentence_model, movie_data, tmp_path):
+    """An embedding run keeps a stage's sentence vectors in predictions.npz beside predictions.json: mutated (the
+    kinds in RESUMED_ARRAYS), `run --resume` takes that stage's record as none and runs it again: exit 0, never a
+    traceback."""
+    config = tmp_path / "p.yaml"
+    config.write_text(yaml.safe_dump({"model": str(sentence_model),
+                                      "data": {"source": str(_csv(tmp_path / "d.csv", movie_data))},
+                                      "runtime": FAST_RUNTIME, "stages": [{"name": "export", "method": "export"}]}))
+    good, case_dir = tmp_path / "run", tmp_path / "case"
+    result = invoke("run", config, "--out", good)
+    assert result.exit_code == 0, result.output
+    [file] = [p for p in good.rglob("predictions.npz") if "01-export" in p.parts]
+    rel, problems = file.relative_to(good), []
+    for name, mutate in mutations(file):
+        if name not in RESUMED_ARRAYS:
+            continue
+        shutil.copytree(good, case_dir, symlinks=True)
+        mutate(case_dir / rel)
+        result = invoke("run", config, "--out", case_dir, "--resume")
+        COUNTS["run", "run dir arrays (--resume)"] += 1
+        problems.append(judge(result, f"run --resume run/{rel}: {name}", (rel.name, str(case_dir))))
+        if result.exit_code == 0 and "reused_from" in json.loads((case_dir / rel.parent / "stage.json").read_text()):
+            problems.append(f"run --resume run/{rel}: {name}: the stage was reused, not run again")
+        _clear(case_dir)
+    problems = [p for p in problems if p]
+    assert not problems, failed(problems)
