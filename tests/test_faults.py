@@ -865,3 +865,30 @@ def test_a_stages_stored_vectors_mutated_are_taken_as_no_record_by_resume(senten
         _clear(case_dir)
     problems = [p for p in problems if p]
     assert not problems, failed(problems)
+
+
+# what a resumed search meets of its study database: cut short, not a database, a directory in its place
+RESUMED_STUDY = ("truncated at half", "random bytes", "a directory in its place")
+
+
+def test_a_search_dirs_study_database_mutated_meets_search_resume(config_bases, tmp_path):
+    """A search dir's study.db (the record of every trial), mutated (the kinds in RESUMED_STUDY), given to `search
+    --resume`: exit 0 (sqlite still reads it) or 2 naming the database with a Fix; never a traceback."""
+    config, good, case_dir = tmp_path / "s.yaml", tmp_path / "search", tmp_path / "case"
+    config.write_text(yaml.safe_dump(config_bases["search"][""]))
+    result = invoke("search", config, "--out", good, "--trials", 1)
+    assert result.exit_code == 0, result.output
+    problems = []
+    for name, mutate in mutations(good / "study.db"):
+        if name not in RESUMED_STUDY:
+            continue
+        shutil.copytree(good, case_dir, symlinks=True)
+        mutate(case_dir / "study.db")
+        result = invoke("search", config, "--out", case_dir, "--trials", 1, "--resume")
+        COUNTS["search", "study database (--resume)"] += 1
+        problems.append(judge(result, f"search --resume search/study.db: {name}", ("study.db",)))
+        if "--storage" in result.output:  # the search's own database: no URL was given
+            problems.append(f"search --resume search/study.db: {name}: a fix that speaks of --storage")
+        _clear(case_dir)
+    problems = [p for p in problems if p]
+    assert not problems, failed(problems)

@@ -53,9 +53,11 @@ def open_study(cfg: SearchConfig, out: Path, storage: str | None):
             if attempt < 2 and not url.startswith("sqlite"):  # e.g. a table or type another worker just made
                 time.sleep(1 + attempt)
                 continue
-            raise ConfigError(f"the study at {url} cannot be opened ({type(e).__name__}: {e}). Fix: for --storage, "
-                              f"a reachable database URL (e.g. postgresql+psycopg://user:password@host/db) with its "
-                              f"driver installed (pip install 'edgepress[postgres]')") from None
+            fix = ("Fix: for --storage, a reachable database URL (e.g. postgresql+psycopg://user:password@host/db) "
+                   "with its driver installed (pip install 'edgepress[postgres]')") if storage else \
+                (f"Fix: the search's own database is damaged or is no database: start the search in another --out "
+                 f"(the runs in {out / 'trials'} stay as they are)")
+            raise ConfigError(f"the study at {url} cannot be opened ({type(e).__name__}: {e}). {fix}") from None
 
 
 def fail_dead_trials(study) -> list[int]:
