@@ -1,51 +1,18 @@
 """`edgepress`: thin commands that build a config, call one library function and map errors to exit codes
 (0 ok, 1 internal error, 2 bad input, 3 a gate failed). Heavy libraries are imported inside the commands."""
 
-import contextlib
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
 
+from edgepress.cli.params import Aggregation, Commands, DemoTask, Kind, Provider, Split, Target, path
 from edgepress.logs import words
 
-try:  # typer raises the click it vendors (0.2x on), whose errors it does not export
-    from typer._click.exceptions import UsageError
-except ImportError:
-    from click.exceptions import UsageError
-
-
-class _Commands(TyperGroup):
-    """edgepress's commands: a usage error (an unknown command or option, a value of the wrong type, an argument
-    missing) ends like every other refusal, exit 2 with its fix."""
-
-    def make_context(self, *args, **kwargs):
-        with _fix_named():
-            return super().make_context(*args, **kwargs)
-
-    def invoke(self, ctx):
-        with _fix_named():
-            return super().invoke(ctx)
-
-
-@contextlib.contextmanager
-def _fix_named():
-    try:
-        yield
-    except UsageError as e:
-        if "Fix:" not in e.message:
-            command = e.ctx.command_path if e.ctx is not None else "edgepress"
-            fix = f"Fix: see `{command} --help` for what it takes"
-            e.message = f"{e.message.rstrip('.')}. {fix}" if e.message else fix  # a missing argument's is empty
-        raise
-
-
 app = typer.Typer(
-    cls=_Commands,
+    cls=Commands,
     name="edgepress",
     help="Compress a trained BERT-family text classifier for devices: distill, prune, quantize, export to ONNX, "
     "and gate every stage on accuracy, latency and parity.",
@@ -67,41 +34,6 @@ def _version(shown: bool) -> None:
 def _options(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                    help="Print edgepress's version and exit.")] = False) -> None:
     """Options before any command (the app's help text is its own)."""
-
-
-class Provider(StrEnum):
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class Aggregation(StrEnum):  # device.entities.AGGREGATIONS
-    simple = "simple"
-    first = "first"
-    max = "max"
-    average = "average"
-    none = "none"
-
-
-class DemoTask(StrEnum):  # the keys of pipeline.demo.DEMOS (not imported here: the CLI starts without the runner)
-    classification = "classification"
-    embedding = "embedding"
-
-
-Split = StrEnum("Split", {name: name for name in ("test", "validation", "train", "all")})
-Target = StrEnum("Target", {name.replace("-", "_"): name for name in ("x86-vnni", "x86-avx2", "arm64", "cuda",
-                                                                      "mobile", "web")})
-
-
-def _path(text: str) -> Path:
-    """A path given on the command line, as a config's is checked (`configs.names_something`): an empty one (an
-    unset variable: `--out "$DIR"`) would be the current dir."""
-    from edgepress.configs import names_something
-
-    try:
-        return Path(names_something(text))
-    except ValueError as e:
-        raise typer.BadParameter(f"{e}. Fix: give the path (an empty value is often a variable that is not set)"
-                                 ) from None
 
 
 err = Console(stderr=True)
@@ -126,7 +58,7 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 @app.command()
 def teacher(
-    out_dir: Annotated[Path, typer.Option("--out", parser=_path, help="Directory to write the fine-tuned teacher to.")],
+    out_dir: Annotated[Path, typer.Option("--out", parser=path, help="Directory to write the fine-tuned teacher to.")],
 ) -> None:
     """Build the demo teacher (MiniLM-L6 fine-tuned on the movie snippets) into --out."""
     from edgepress.models.teacher import MANIFEST, build_teacher
@@ -140,7 +72,7 @@ def teacher(
 
 @app.command()
 def demo(
-    out_dir: Annotated[Path, typer.Option("--out", parser=_path,
+    out_dir: Annotated[Path, typer.Option("--out", parser=path,
                                                    help="Run directory for the report and stage artifacts.")],
     quick: Annotated[bool, typer.Option("--quick", help="Shorter training for later stages; the teacher and the "
                                                         "test split stay the same.")] = False,
@@ -175,8 +107,8 @@ def _summary(report: dict, out_dir: Path) -> None:
 
 @app.command()
 def run(
-    config: Annotated[Path, typer.Argument(parser=_path, help="Pipeline YAML (see README).")],
-    out_dir: Annotated[Path, typer.Option("--out", parser=_path,
+    config: Annotated[Path, typer.Argument(parser=path, help="Pipeline YAML (see README).")],
+    out_dir: Annotated[Path, typer.Option("--out", parser=path,
                                                    help="Run directory for the report and stage artifacts.")],
     device: Annotated[Provider | None, typer.Option(help="Measure on this provider instead of "
                                                          "runtime.providers.")] = None,
@@ -184,7 +116,7 @@ def run(
                                               "passed with the same config and data.")] = False,
     target: Annotated[Target | None, typer.Option(help="Where the bundle will run (instead of runtime.target; "
                                                        "default: this machine).")] = None,
-    cache: Annotated[Path | None, typer.Option(parser=_path,
+    cache: Annotated[Path | None, typer.Option(parser=path,
                                                help="A stage cache shared with other runs: a stage attempt whose "
                                                     "method, params, input, data, runtime and machine match an "
                                                     "earlier one's takes its result.")] = None,
@@ -220,10 +152,10 @@ def _seconds(budget: str) -> float:
 
 @app.command()
 def search(
-    config: Annotated[Path, typer.Argument(parser=_path,
+    config: Annotated[Path, typer.Argument(parser=path,
                                            help="Search YAML: model, data, runtime, constraints, objective, space "
                                                 "(see examples/search-demo.yaml).")],
-    out_dir: Annotated[Path, typer.Option("--out", parser=_path,
+    out_dir: Annotated[Path, typer.Option("--out", parser=path,
                                                    help="Search directory: the study, every trial's run, the "
                                                         "report, best.yaml and the winner's run.")],
     budget: Annotated[str | None, typer.Option(help="Wall-clock time for trials, e.g. 2h or 45m: no trial starts "
@@ -272,7 +204,7 @@ def search(
 
 
 @app.command()
-def validate(config: Annotated[Path, typer.Argument(parser=_path, help="Pipeline or search YAML to check.")]) -> None:
+def validate(config: Annotated[Path, typer.Argument(parser=path, help="Pipeline or search YAML to check.")]) -> None:
     """Check a pipeline without running it: the config (every problem listed), then that the model loads, the data
     loads and fits the model's labels, and each provider asked for runs here. A search config: the same, for every
     point of its space. Exit 2 at the first problem."""
@@ -317,7 +249,7 @@ def init(
                                              "HF dataset.")],
     text_column: Annotated[str, typer.Option(help="Column holding the text.")] = "text",
     label_column: Annotated[str, typer.Option(help="Column holding the label (name or id).")] = "label",
-    out_file: Annotated[Path | None, typer.Option("--out", parser=_path,
+    out_file: Annotated[Path | None, typer.Option("--out", parser=path,
                                                            help="Write the pipeline to this new file instead of "
                                                                 "printing it.")] = None,
 ) -> None:
@@ -337,16 +269,11 @@ def init(
                   f"{out_file} --out runs/NAME", highlight=False, soft_wrap=True)
 
 
-class Kind(StrEnum):
-    pipeline = "pipeline"
-    search = "search"
-
-
 @app.command()
 def schema(
     kind: Annotated[Kind, typer.Argument(help="Which YAML: a pipeline (`edgepress run`) or a search.")]
     = Kind.pipeline,
-    out_file: Annotated[Path | None, typer.Option("--out", parser=_path,
+    out_file: Annotated[Path | None, typer.Option("--out", parser=path,
                                                            help="Write the schema to this file instead of "
                                                                 "printing it.")] = None,
 ) -> None:
@@ -400,7 +327,7 @@ def evaluate(
 @app.command("export")
 def export_command(
     model: Annotated[str, typer.Argument(help="An HF model dir, or demo:minilm-movie.")],
-    out_dir: Annotated[Path, typer.Option("--out", parser=_path,
+    out_dir: Annotated[Path, typer.Option("--out", parser=path,
                                                    help="Directory for model.onnx, config.json and tokenizer.")],
     optimize: Annotated[bool, typer.Option(help="Apply ONNX Runtime's transformer fusions.")] = True,
     disable_fusion: Annotated[list[str] | None, typer.Option(help="A fusion to leave out (repeatable), e.g. "
@@ -435,7 +362,7 @@ def export_command(
 
 @app.command()
 def bench(
-    model: Annotated[Path, typer.Argument(parser=_path,
+    model: Annotated[Path, typer.Argument(parser=path,
                                           help="A .onnx file, a dir with model.onnx, or an HF (torch) model dir.")],
     provider: Annotated[Provider, typer.Option(help="Execution provider.")] = Provider.cpu,
     batch_size: Annotated[int, typer.Option(min=1, help="Batch size of the fixed shape.")] = 1,
@@ -476,10 +403,10 @@ def bench(
 
 @app.command()
 def bundle(
-    source: Annotated[Path, typer.Argument(parser=_path,
+    source: Annotated[Path, typer.Argument(parser=path,
                                            help="A run dir (its final/ model), or an ONNX model dir (model.onnx, "
                                                 "tokenizer.json, config.json).")],
-    out_dir: Annotated[Path, typer.Option("--out", parser=_path, help="The bundle dir to write.")],
+    out_dir: Annotated[Path, typer.Option("--out", parser=path, help="The bundle dir to write.")],
     target: Annotated[Target | None, typer.Option(help="Where it will run (default: this machine).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace a non-empty --out.")] = False,
 ) -> None:
@@ -500,13 +427,13 @@ def _target_of(bundle_dir: Path) -> str:
 
 @app.command()
 def predict(
-    bundle: Annotated[Path, typer.Argument(parser=_path,
+    bundle: Annotated[Path, typer.Argument(parser=path,
                                            help="A bundle or exported model dir (model.onnx, tokenizer.json, "
                                                 "config.json).")],
     texts: Annotated[list[str], typer.Argument(help="Texts to classify (or embed).")],
     provider: Annotated[Provider, typer.Option(help="Execution provider.")] = Provider.cpu,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
-    corpus: Annotated[Path | None, typer.Option(parser=_path,
+    corpus: Annotated[Path | None, typer.Option(parser=path,
                                                 help="An embedding model's bundle: list the texts of this file (one "
                                                      "a line) nearest each text given, by cosine.")] = None,
     top: Annotated[int, typer.Option(min=1, help="With --corpus: how many to list per text.")] = 10,
