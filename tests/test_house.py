@@ -1,5 +1,6 @@
 """The house's seams, read from the source (an AST walk of src/, imports made lazily inside functions included):
-no import circles between modules, and no private name taken from another module."""
+no import circles between modules, no private name taken from another module, and the task asked, not worked out
+again, outside tasks/."""
 
 import ast
 from pathlib import Path
@@ -93,3 +94,76 @@ def test_no_private_name_is_taken_from_another_module():
              for name, path in modules.items() for target, what, line in _imports(name, path, modules)
              if what is not None and what.startswith("_") and not what.startswith("__") and target != name]
     assert taken == []
+
+
+# What telling the three tasks apart looks like in the source: comparing a task's `targets` or a task's name, sniffing
+# a model or its dir, testing which kind of data set a split is.
+TASK_NAMES = {"classification", "embedding", "token-classification"}
+SNIFFS = {"is_token_classifier_dir", "is_sentence_encoder", "is_sentence_dir"}
+DATA_SETS = {"TaggedSet", "PairSet", "TextSet"}
+
+# The places outside tasks/ that still tell the tasks apart, (module, function) -> (how many, why they stay): one
+# more fails the test below, so a new branch is a decision made here, not a drift.
+TASK_BRANCHES = {
+    ("cli/app.py", "evaluate"): (1, "rendering: a token classifier's figures are entity-level, over sentences"),
+    ("compress/distill.py", "distill"): (1, "a sentence encoder distils on vectors (distill_embeddings)"),
+    ("compress/kd.py", "load_with_kd_targets"): (1, "vectors have their own loss and scoring, by task.targets"),
+    ("compress/kd.py", "transfer_set"): (1, "tagged data's transfer set is built per word (tagged_transfer_set)"),
+    ("compress/structured.py", "_prune_and_recover"): (1, "a sentence encoder prunes on vectors, by task.targets"),
+    ("models/loading.py", "load_classifier"): (1, "its default class, for callers that load a classifier dir bare"),
+    ("models/sentence.py", "encoder_of"): (1, "the module a method changes: a sentence encoder's Transformer"),
+    ("models/sentence.py", "module_folders"): (1, "not a task branch: the sentence-transformers format's own folders"),
+}
+
+
+def _task_branches() -> dict[tuple[str, str], list[int]]:
+    """(module under src/edgepress, innermost function) -> lines, for every place outside tasks/ that tells the tasks
+    apart (see TASK_NAMES, SNIFFS, DATA_SETS)."""
+    found: dict[tuple[str, str], list[int]] = {}
+    root = SRC / "edgepress"
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] != "tasks":
+            _find_branches(ast.parse(path.read_text(encoding="utf-8")), path.relative_to(root).as_posix(),
+                           "<module>", found)
+    return found
+
+
+def _find_branches(node: ast.AST, module: str, function: str, found: dict) -> None:
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        function = node.name
+    if _tells_tasks_apart(node):
+        found.setdefault((module, function), []).append(node.lineno)
+    for child in ast.iter_child_nodes(node):
+        _find_branches(child, module, function, found)
+
+
+def _tells_tasks_apart(node: ast.AST) -> bool:
+    if isinstance(node, ast.Compare):
+        sides = [node.left, *node.comparators]
+        return any(isinstance(side, ast.Attribute) and side.attr == "targets" for side in sides) or \
+            any(isinstance(side, ast.Constant) and side.value in TASK_NAMES for side in sides)
+    if isinstance(node, ast.Call):
+        called = getattr(node.func, "id", getattr(node.func, "attr", None))
+        if called in SNIFFS:
+            return True
+        if called == "isinstance" and len(node.args) == 2:
+            kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            return any(getattr(kind, "id", None) in DATA_SETS for kind in kinds)
+    return False
+
+
+def test_the_walk_sees_every_way_of_telling_the_tasks_apart():
+    """The check below can fail: each way, planted in a function, is found."""
+    for planted in ("task.targets == 'vectors'", "name != 'token-classification'", "is_sentence_dir(path)",
+                    "isinstance(train, (TextSet, TaggedSet))"):
+        tree = ast.parse(f"def f():\n    return {planted}\n")
+        assert any(_tells_tasks_apart(node) for node in ast.walk(tree)), planted
+    assert not any(_tells_tasks_apart(node) for node in ast.walk(ast.parse("task.name == other.name")))
+
+
+def test_the_task_is_asked_not_worked_out_again_outside_tasks():
+    """Outside tasks/ the three tasks are told apart only where TASK_BRANCHES says why (issue 50: from 43 sites in 18
+    modules to these)."""
+    found = {site: len(lines) for site, lines in _task_branches().items()}
+    allowed = {site: count for site, (count, _) in TASK_BRANCHES.items()}
+    assert found == allowed, {site: _task_branches().get(site) for site, _ in set(found.items()) ^ set(allowed.items())}

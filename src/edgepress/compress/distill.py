@@ -23,12 +23,10 @@ import logging
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 from pydantic import Field, model_validator
 
 from edgepress.compress.kd import (
     KdLoss,
-    argmax_rows,
     hinton,
     soft_target_loss,
     transfer_set,
@@ -277,6 +275,4 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
     return {"layer_map": list(mapping), "best_epoch": result.best_epoch,
             f"val_{result.score}": result.best_val_accuracy,
             "history": result.history, "train_seconds": round(result.seconds, 1),
-            **({} if task.targets != "logits" else {"teacher_train_accuracy": float(np.mean(
-                argmax_rows(train_logits.array[:len(data.train)]) == data.train.labels))}),
             "transfer_examples": len(train) - len(data.train)}
