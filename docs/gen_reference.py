@@ -45,11 +45,9 @@ def _type(prop: dict, page: str = "") -> str:
 
 def _bounds(prop: dict) -> str:
     said = {"minimum": "≥ {}", "exclusiveMinimum": "> {}", "maximum": "≤ {}", "exclusiveMaximum": "< {}",
-            "minLength": "at least {} characters", "pattern": "matches `{}`", "minItems": "at least {} items"}
-    parts = [form.format(prop[key]) for key, form in said.items() if key in prop]
-    for option in prop.get("anyOf", []):
-        parts += [form.format(option[key]) for key, form in said.items() if key in option]
-    return ", ".join(parts)
+            "minLength": "at least {} characters", "pattern": "matches `{}`", "minItems": "at least {} item{}"}
+    return ", ".join(form.format(node[key], "s" if node[key] != 1 else "") for node in (prop, *prop.get("anyOf", []))
+                     for key, form in said.items() if key in node)
 
 
 def _default(prop: dict, required: bool) -> str:

@@ -177,9 +177,10 @@ def _set(config: dict, path: tuple, value) -> dict:
     return config
 
 
-def config_cases(kind: str, bases: dict[str, dict]) -> list[tuple[str, dict, tuple[str, ...]]]:
-    """(case, config, names a refusal must carry) for every field of the `kind` schema and every bad value, on the
-    base config each field belongs to (`bases`: "" for the config's own fields, a method name for its params)."""
+def config_cases(kind: str, bases: dict[str, dict]) -> list[tuple[str, dict, tuple[str, ...], str, tuple | None]]:
+    """(case, config, names a refusal must carry, its base, the change: (path, value), None for an unknown key) for
+    every field of the `kind` schema and every bad value, on the base config each field belongs to (`bases`: "" for
+    the config's own fields, a method name for its params)."""
     root = schema(kind)
     defs = root["$defs"]
     cases = []
@@ -190,13 +191,13 @@ def config_cases(kind: str, bases: dict[str, dict]) -> list[tuple[str, dict, tup
     for base, path, node in fields:
         where = ".".join(str(k) for k in path if k not in (0, -1))
         for value in bad_values(node, defs):
-            config = _set(bases[base], path, [value] if _is_items(node, defs) and not isinstance(value, list)
-                          else value)
+            value = [value] if _is_items(node, defs) and not isinstance(value, list) else value
             # a refusal names the field or a section it is in (a gate's missing limit names the gate)
             names = tuple(str(k) for k in path if isinstance(k, str))
-            cases.append((f"{kind} {base + ': ' if base else ''}{where} = {value!r}", config, names))
+            cases.append((f"{kind} {base + ': ' if base else ''}{where} = {value!r}", _set(bases[base], path, value),
+                          names, base, (path, value)))
         parent = _set(bases[base], (*path[:-1], "no_such_key"), 1)  # an unknown key beside it
-        cases.append((f"{kind} {where}: an unknown key beside it", parent, ("no_such_key",)))
+        cases.append((f"{kind} {where}: an unknown key beside it", parent, ("no_such_key",), base, None))
     return cases
 
 
@@ -228,11 +229,17 @@ def config_bases(tmp_path_factory, tiny_model_dir, movie_data) -> dict[str, dict
                                       "quantization": ["int8-dynamic"], "epochs": [1]}}}}
 
 
+# fields whose values are checked against what the run makes, which `validate` has not got: keep_float's node names
+# are the names of the graph the export stage writes (the run refuses names it lacks, exit 2, naming keep_float)
+CHECKED_ON_WHAT_THE_RUN_MAKES = {"keep_float"}
+
+
 @pytest.mark.parametrize("kind", ["pipeline", "search"])
 def test_every_config_field_meets_its_bad_values_with_exit_2_and_its_name(kind, config_bases, tmp_path):
     """Each base config validates; then every field of the schema, given each value of its type's bad set, is
     either fine (by the schema: `validate` may still refuse it, naming it) or refused by `validate` with exit 2, the
-    field named and a Fix."""
+    field named and a Fix. The converse: what `validate` accepts, the run (or search) does not refuse: the values it
+    accepted on one base, all set at once, run to exit 0 (`accepted_runs`)."""
     from jsonschema import Draft202012Validator
 
     bases = config_bases[kind]
@@ -243,21 +250,63 @@ def test_every_config_field_meets_its_bad_values_with_exit_2_and_its_name(kind, 
     checker = Draft202012Validator(schema(kind))
     problems, file, out, ran = [], tmp_path / f"{kind}.yaml", tmp_path / "out", set()
     command = "run" if kind == "pipeline" else "search"
-    for case, config, names in config_cases(kind, bases):
+    accepted = collections.defaultdict(list)  # base -> (case, change, names) validate accepted
+    for case, config, names, base, change in config_cases(kind, bases):
         file.write_text(yaml.safe_dump(config, allow_unicode=True))
         before = snapshot(file)
         result = invoke("validate", file)
         COUNTS["validate", f"{kind} field values"] += 1
         refused = not checker.is_valid(config)
         problems.append(judge(result, case, names, refused=refused, inputs=before))
+        if result.exit_code == 0 and change is not None:
+            accepted[base].append((case, change, names))
         if refused and names not in ran:  # the run (or search) refuses it too, before writing anything
             ran.add(names)
             result = invoke(command, file, "--out", out, *(("--trials", 1) if kind == "search" else ()))
             COUNTS[command, f"{kind} field values"] += 1
             problems.append(judge(result, f"{command}: {case}", names, refused=True, inputs=before, out=out))
             _clear(out)
+    for base, cases in accepted.items():
+        problems += accepted_runs(kind, base, bases[base], cases, tmp_path)
     problems = [p for p in problems if p]
     assert not problems, failed(problems)
+
+
+def accepted_runs(kind: str, name: str, base: dict, cases: list, tmp_path: Path) -> list[str | None]:
+    """Run (or search, one trial) what `validate` accepted on `base` (the base config `name`): the values all set at
+    once in one config, and on their own those that cannot join it (a value that empties the list another's path goes
+    through, or one that makes the combination invalid) or that are checked on what the run makes. Each must exit 0;
+    one checked on what the run makes may be refused (exit 2) naming its field."""
+    command = "run" if kind == "pipeline" else "search"
+    together, alone = base, []
+    for case, (path, value), names in cases:
+        try:
+            combined = _set(together, path, value)
+        except (IndexError, KeyError, TypeError):
+            combined = None
+        if combined is None or CHECKED_ON_WHAT_THE_RUN_MAKES & set(map(str, path)):
+            alone.append((case, _set(base, path, value), names))
+        else:
+            together = combined
+    file, out, problems = tmp_path / "accepted.yaml", tmp_path / "out", []
+    file.write_text(yaml.safe_dump(together, allow_unicode=True))
+    if invoke("validate", file).exit_code != 0:  # the values clash: each on its own
+        alone += [(case, _set(base, path, value), names) for case, (path, value), names in cases]
+        together = None
+    runs = [(f"{kind} {name + ': ' if name else ''}{len(cases) - len(alone)} values at once", together, ())] \
+        if together is not None else []
+    for case, config, names in runs + alone:
+        file.write_text(yaml.safe_dump(config, allow_unicode=True))
+        before = snapshot(file)
+        result = invoke(command, file, "--out", out, *(("--trials", 1) if kind == "search" else ()))
+        COUNTS[command, f"{kind} values validate accepts"] += 1
+        late = CHECKED_ON_WHAT_THE_RUN_MAKES & set(names)
+        problem = judge(result, f"{command} of what validate accepts: {case}", tuple(late), inputs=before)
+        if problem is None and result.exit_code != 0 and not (late and result.exit_code == 2):
+            problem = f"{command} of what validate accepts: {case}: exit {result.exit_code}: {result.output[-300:]}"
+        problems.append(problem)
+        _clear(out)
+    return problems
 
 
 # --- every file a command reads

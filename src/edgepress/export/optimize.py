@@ -115,7 +115,8 @@ class Fp16Config(BaseModel):
     max_length: Tokens = Field(128, description=PARITY_LENGTH)
     parity: ParityConfig = Field(ParityConfig(max_abs_diff=5e-2, min_agreement=0.99), description="how close the "
                                  "fp16 graph's logits must be to the fp32 graph's")
-    providers: tuple[Literal["cpu", "cuda"], ...] = Field(("cuda",), description="where the fp16 graph is checked")
+    providers: tuple[Literal["cpu", "cuda"], ...] = Field(("cuda",), min_length=1,
+                                                          description="where the fp16 graph is checked")
 
 
 def check_fp16(model, tokenizer, cfg: Fp16Config, task=None) -> None:
