@@ -223,13 +223,14 @@ def _owners(tree: ast.Module) -> dict[ast.AST, str]:
 
 
 def raised(names: set[str]) -> dict[str, list[tuple[str, str]]]:
-    """{error class: [(where, message)]} for every `raise Error("...")` in the package's source."""
+    """{error class: [(where, message)]} for every `raise Error("...")` in the package's source, and every
+    `return Error("...")` (a function that words an error for its callers to raise)."""
     found: dict[str, list[tuple[str, str]]] = {name: [] for name in names}
     for path in sorted(SRC.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         owners = _owners(tree)
         for node in ast.walk(tree):
-            call = node.exc if isinstance(node, ast.Raise) else None
+            call = node.exc if isinstance(node, ast.Raise) else node.value if isinstance(node, ast.Return) else None
             if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in names \
                     and call.args:
                 where = f"{path.relative_to(SRC.parent).as_posix()} {owners[node] or '(module)'}"

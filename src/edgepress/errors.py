@@ -6,10 +6,18 @@ the message for a path that is not there."""
 
 from pathlib import Path
 
-from edgepress.device.errors import ConfigError, DataError, EdgepressError, ModelError, ProviderUnavailable
+from edgepress.device.errors import (
+    AccessDenied,
+    ConfigError,
+    DataError,
+    EdgepressError,
+    ModelError,
+    ProviderUnavailable,
+    access_denied,
+)
 
-__all__ = ["ConfigError", "DataError", "EdgepressError", "ExportParityError", "GateFailed", "ModelError",
-           "ProviderUnavailable", "missing"]
+__all__ = ["AccessDenied", "ConfigError", "DataError", "EdgepressError", "ExportParityError", "GateFailed",
+           "ModelError", "ProviderUnavailable", "access_denied", "missing"]
 
 
 def missing(path: str | Path) -> str:

@@ -54,12 +54,20 @@ def read_onnx(path: Path, external_data: bool = True):
 
     try:
         return onnx.load(str(path), load_external_data=external_data)
+    except PermissionError as e:
+        from edgepress.errors import access_denied
+
+        raise access_denied(e) from None
     except (DecodeError, RuntimeWarning, ValueError, OSError, onnx.checker.ValidationError) as e:
         from edgepress.errors import ModelError
 
-        why = " ".join(str(e).split())[:200] or type(e).__name__
-        raise ModelError(f"{path} is not a readable ONNX model ({why}). Fix: export the model again (an export "
+        raise ModelError(f"{path} is not a readable ONNX model ({_why(e)}). Fix: export the model again (an export "
                          f"stage, or `edgepress export`), or bundle the run's final/ again") from None
+
+
+def _why(e: Exception) -> str:
+    """A reader's error on one line, short enough for a message (its type where it says nothing)."""
+    return " ".join(str(e).split())[:200] or type(e).__name__
 
 
 def write_arrays(path: Path, arrays: dict) -> None:
@@ -86,8 +94,7 @@ def read_arrays(path: Path) -> dict:
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
         from edgepress.errors import ModelError
 
-        why = " ".join(str(e).split())[:200] or type(e).__name__
-        raise ModelError(f"{path} is not an .npz file of arrays ({why}). Fix: run the stage again") from None
+        raise ModelError(f"{path} is not an .npz file of arrays ({_why(e)}). Fix: run the stage again") from None
 
 
 @contextlib.contextmanager

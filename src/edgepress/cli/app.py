@@ -45,12 +45,15 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     is not lost (edgepress/interrupt.py)."""
     from rich.markup import escape
 
-    from edgepress.errors import EdgepressError
+    from edgepress.errors import EdgepressError, access_denied
     from edgepress.interrupt import latched
 
     try:
-        with latched():
-            return fn(*args, **kwargs)
+        try:
+            with latched():
+                return fn(*args, **kwargs)
+        except PermissionError as e:  # a path it was given that the system will not let it read (or write)
+            raise access_denied(e) from None
     except EdgepressError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(e.exit_code) from None

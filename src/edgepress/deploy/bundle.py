@@ -13,7 +13,7 @@ from pathlib import Path
 from edgepress import __version__, device
 from edgepress.deploy.targets import check_artifact, detect_target, resolve_target
 from edgepress.deploy.web import INDEX, web_files
-from edgepress.device.bundle import BUNDLE_FILES, MANIFEST, json_object, model_file
+from edgepress.device.bundle import BUNDLE_FILES, MANIFEST, check_readable, json_object, model_file
 from edgepress.device.sessions import disabled_optimizers
 from edgepress.errors import ConfigError, ModelError
 from edgepress.files import atomic_dir, check_apart, check_owned, check_writable, file_sha256, read_onnx, write_json
@@ -252,6 +252,7 @@ def bundle_model(source: Path, out: Path, target: str | None = None, overwrite: 
     machine's) in `out`. A graph the target does not suit is refused before anything is written. `manifest` (a
     run's last step) gives what the run measured; otherwise it comes from the source's own edgepress.json."""
     model_dir, found_run = _source(Path(source))
+    check_readable(model_dir)
     run_root = run_root or found_run
     out = Path(out)
     _check_out(out, {"the model being bundled": model_dir, **({"the run being bundled": found_run} if found_run

@@ -1,9 +1,10 @@
 """What a bundle dir holds: the graph, the tokenizer, config.json (with id2label), and the manifest."""
 
 import json
+import os
 from pathlib import Path
 
-from .errors import ModelError
+from .errors import ModelError, access_denied
 
 BUNDLE_FILES = ("model.onnx", "tokenizer.json", "config.json")
 MANIFEST = "edgepress.json"
@@ -15,6 +16,8 @@ def json_value(path: Path, fix: str = "Fix: export or bundle the model again"):
     ModelError ending in `fix`."""
     try:
         return json.loads(path.read_bytes().decode("utf-8"))
+    except PermissionError as e:
+        raise access_denied(e) from None
     except OSError as e:
         raise ModelError(f"{path} cannot be read: {e.strerror or e}. {fix}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -29,13 +32,30 @@ def json_object(path: Path, fix: str = "Fix: export or bundle the model again") 
     return value
 
 
+def check_readable(directory: Path) -> None:
+    """Every file of the model dir `directory` can be opened, and every dir in it listed: what the system refuses is
+    an AccessDenied naming it, before a library reads it and reports the refusal as something else (a missing
+    weights file, a corrupt graph). Other failures are left to the reader of that file."""
+    def refused(e: OSError) -> None:
+        if isinstance(e, PermissionError):
+            raise access_denied(e) from None
+
+    for root, _, files in os.walk(directory, onerror=refused):
+        for name in files:
+            try:
+                os.close(os.open(os.path.join(root, name), os.O_RDONLY))
+            except OSError as e:
+                refused(e)
+
+
 def model_file(manifest: dict) -> str:
     """The graph's path in a bundle: model.onnx, or where the manifest says (a web bundle keeps it in onnx/)."""
     return manifest.get("model_file", BUNDLE_FILES[0])
 
 
 def read_bundle(bundle: Path) -> tuple[dict, dict]:
-    """(config.json, edgepress.json or {}) of a bundle or exported model dir."""
+    """(config.json, edgepress.json or {}) of a bundle or exported model dir (its files all readable)."""
+    check_readable(bundle)
     manifest_path = bundle / MANIFEST
     manifest = json_object(manifest_path) if manifest_path.is_file() else {}
     missing = [name for name in (model_file(manifest), *BUNDLE_FILES[1:]) if not (bundle / name).is_file()]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .entities import AGGREGATIONS
-from .errors import ConfigError, DataError, EdgepressError, ModelError
+from .errors import ConfigError, DataError, EdgepressError, ModelError, access_denied
 from .lines import text_lines
 from .predictor import Prediction, Predictor
 from .sessions import PROVIDERS
@@ -121,19 +121,31 @@ def _similar_parser(here: Path) -> argparse.ArgumentParser:
     return _session_arguments(parser)
 
 
-def _main_similar(argv: list[str], here: Path) -> int:
+def _main_similar(argv: list[str], here: Path) -> None:
     args = _similar_parser(here).parse_args(argv)
-    try:
-        if args.top < 1 or (args.threads is not None and args.threads < 1):
-            raise ConfigError("--top and --threads must be at least 1. Fix: pass a positive number")
-        corpus = read_corpus(args.corpus)
-        predictor = Predictor(args.bundle, providers=(args.provider,), threads=args.threads)
-        for rank, (score, text) in enumerate(similar(predictor, [args.query], corpus, args.top)[0], start=1):
-            print(similar_line(args.query, rank, score, text, args.json))
-    except EdgepressError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-    return 0
+    if args.top < 1 or (args.threads is not None and args.threads < 1):
+        raise ConfigError("--top and --threads must be at least 1. Fix: pass a positive number")
+    corpus = read_corpus(args.corpus)
+    predictor = Predictor(args.bundle, providers=(args.provider,), threads=args.threads)
+    for rank, (score, text) in enumerate(similar(predictor, [args.query], corpus, args.top)[0], start=1):
+        print(similar_line(args.query, rank, score, text, args.json))
+
+
+def _main_predict(argv: list[str], here: Path) -> None:
+    args = _parser(here).parse_args(argv)
+    if args.runs < 1 or (args.threads is not None and args.threads < 1):
+        raise ConfigError("--runs and --threads must be at least 1. Fix: pass a positive number")
+    texts = _texts(args)
+    predictor = Predictor(args.bundle, providers=(args.provider,), threads=args.threads)
+    if args.bench:
+        _print_bench(predictor.bench(texts, runs=args.runs), args.json)
+    elif predictor.output == "sentence_embedding":
+        _print_embeddings(texts, predictor.embed(texts))
+    elif predictor.tokens:
+        for text in texts:
+            print("\n".join(entity_lines(text, predictor.entities(text, args.aggregation), args.json)))
+    else:
+        _print_predictions(predictor.predict_each(texts), args.json)
 
 
 def main(argv: list[str] | None = None, here: Path | None = None) -> int:
@@ -141,24 +153,12 @@ def main(argv: list[str] | None = None, here: Path | None = None) -> int:
     input. `here`: the bundle dir read without --bundle (predict.py's own dir)."""
     argv = sys.argv[1:] if argv is None else argv
     here = Path.cwd() if here is None else here
-    if argv[:1] == ["similar"]:
-        return _main_similar(argv[1:], here)
-    args = _parser(here).parse_args(argv)
+    command, argv = (_main_similar, argv[1:]) if argv[:1] == ["similar"] else (_main_predict, argv)
     try:
-        if args.runs < 1 or (args.threads is not None and args.threads < 1):
-            raise ConfigError("--runs and --threads must be at least 1. Fix: pass a positive number")
-        texts = _texts(args)
-        predictor = Predictor(args.bundle, providers=(args.provider,), threads=args.threads)
-        if args.bench:
-            _print_bench(predictor.bench(texts, runs=args.runs), args.json)
-            return 0
-        if predictor.output == "sentence_embedding":
-            _print_embeddings(texts, predictor.embed(texts))
-        elif predictor.tokens:
-            for text in texts:
-                print("\n".join(entity_lines(text, predictor.entities(text, args.aggregation), args.json)))
-        else:
-            _print_predictions(predictor.predict_each(texts), args.json)
+        try:
+            command(argv, here)
+        except PermissionError as e:  # a file it was given that the system will not let it read
+            raise access_denied(e) from None
     except EdgepressError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

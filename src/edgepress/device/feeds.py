@@ -6,20 +6,29 @@ from pathlib import Path
 import numpy as np
 
 from .bundle import json_object
-from .errors import ConfigError, ModelError
+from .errors import ConfigError, ModelError, access_denied
 
 PAD_CANDIDATES = ("[PAD]", "<pad>")
-# RoBERTa-style models number positions from pad_token_id + 1: that many rows of the position table are never used
+# RoBERTa-style models number positions from pad_token_id + 1 (MPNet from 2: its padding_idx is 1 whatever its
+# config says), counting the tokens that are not that id: that many rows of the position table are never used
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+FIXED_POSITION_PAD = {"mpnet": 1}
 Feeds = dict[str, np.ndarray]
+
+
+def position_pad(config: dict) -> int | None:
+    """The token id a model's positions count from (RoBERTa-style: they start at it + 1 and skip it), or None where
+    positions are simply 0, 1, 2, ..."""
+    kind = config.get("model_type")
+    if kind in OFFSET_POSITIONS:
+        return int(config.get("pad_token_id", 1))
+    return FIXED_POSITION_PAD.get(kind)
 
 
 def position_limit(config: dict) -> int:
     """The longest token sequence a model's config.json allows."""
-    limit = int(config.get("max_position_embeddings", 512))
-    if config.get("model_type") in OFFSET_POSITIONS:
-        limit -= int(config.get("pad_token_id", 1)) + 1
-    return limit
+    pad = position_pad(config)
+    return int(config.get("max_position_embeddings", 512)) - (0 if pad is None else pad + 1)
 
 
 def _pad_token(directory: Path, tokenizer) -> str:
@@ -47,8 +56,10 @@ def load_tokenizer(directory: str | Path, max_length: int):
             f"{directory} has no tokenizer.json. Fix: save a fast tokenizer into it "
             f"(AutoTokenizer.from_pretrained(MODEL).save_pretrained(DIR))"
         )
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
+    try:  # read here, not by tokenizers: the system's refusal keeps its name
+        tokenizer = Tokenizer.from_str(path.read_bytes().decode("utf-8"))
+    except PermissionError as e:
+        raise access_denied(e) from None
     except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
         raise ModelError(f"{path} is not a readable tokenizer ({e}). Fix: save the tokenizer again "
                          f"(AutoTokenizer.from_pretrained(MODEL).save_pretrained(DIR))") from None

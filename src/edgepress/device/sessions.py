@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .bundle import json_object
-from .errors import ConfigError, ModelError, ProviderUnavailable
+from .errors import ConfigError, ModelError, ProviderUnavailable, access_denied
 
 # Beside a graph: the ONNX Runtime optimizers its sessions are opened without. edgepress's optimize stage writes it
 # when it left a fusion out because it measured the graph faster without it; ORT would otherwise fuse the same
@@ -144,6 +144,13 @@ def disabled_optimizers(path: Path) -> list[str]:
     return names
 
 
+def _system_errno(e: Exception) -> int | None:
+    """The errno of a system error ONNX Runtime reports ("SystemError : 13", "system error number 13", under
+    whichever of its classes), or None for any other error."""
+    found = re.search(r"SystemError : (\d+)|system error number (\d+)", str(e))
+    return int(found.group(1) or found.group(2)) if found else None
+
+
 def load_session(path: str | Path, providers: tuple[str, ...] = ("cpu",), options=None):
     """An `onnxruntime.InferenceSession` of a classifier graph running on exactly the providers asked for (CPU may be
     added after CUDA by ONNX Runtime for the ops CUDA lacks)."""
@@ -164,9 +171,17 @@ def load_session(path: str | Path, providers: tuple[str, ...] = ("cpu",), option
             session = ort.InferenceSession(str(path), options or session_options(None),
                                            providers=list(provider_names(providers)),
                                            disabled_optimizers=disabled_optimizers(path))
-        except (InvalidProtobuf, InvalidGraph, InvalidArgument, NoSuchFile, Fail) as e:  # e.g. an empty file
-            raise ModelError(f"{path} is not a loadable ONNX model (truncated or corrupt?): {str(e).strip()[:300]}. "
-                             f"Fix: export it again") from e
+        except Exception as e:  # ORT's own classes: a file it could not read names its errno only
+            if (number := _system_errno(e)) is not None:
+                refused = OSError(number, os.strerror(number))
+                what = f"{path} or a file beside it that it reads (its external data)"
+                if isinstance(refused, PermissionError):
+                    raise access_denied(refused, what) from None
+                raise ModelError(f"{what} cannot be read ({refused.strerror}). Fix: export it again") from None
+            if isinstance(e, InvalidProtobuf | InvalidGraph | InvalidArgument | NoSuchFile | Fail):  # an empty file
+                raise ModelError(f"{path} is not a loadable ONNX model (truncated or corrupt?): "
+                                 f"{str(e).strip()[:300]}. Fix: export it again") from e
+            raise
     require_providers(providers, session.get_providers(), logged)
     check_io(session, path)
     return session

@@ -4,7 +4,7 @@ pickles."""
 import json
 from pathlib import Path
 
-from edgepress.device.bundle import json_object, json_value
+from edgepress.device.bundle import check_readable, json_object, json_value
 from edgepress.errors import ModelError
 
 WEIGHT_FILES = (
@@ -72,7 +72,9 @@ def model_dir_problems(path: Path) -> list[str]:
 
 
 def check_model_dir(path: Path) -> None:
-    """Raise `ModelError` with a line per problem unless `path` is a loadable classifier dir."""
+    """Raise `ModelError` with a line per problem unless `path` is a loadable classifier dir (an AccessDenied for a
+    file in it the system will not let edgepress read)."""
+    check_readable(path)
     problems = model_dir_problems(path)
     if problems:
         lines = "\n".join(f"  ✗ {p}" for p in problems)
