@@ -96,3 +96,18 @@ def test_two_runs_at_once_compute_a_shared_stage_once(tmp_path, tiny_model_dir, 
     taken = sorted("cache_entry" in _stages(tmp_path / name)[0]["details"] for name in ("a", "b"))
     assert taken == [False, True]
     assert _stages(tmp_path / "a")[0]["artifact_sha256"] == _stages(tmp_path / "b")[0]["artifact_sha256"]
+
+
+def test_a_dir_a_methods_params_name_keys_its_stage_by_what_it_holds(tmp_path):
+    """Every path param (int4's torch_model, a recovery's teacher: `PathName | None`, a Path inside Optional) is in
+    the stage's keys by its content: a teacher dir changed under the same name is not taken for the old one."""
+    from edgepress.registry import METHODS
+
+    teacher = tmp_path / "teacher"
+    teacher.mkdir()
+    (teacher / "config.json").write_text('{"a": 1}')
+    before = METHODS["heads"].files_read({"teacher": str(teacher), "keep": 0.5})
+    (teacher / "config.json").write_text('{"a": 2}')
+    assert set(before) == {"teacher"} and METHODS["heads"].files_read({"teacher": str(teacher)}) != before
+    assert METHODS["heads"].files_read({"teacher": "baseline"}) == {}  # the run's own model, keyed as its input
+    assert set(METHODS["int4"].files_read({"torch_model": str(teacher)})) == {"torch_model"}

@@ -111,13 +111,18 @@ class Method:
         hold can change under the same name. (`teacher: baseline` names the run's baseline, not a file.)"""
         fields = self.config.model_fields
         paths = {name: Path(value) for name, value in params.items() if name in fields and isinstance(value, str)
-                 and value != BASELINE and Path in (fields[name].annotation, *get_args(fields[name].annotation))}
+                 and value != BASELINE and _names_a_path(fields[name].annotation)}
         return {name: tree_sha256(path) if path.exists() else "missing" for name, path in paths.items()}
 
     @property
     def trains(self) -> bool:
         """It fine-tunes (its config has the shared training fields)."""
         return "epochs" in self.config.model_fields
+
+
+def _names_a_path(annotation) -> bool:
+    """The type is a Path, or holds one (`PathName | None`: a Path inside Annotated inside Optional)."""
+    return annotation is Path or any(_names_a_path(arg) for arg in get_args(annotation))
 
 
 METHODS: dict[str, Method] = {
