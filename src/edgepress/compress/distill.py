@@ -33,7 +33,7 @@ from edgepress.compress.kd import (
     validation_vectors,
     vector_training,
 )
-from edgepress.configs import Epochs, LayerIndex, Layers, changed
+from edgepress.configs import Epochs, LayerIndex, Layers, PathName, changed
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
 from edgepress.models.arch import arch_of, depth, head_size, layer_list, part
@@ -58,12 +58,29 @@ class DistillConfig(TrainConfig, KdLoss):
     hidden_weight: float = Field(1.0, ge=0, le=1000, description="weight of the hidden-state loss (distilbert, "
                                                                  "tinybert)")
     attention_weight: float = Field(1.0, ge=0, le=1000, description="weight of the attention-score loss (tinybert)")
+    student: PathName | None = Field(None, description="a pretrained encoder to train into the student instead of "
+                                     "cutting the teacher's layers (a model dir, or demo:minilm): it reads the text "
+                                     "with its own tokenizer, gets a fresh classification head named like the "
+                                     "teacher's, and learns the teacher's logits (style hinton); its bundle ships "
+                                     "its tokenizer. student_layers and layer_map do not apply")
     epochs: Epochs = Field(4, description=EPOCHS)
 
     @model_validator(mode="after")
     def _map_fits(self) -> "DistillConfig":
         if self.layer_map is not None and len(self.layer_map) != self.student_layers:
             raise ValueError(f"layer_map has {len(self.layer_map)} entries; student_layers is {self.student_layers}")
+        return self
+
+    @model_validator(mode="after")
+    def _student_of_its_own(self) -> "DistillConfig":
+        if self.student is not None:
+            shaped = changed(self, ("student_layers", "layer_map"))
+            if shaped:
+                raise ValueError(f"{' and '.join(shaped)} shape a student cut from the teacher's layers; student "
+                                 f"names a pretrained encoder of its own: leave {' and '.join(shaped)} out")
+            if self.style != "hinton":
+                raise ValueError(f"style {self.style} compares hidden states of one width read with one tokenizer; "
+                                 f"a student with its own tokenizer learns the teacher's logits: style hinton")
         return self
 
     @model_validator(mode="after")
@@ -87,7 +104,25 @@ def check_student(teacher, tokenizer, cfg: DistillConfig, task) -> None:
     from edgepress.models.sentence import encoder_of
 
     task.check_distill(cfg)
+    if cfg.student is not None:
+        student_dir(cfg.student)
+        return
     student_layers(encoder_of(teacher), cfg)
+
+
+def student_dir(spec: Path) -> Path:
+    """The pretrained encoder dir `student` names (a demo name resolved), checked whole (config, weights, tokenizer):
+    a ModelError naming the fix where it is not one."""
+    from edgepress.errors import ModelError
+    from edgepress.models.loading import check_model_dir
+    from edgepress.models.teacher import resolve_model
+
+    try:
+        path = resolve_model(str(spec))
+        check_model_dir(path)
+    except ModelError as e:
+        raise ModelError(f"distill's student: {e}") from None
+    return path
 
 
 def student_layers(teacher, cfg: DistillConfig) -> tuple[int, ...]:
@@ -192,6 +227,36 @@ def _attention_loss(student_scores: list, teacher_scores: list, mask) -> object:
     return sum(losses) / len(losses)
 
 
+def distill_into(src: Path, out: Path, data: DataSplits, cfg: DistillConfig, task) -> dict:
+    """Train the pretrained encoder `cfg.student`, with a fresh head named like the teacher's, into `out` on the
+    teacher's logits (hinton): each model reads the texts with its own tokenizer, the teacher once for the transfer
+    set, the student every step; the student's tokenizer is saved with it."""
+    from accelerate.utils import set_seed
+
+    from edgepress.files import artifact_dir
+    from edgepress.models.introspect import param_counts
+    from edgepress.models.loading import load_pretrained
+    from edgepress.models.train import train_classifier
+
+    teacher, tokenizer = task.load_model(src)
+    train, train_logits = transfer_set(src, teacher, tokenizer, data, cfg)
+    labels = dict(teacher.config.id2label)
+    set_seed(cfg.seed)  # the new head's initial weights
+    student, words, _ = load_pretrained(student_dir(cfg.student), task.auto_class, num_labels=len(labels),
+                                        id2label=labels, label2id={name: i for i, name in labels.items()})
+    with artifact_dir(Path(out)) as tmp:
+        result = train_classifier(student, words, train, cfg, tmp,
+                                  loss_fn=soft_target_loss(train_logits, cfg, len(data.train)),
+                                  score=task.training_score(words, data.validation, cfg.max_length))
+    log.info("distill: %s (%s, %.1fM parameters) from the teacher's logits, best epoch %d, validation %s %.4f",
+             cfg.student, student.config.model_type, param_counts(student)["params"] / 1e6, result.best_epoch,
+             result.score, result.best_val_accuracy)
+    return {"student": str(cfg.student), "student_model_type": student.config.model_type,
+            "student_params": param_counts(student)["params"], "best_epoch": result.best_epoch,
+            f"val_{result.score}": result.best_val_accuracy, "history": result.history,
+            "train_seconds": round(result.seconds, 1), "transfer_examples": len(train) - len(data.train)}
+
+
 def distillation_loss(teacher, train_logits, cfg: DistillConfig, scores: tuple | None = None, labelled: int = 0):
     """A `loss_fn` for the training loop: hinton on `train_logits` (indexed by the batch's `index`; a token
     classifier's per word, `word_targets`), or with the teacher run alongside for the hidden-state styles; `scores`
@@ -251,6 +316,8 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
     task = task or task_of(src)
     if task.targets == "vectors":
         return distill_embeddings(src, out, data, cfg, task)
+    if cfg.student is not None:
+        return distill_into(src, out, data, cfg, task)
 
     teacher, tokenizer = task.load_model(src)
     student, mapping = make_student(teacher, cfg)

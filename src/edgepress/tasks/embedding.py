@@ -75,6 +75,11 @@ class Embedding:
             raise ConfigError(f"a sentence-embedding student learns the teacher's sentence vectors (cosine + MSE); "
                               f"style {cfg.style} adds hidden-state losses not built for it yet. Fix: style hinton "
                               f"(the default)")
+        if cfg.student is not None:
+            raise ConfigError("distill's student (a pretrained encoder of its own) is built for classifiers; a "
+                              "sentence encoder's student of another width would need its vectors projected to the "
+                              "teacher's, not built yet. Fix: leave student out (a student cut from the teacher's "
+                              "layers: student_layers)")
 
     def check_teacher(self, model, teacher) -> None:
         """A recovery's `teacher` dir is a sentence encoder's: its vectors are the recovery's targets."""

@@ -103,7 +103,17 @@ class TokenClassification:
         """token-classification; the page joins the tags into entities (`aggregation_strategy` simple)."""
         return {"pipeline": "token-classification", "options": {"aggregation_strategy": "simple"}}
 
-    check_distill = Classification.check_distill
+    def check_distill(self, cfg) -> None:
+        """A token classifier's student is cut from the teacher's layers: a pretrained student of its own tokenizer
+        (`student`) is refused."""
+        from edgepress.errors import ConfigError
+
+        if cfg.student is not None:
+            raise ConfigError("distill's student (a pretrained encoder of its own) is built for sequence classifiers; "
+                              "a token classifier's targets are per word, and a student reading the words with "
+                              "another tokenizer is not built yet. Fix: leave student out (student_layers cuts the "
+                              "teacher's layers)")
+
     check_teacher = Classification.check_teacher
     training_score = Classification.training_score
     auto_class: str = "AutoModelForTokenClassification"
