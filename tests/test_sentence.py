@@ -92,6 +92,31 @@ def test_the_torch_sentence_encoder_gives_sentence_transformers_vectors(tmp_path
     assert np.allclose(norms, 1, atol=1e-5) if normalize else not np.allclose(norms, 1, atol=1e-2)
 
 
+def test_an_mpnet_sentence_encoder_gives_sentence_transformers_vectors_in_torch_and_exported(tmp_path, tokenizer,
+                                                                                            movie_data):
+    """all-mpnet-base-v2's kind of model (an MPNet encoder, mean pooling, normalized), tiny: edgepress's torch
+    encoder and its exported graph give sentence-transformers' vectors (MPNet takes no token types, and numbers
+    its positions from 2)."""
+    import torch
+
+    from edgepress.device.predictor import Predictor
+    from edgepress.export.onnx import export_onnx
+    from edgepress.models.evaluate import forward_inputs
+    from tests.conftest import save, tiny_encoder
+
+    encoder = save(tiny_encoder("mpnet", tokenizer, seed=4).mpnet, tokenizer, tmp_path / "mpnet")
+    model_dir = st_dir(tmp_path, tokenizer, "mean", True, encoder=encoder)
+    texts = movie_data.test.texts[:40]
+    reference = st_encode(model_dir, texts)
+    model, words = load_sentence_encoder(model_dir)
+    batch = words(list(texts), padding=True, truncation=True, max_length=128, return_tensors="pt")
+    with torch.inference_mode():
+        assert np.abs(model(**forward_inputs(model, batch)).numpy() - reference).max() < 1e-5
+    details = export_onnx(model_dir, tmp_path / "onnx", movie_data.validation.texts[:200])
+    assert details["parity"]["max_abs_diff"] < 1e-4
+    assert np.abs(Predictor(tmp_path / "onnx").embed(texts) - reference).max() < 1e-5
+
+
 def test_the_export_puts_pooling_and_normalization_in_the_graph(sentence_dir, sentence_onnx, movie_data):
     import onnx
 
