@@ -132,7 +132,9 @@ def test_a_pretrained_student_of_another_family_and_tokenizer_learns_the_teacher
     from tests.conftest import save, tiny_encoder
     from tests.test_trust import FAST_RUNTIME, invoke
 
-    encoder = save(tiny_encoder("roberta", bpe_tokenizer, seed=3).roberta, bpe_tokenizer, tmp_path / "encoder")
+    bare = tiny_encoder("roberta", bpe_tokenizer, seed=3).roberta
+    bare.config.id2label, bare.config.label2id = {0: "LABEL_0", 1: "LABEL_1"}, {"LABEL_0": 0, "LABEL_1": 1}
+    encoder = save(bare, bpe_tokenizer, tmp_path / "encoder")  # an encoder as pretrained ones ship: no label names
     data = small(movie_data, 3000)
     details = distill(trained_teacher, tmp_path / "student", data,
                       DistillConfig(student=str(encoder), epochs=2, learning_rate=2e-3, max_length=48, seed=0))

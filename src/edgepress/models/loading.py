@@ -147,10 +147,10 @@ def _load_head_pruned(path: Path, files: list[Path], auto_class):
     return model, {"missing_keys": missing}
 
 
-def load_pretrained(path: Path, auto_class: str, **config):
+def load_pretrained(path: Path, auto_class: str, **overrides):
     """(model, tokenizer, loading info) of the HF model dir `path`, built by transformers' `auto_class`
     (AutoModelForSequenceClassification, AutoModel): checked whole first, refused when it asks for code from
-    outside transformers, safetensors preferred; every failure a ModelError naming the fix. `config`: fields set
+    outside transformers, safetensors preferred; every failure a ModelError naming the fix. `overrides`: fields set
     over its config.json (a fresh head's num_labels and label names)."""
     import transformers
     from safetensors import SafetensorError
@@ -166,7 +166,7 @@ def load_pretrained(path: Path, auto_class: str, **config):
             model, info = _load_head_pruned(path, files, auto)
         else:
             model, info = auto.from_pretrained(path, use_safetensors=bool(files), trust_remote_code=False,
-                                               output_loading_info=True, **config)
+                                               output_loading_info=True, **overrides)
     except SafetensorError as e:
         raise ModelError(f"{path}: the weights file is corrupt or truncated ({e}). Fix: copy or save the model "
                          f"again (model.save_pretrained(DIR))") from None
