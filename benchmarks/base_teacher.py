@@ -5,8 +5,11 @@ lengths and at b32 x s128, timed interleaved (benchmarks/compare.py's rounds).
 
     .venv/bin/python benchmarks/base_teacher.py [--rounds 5] [--threads 2]
     # the teacher is built once into the cache (EDGEPRESS_CACHE/models/mpnet-movie), like the demo teacher; on 2
-    # CPU cores that is hours (MiniLM-L6's two epochs take 19 minutes there, and MPNet-base does about 8x its
-    # work a token); on a GPU, minutes. Writes benchmarks/results/base_teacher.{json,md}
+    # CPU cores that is hours (MiniLM-L6's two epochs take 19 minutes there, and an MPNet-base training step 6.8x
+    # MiniLM's); on a GPU, minutes. Writes benchmarks/results/base_teacher.{json,md}
+    .venv/bin/python benchmarks/base_teacher.py --step-times
+    # what the build will cost here, before building: one training step (32 texts x 64 tokens) and one b1 x s128
+    # torch forward of each encoder with a fresh head, medians after a warm-up
 """
 
 import argparse
@@ -39,11 +42,57 @@ def base_teacher() -> Path:
     return path
 
 
+def step_times(threads: int, steps: int = 4, forwards: int = 12) -> None:
+    """Median seconds of a training step (32 train texts x 64 tokens, AdamW) and of a b1 x s128 forward, per
+    encoder, and the two epochs of the demo's train split that the step time alone comes to."""
+    import statistics
+    import time
+
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from edgepress.data import DataConfig, load_data
+    from edgepress.models.evaluate import forward_inputs
+    from edgepress.models.teacher import base_encoder_dir, encoder_dir
+
+    torch.set_num_threads(threads)
+    data = load_data(DataConfig())
+    for name, path in (("MiniLM-L6", encoder_dir()), ("MPNet-base", base_encoder_dir())):
+        words = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-5)
+        step = []
+        for i in range(steps):
+            batch = words(list(data.train.texts[i * 32:(i + 1) * 32]), padding=True, truncation=True, max_length=64,
+                          return_tensors="pt")
+            start = time.perf_counter()
+            model(**forward_inputs(model, batch), labels=torch.zeros(32, dtype=torch.long)).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            step.append(time.perf_counter() - start)
+        long = words([" ".join(data.test.texts[:20])], truncation=True, max_length=128, return_tensors="pt")
+        forward = []
+        model.eval()
+        with torch.inference_mode():
+            for _ in range(forwards):
+                start = time.perf_counter()
+                model(**forward_inputs(model, long))
+                forward.append(time.perf_counter() - start)
+        median = statistics.median(step[1:])
+        print(f"{name}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, training step "
+              f"{median:.2f} s, b1 x s128 forward {statistics.median(forward[2:]) * 1e3:.1f} ms; two epochs of "
+              f"{len(data.train)} texts: ~{2 * len(data.train) / 32 * median / 60:.0f} min of steps")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--step-times", action="store_true", help="time a training step and a forward, build nothing")
     args = parser.parse_args()
+    if args.step_times:
+        step_times(args.threads)
+        return
 
     from edgepress.data import DataConfig, load_data
     from edgepress.files import read_json
