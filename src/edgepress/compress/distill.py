@@ -231,19 +231,14 @@ def distill_into(src: Path, out: Path, data: DataSplits, cfg: DistillConfig, tas
     """Train the pretrained encoder `cfg.student`, with a fresh head named like the teacher's, into `out` on the
     teacher's logits (hinton): each model reads the texts with its own tokenizer, the teacher once for the transfer
     set, the student every step; the student's tokenizer is saved with it."""
-    from accelerate.utils import set_seed
-
     from edgepress.files import artifact_dir
     from edgepress.models.introspect import param_counts
-    from edgepress.models.loading import load_pretrained
+    from edgepress.models.loading import with_new_head
     from edgepress.models.train import train_classifier
 
     teacher, tokenizer = task.load_model(src)
     train, train_logits = transfer_set(src, teacher, tokenizer, data, cfg)
-    labels = dict(teacher.config.id2label)
-    set_seed(cfg.seed)  # the new head's initial weights
-    student, words, _ = load_pretrained(student_dir(cfg.student), task.auto_class, num_labels=len(labels),
-                                        id2label=labels, label2id={name: i for i, name in labels.items()})
+    student, words = with_new_head(student_dir(cfg.student), task.auto_class, teacher.config.id2label, cfg.seed)
     with artifact_dir(Path(out)) as tmp:
         result = train_classifier(student, words, train, cfg, tmp,
                                   loss_fn=soft_target_loss(train_logits, cfg, len(data.train)),
@@ -252,9 +247,8 @@ def distill_into(src: Path, out: Path, data: DataSplits, cfg: DistillConfig, tas
              cfg.student, student.config.model_type, param_counts(student)["params"] / 1e6, result.best_epoch,
              result.score, result.best_val_accuracy)
     return {"student": str(cfg.student), "student_model_type": student.config.model_type,
-            "student_params": param_counts(student)["params"], "best_epoch": result.best_epoch,
-            f"val_{result.score}": result.best_val_accuracy, "history": result.history,
-            "train_seconds": round(result.seconds, 1), "transfer_examples": len(train) - len(data.train)}
+            "student_params": param_counts(student)["params"], "best_epoch": result.best_epoch, **result.details(),
+            "transfer_examples": len(train) - len(data.train)}
 
 
 def distillation_loss(teacher, train_logits, cfg: DistillConfig, scores: tuple | None = None, labelled: int = 0):
@@ -300,9 +294,8 @@ def distill_embeddings(src: Path, out: Path, data: DataSplits, cfg: DistillConfi
     log.info("distill: %d -> %d layers (from %s), best epoch %d, validation neighbour overlap %.4f",
              depth(teacher.transformer), cfg.student_layers, list(mapping), result.best_epoch,
              result.best_val_accuracy)
-    return {"layer_map": list(mapping), "best_epoch": result.best_epoch,
-            "val_neighbour_overlap": result.best_val_accuracy, "history": result.history,
-            "train_seconds": round(result.seconds, 1), "transfer_examples": len(train) - len(data.train)}
+    return {"layer_map": list(mapping), "best_epoch": result.best_epoch, **result.details(),
+            "transfer_examples": len(train) - len(data.train)}
 
 
 def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = DistillConfig(), task=None) -> dict:
@@ -339,7 +332,5 @@ def distill(src: Path, out: Path, data: DataSplits, cfg: DistillConfig = Distill
     log.info("distill: %d -> %d layers (from %s), best epoch %d, validation %s %.4f",
              depth(teacher), cfg.student_layers, list(mapping), result.best_epoch, result.score,
              result.best_val_accuracy)
-    return {"layer_map": list(mapping), "best_epoch": result.best_epoch,
-            f"val_{result.score}": result.best_val_accuracy,
-            "history": result.history, "train_seconds": round(result.seconds, 1),
+    return {"layer_map": list(mapping), "best_epoch": result.best_epoch, **result.details(),
             "transfer_examples": len(train) - len(data.train)}

@@ -202,13 +202,11 @@ def magnitude(src: Path, out: Path, data: DataSplits, cfg: MagnitudeConfig = Mag
         result = train_classifier(model, tokenizer, data.train, cfg, tmp, loss_fn=loss,
                                   on_step=on_step, keep_from_epoch=first, **scoring)
     counts = _overall(model, weights)
-    score = result.score  # what the kept epoch was chosen by
     log.info("magnitude: %.1f%% of %d pruned weights zero (%.1f%% of all params), validation %s %.4f",
              100 * counts["pruned_weights_sparsity"], counts["pruned_weights"], 100 * counts["all_params_sparsity"],
-             words(score), result.best_val_accuracy)
+             words(result.score), result.best_val_accuracy)
     return {"sparsity": counts, "pruned": sorted(weights), "schedule_steps": ramp if cfg.schedule == "cubic" else 0,
-            f"val_{score}": result.best_val_accuracy, "history": result.history,
-            "train_seconds": round(result.seconds, 1)}
+            **result.details()}
 
 
 def round_sparsities(final: float, rounds: int) -> list[float]:

@@ -77,9 +77,7 @@ def qat(src: Path, out: Path, data: DataSplits, cfg: QatConfig = QatConfig(), ta
                                     "input_ranges": ranges})
     log.info("qat: %d Linears fake-quantized, validation %s %.4f", len(names), result.score,
              result.best_val_accuracy)
-    return {"quantized_linears": len(names), f"val_{result.score}": result.best_val_accuracy,
-            "history": result.history,
-            "train_seconds": round(result.seconds, 1)}
+    return {"quantized_linears": len(names), **result.details()}
 
 
 # The same int8 arithmetic, two implementations: where a float sum lands on the other side of an activation's

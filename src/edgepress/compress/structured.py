@@ -185,8 +185,7 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
     log.info("%s: kept %s of every layer, %d -> %d params, validation %s %.4f", what, cfg.keep, before,
              param_counts(model)["params"], result.score, result.best_val_accuracy)
     return {"pruned": pruned, "importance": scores.round(6).tolist(), "recovered_from": str(cfg.teacher or src),
-            f"val_{result.score}": result.best_val_accuracy, "history": result.history,
-            "train_seconds": round(result.seconds, 1), "transfer_examples": len(recovery.train) - len(data.train)}
+            **result.details(), "transfer_examples": len(recovery.train) - len(data.train)}
 
 
 def _prunable(model, src: Path, what: str) -> None:
@@ -230,8 +229,7 @@ def _prune_embedder(src: Path, out: Path, data: DataSplits, cfg: _Recovery, what
     log.info("%s: kept %s of every layer, %d -> %d params, validation neighbour overlap %.4f", what, cfg.keep,
              before, param_counts(model)["params"], result.best_val_accuracy)
     return {"pruned": pruned, "importance": scores.round(6).tolist(), "recovered_from": str(cfg.teacher or src),
-            "val_neighbour_overlap": result.best_val_accuracy, "history": result.history,
-            "train_seconds": round(result.seconds, 1), "transfer_examples": len(train) - len(data.train)}
+            **result.details(), "transfer_examples": len(train) - len(data.train)}
 
 
 def heads(src: Path, out: Path, data: DataSplits, cfg: HeadsConfig = HeadsConfig(), task=None) -> dict:

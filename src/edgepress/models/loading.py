@@ -182,6 +182,18 @@ def load_pretrained(path: Path, auto_class: str, **overrides):
     return model, tokenizer, info
 
 
+def with_new_head(path: Path, auto_class: str, id2label: dict[int, str], seed: int):
+    """(model, tokenizer) of the pretrained encoder dir `path` (`load_pretrained`) with a fresh head for the labels
+    `id2label`, its initial weights drawn after seeding with `seed`: a teacher fine-tuned from an encoder, a
+    pretrained student."""
+    from accelerate.utils import set_seed
+
+    set_seed(seed)
+    model, tokenizer, _ = load_pretrained(path, auto_class, num_labels=len(id2label), id2label=dict(id2label),
+                                          label2id={label: i for i, label in id2label.items()})
+    return model, tokenizer
+
+
 def is_token_classifier_dir(path: str | Path) -> bool:
     """A token classifier's dir (NER, PII): its config.json names a ...ForTokenClassification architecture."""
     file = Path(path) / "config.json"

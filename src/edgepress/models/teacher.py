@@ -92,17 +92,10 @@ def build_teacher(out: Path, data: DataSplits | None = None, recipe: TrainConfig
                   name: str = TEACHER, source: str = ENCODER_REQUIREMENT) -> TrainResult:
     """Fine-tune the encoder (the demo's MiniLM-L6; or the encoder dir `encoder`, recorded as `name` from `source`)
     with a fresh classification head into `out` (written whole or not at all)."""
-    from accelerate.utils import set_seed
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from edgepress.models.loading import with_new_head
 
     data = data or load_data(DataConfig())
-    encoder = encoder or encoder_dir()
-    label2id = {label: i for i, label in data.id2label.items()}
-    set_seed(recipe.seed)  # the new head's initial weights
-    model = AutoModelForSequenceClassification.from_pretrained(
-        encoder, num_labels=len(label2id), id2label=data.id2label, label2id=label2id, use_safetensors=True
-    )
-    tokenizer = AutoTokenizer.from_pretrained(encoder)
+    model, tokenizer = with_new_head(encoder or encoder_dir(), CLASSIFICATION.auto_class, data.id2label, recipe.seed)
     with atomic_dir(Path(out)) as tmp:
         result = train_classifier(model, tokenizer, data.train, recipe, tmp,
                                   score=CLASSIFICATION.training_score(tokenizer, data.validation, recipe.max_length))

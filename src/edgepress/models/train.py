@@ -65,6 +65,12 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
     score: str = "accuracy"
 
+    def details(self) -> dict:
+        """What a method records of its training: the kept epoch's validation score (`val_` + the metric that chose
+        it), every epoch's numbers, and the seconds it took."""
+        return {f"val_{self.score}": self.best_val_accuracy, "history": self.history,
+                "train_seconds": round(self.seconds, 1)}
+
 
 LossFn = Callable[[object, dict], object]
 Score = tuple[str, Callable[[object], float]]  # (name, a model's validation score: higher is better)
