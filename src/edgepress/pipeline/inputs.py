@@ -14,7 +14,7 @@ from edgepress.device.feeds import fixed_shape_feeds, load_tokenizer, position_l
 from edgepress.errors import ConfigError, EdgepressError
 from edgepress.files import check_apart, check_owned, check_writable
 from edgepress.models.loading import label2id_of, read_model_config
-from edgepress.models.teacher import TEACHER, encoder_dir, resolve_model
+from edgepress.models.teacher import DEMO_TEACHERS, resolve_model
 from edgepress.pipeline.config import PipelineConfig
 from edgepress.pipeline.rundir import RUN_FILES
 from edgepress.registry import METHODS
@@ -84,10 +84,10 @@ def check_artifact_out(out: Path, marker: str, what: str, inputs: dict[str, Path
 
 def check_model(spec: str, build_teacher: bool, task=CLASSIFICATION) -> tuple[Path | None, tuple | None]:
     """(the model dir of `spec`, (model, tokenizer)), loaded once to prove it loads (weights, config, tokenizer) as
-    a model of `task`. The demo teacher is built first when `build_teacher` (a run); `validate` only checks that it
+    a model of `task`. A demo teacher is built first when `build_teacher` (a run); `validate` only checks that it
     can be built (returns (None, None))."""
-    if spec == TEACHER and not build_teacher:
-        encoder_dir()
+    if spec in DEMO_TEACHERS and not build_teacher:
+        DEMO_TEACHERS[spec].encoder()  # installed: the teacher can be built
         return None, None
     model_dir = resolve_model(spec)
     return model_dir, task.load_model(model_dir)
@@ -95,7 +95,7 @@ def check_model(spec: str, build_teacher: bool, task=CLASSIFICATION) -> tuple[Pa
 
 def run_task(cfg: PipelineConfig):
     """The task of the run's model (edgepress.tasks): the config's `task`, checked against the model dir."""
-    return task_of(None if cfg.model == TEACHER else resolve_model(cfg.model), cfg.task)
+    return task_of(None if cfg.model in DEMO_TEACHERS else resolve_model(cfg.model), cfg.task)
 
 
 def check_methods(cfg: PipelineConfig, model, tokenizer, task) -> None:
@@ -143,7 +143,7 @@ def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bo
     check_methods_for(task, cfg.stages)
     check_metrics_for(task, cfg.data.pairs, cfg.stages)
     if cfg.runtime.target == "web":  # a sentence encoder's pooling, which transformers.js computes in a web bundle
-        task.web_pipeline(None if cfg.model == TEACHER else resolve_model(cfg.model))
+        task.web_pipeline(None if cfg.model in DEMO_TEACHERS else resolve_model(cfg.model))
         web_modules()
     model_dir, loaded = check_model(cfg.model, build_teacher, task)
     if model_dir is not None:

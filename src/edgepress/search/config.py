@@ -113,10 +113,19 @@ def _choices(kind):
     return Field(None, min_length=1, description=f"the {kind} to try")
 
 
+LAYERS = "layers"  # space.student's choice of a student cut from the teacher's own layers
+
+
 class Space(BaseModel):
     """The choices a trial draws from; unset: `defaults(depth)`."""
 
     model_config = Strict
+    student: list[PathText] | None = Field(None, min_length=1, description="the students to try: `layers` (the "
+                                           "teacher's own layers, cut to each of space.layers) and pretrained "
+                                           "encoders (model dirs, or demo:minilm), each distilled from the teacher's "
+                                           "logits reading the texts with its own tokenizer (distill's `student`), at "
+                                           "its own depth; every student is then pruned and quantized as the other "
+                                           "choices say. Unset: [layers]")
     layers: list[Layers] | None = _choices("student depths (the teacher's own depth: no distillation)")
     heads_keep: list[Share] | None = _choices("shares of attention heads kept (1: no head pruning)")
     ffn_keep: list[Share] | None = _choices("shares of FFN neurons kept (1: no FFN pruning)")
@@ -133,6 +142,11 @@ class Space(BaseModel):
         if values is not None and min(values) < 1:
             raise ValueError("every choice must be 1 or more")
         return None if values is None else sorted(set(values))
+
+    @field_validator("student")
+    @classmethod
+    def _once_each(cls, values: list[str] | None) -> list[str] | None:
+        return None if values is None else list(dict.fromkeys(values))
 
     @field_validator("transfer")
     @classmethod
@@ -152,20 +166,23 @@ class Space(BaseModel):
         """Every unset choice at its default for a teacher of `depth` layers: students of 2 to depth/2 + 1 layers
         and the teacher's own depth, heads 1 and 0.5, FFN 1, 0.5 and 0.25, vocab off and on, the int8 choices, 2
         or 4 epochs."""
-        defaults = {"layers": sorted({d for d in range(2, depth // 2 + 2) if d < depth} | {depth}),
+        defaults = {"student": [LAYERS], "layers": sorted({d for d in range(2, depth // 2 + 2) if d < depth} | {depth}),
                     "heads_keep": [1.0, 0.5], "ffn_keep": [1.0, 0.5, 0.25], "vocab": [False, True],
                     "quantization": ["int8-dynamic", "int8-dynamic-per-channel", "int8-static"], "epochs": [2, 4]}
         return self.model_copy(update={k: v for k, v in defaults.items() if getattr(self, k) is None})
 
     def shapes(self) -> list[Shape]:
-        return [Shape(layers, heads, ffn) for layers in self.layers for heads in self.heads_keep
+        """Each student's shapes: the teacher's layers at each depth, a pretrained student at its own; each with
+        every share of heads and FFN neurons."""
+        return [Shape(layers, heads, ffn, None if student == LAYERS else student) for student in self.student
+                for layers in (self.layers if student == LAYERS else [None]) for heads in self.heads_keep
                 for ffn in self.ffn_keep]
 
     def points(self) -> list[dict]:
-        """Every point of a filled space: {layers, heads_keep, ffn_keep, vocab, quantization, epochs}, and transfer
-        when the space chooses it."""
+        """Every point of a filled space: {layers, heads_keep, ffn_keep, vocab, quantization, epochs}, student (a
+        pretrained student's dir; layers None) for a pretrained student's, and transfer when the space chooses it."""
         return [{"layers": s.layers, "heads_keep": s.heads_keep, "ffn_keep": s.ffn_keep, "vocab": v,
-                 "quantization": q, "epochs": e, **transfer}
+                 "quantization": q, "epochs": e, **({"student": s.student} if s.student else {}), **transfer}
                 for s, v, q, e, transfer in itertools.product(self.shapes(), self.vocab, self.quantization,
                                                               self.epochs, self.transfers())]
 
@@ -224,17 +241,21 @@ def final_gates(constraints: Constraints, provider: str) -> Gates:
 
 
 def pipeline_for(cfg: SearchConfig, depth: int, point: dict) -> PipelineConfig:
-    """The pipeline of one point ({layers, heads_keep, ffn_keep, vocab, quantization, epochs}, and transfer: the
-    texts each epoch draws from data.unlabeled) of a teacher of `depth` layers: distill, heads, ffn, vocab (those
-    the point asks for), then the quantization's stages; the constraints gate the last stage only (a trial is judged
-    by what ships)."""
+    """The pipeline of one point ({layers, heads_keep, ffn_keep, vocab, quantization, epochs}; student: a pretrained
+    student's dir; transfer: the texts each epoch draws from data.unlabeled) of a teacher of `depth` layers: distill
+    (into a cut of the teacher's layers, or into the pretrained student), heads, ffn, vocab (those the point asks
+    for), then the quantization's stages; the constraints gate the last stage only (a trial is judged by what
+    ships)."""
     epochs, data = point["epochs"], cfg.data
     if "transfer" in point:  # the point's own draw from data.unlabeled (0: none)
         drawn = data.transfer.model_copy(update={"per_epoch": point["transfer"]}) if point["transfer"] else None
         data = data.model_copy(update={"unlabeled": drawn})
     training = {"epochs": epochs, **({"augment": cfg.augment.model_dump(mode="json")} if cfg.augment else {})}
     stages = []
-    if point["layers"] < depth:
+    if point.get("student"):
+        stages.append({"name": "distill", "method": "distill",
+                       "params": {"student": point["student"], **training, **DISTILL}})
+    elif point["layers"] < depth:
         stages.append({"name": "distill", "method": "distill",
                        "params": {"student_layers": point["layers"], **training, **DISTILL}})
     for name in ("heads", "ffn"):

@@ -17,7 +17,7 @@ from edgepress.errors import ConfigError, EdgepressError
 from edgepress.files import check_apart, check_owned, check_writable, read_json, write_json
 from edgepress.models.teacher import demo_depth
 from edgepress.pipeline.gates import drop_noise
-from edgepress.search.config import SearchConfig, Space, pipeline_for
+from edgepress.search.config import LAYERS, SearchConfig, Space, pipeline_for
 from edgepress.search.shapes import Shape, dominated, time_shapes
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def check_space(cfg: SearchConfig, loaded: tuple | None, depth: int, space, task
     from edgepress.pipeline.inputs import check_methods
     from edgepress.tasks import check_methods_for
 
-    if max(space.layers) > depth:
+    if LAYERS in space.student and max(space.layers) > depth:
         raise ConfigError(f"space.layers asks for {max(space.layers)} layers; the teacher has {depth}. Fix: choose "
                           f"depths from 1 to {depth}")
     problems, checked = [], set()
@@ -71,16 +71,19 @@ def check_space(cfg: SearchConfig, loaded: tuple | None, depth: int, space, task
     if problems:
         shown = "\n".join(f"  ✗ {p}" for p in problems[:5])
         raise ConfigError(f"{len(problems)} point(s) of the space cannot run:\n{shown}\nFix: narrow the space "
-                          f"(space.layers, heads_keep, ffn_keep, quantization) to what this model takes")
+                          f"(space.student, layers, heads_keep, ffn_keep, quantization) to what this model takes")
 
 
 def shape_table(prepared_dir: Path, model_dir: Path, shapes: list[Shape], cfg: SearchConfig, texts, task) -> dict:
     """The timed shapes (shapes.json in SEARCH_DIR, made once: a resumed search keeps its table)."""
+    from edgepress.compress.distill import student_dir
     from edgepress.files import tree_sha256
     from edgepress.pipeline.stagecache import machine_key
 
+    students = {s.student: tree_sha256(student_dir(Path(s.student))) for s in shapes if s.student}
     key = {"model_sha256": tree_sha256(model_dir), "shapes": [s.name for s in shapes],
-           "runtime": cfg.runtime.model_dump(mode="json"), "max_length": cfg.data.max_length, "machine": machine_key()}
+           "runtime": cfg.runtime.model_dump(mode="json"), "max_length": cfg.data.max_length, "machine": machine_key(),
+           **({"students_sha256": students} if students else {})}
     path = prepared_dir / "shapes.json"
     if path.is_file() and read_json(path).get("key") == key:
         return read_json(path)["table"]
@@ -130,13 +133,13 @@ def check_search(cfg: SearchConfig, build_teacher: bool = True) -> tuple[Path | 
     teacher."""
     from edgepress.models.arch import depth as depth_of
     from edgepress.models.sentence import encoder_of
-    from edgepress.models.teacher import TEACHER, resolve_model
+    from edgepress.models.teacher import DEMO_TEACHERS, resolve_model
     from edgepress.pipeline.inputs import check_inputs, check_model
     from edgepress.tasks import task_of
 
-    task = task_of(None if cfg.model == TEACHER else resolve_model(cfg.model))
+    task = task_of(None if cfg.model in DEMO_TEACHERS else resolve_model(cfg.model))
     model_dir, loaded = check_model(cfg.model, build_teacher, task)
-    depth = depth_of(encoder_of(loaded[0])) if loaded else demo_depth()
+    depth = depth_of(encoder_of(loaded[0])) if loaded else demo_depth(cfg.model)
     space = cfg.space.filled(depth)
     check_space(cfg, loaded, depth, space, task)
     most = max(space.points(), key=lambda point: point.get("transfer", 0))  # the largest draw: it must fit the texts
@@ -205,4 +208,5 @@ def point_of(prepared: Prepared, params: dict) -> dict:
     shape = next(s for s in prepared.shapes if s.name == params["shape"])
     return {"layers": shape.layers, "heads_keep": shape.heads_keep, "ffn_keep": shape.ffn_keep,
             "vocab": params["vocab"], "quantization": params["quantization"], "epochs": params["epochs"],
+            **({"student": shape.student} if shape.student else {}),
             **({"transfer": params["transfer"]} if "transfer" in params else {})}

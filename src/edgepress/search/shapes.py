@@ -1,14 +1,14 @@
 """Latency first: each architecture shape a search may train (depth, heads and FFN width kept), built from the
-teacher's weights (timing does not depend on their values), exported, fused and quantized as it would ship, and
-timed side by side on this machine before anything is trained. A shape slower and larger than another is never
-worth training."""
+teacher's weights or a pretrained student's (timing does not depend on their values), exported, fused and quantized
+as it would ship, and timed side by side on this machine before anything is trained. A shape slower and larger than
+another is never worth training."""
 
 import copy
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgepress.compress.distill import DistillConfig, keep_layers, student_layers
+from edgepress.compress.distill import DistillConfig, keep_layers, student_dir, student_layers
 from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
 from edgepress.compress.structured import prune_ffn, prune_heads
 from edgepress.export.onnx import ExportConfig, export_model_object
@@ -16,6 +16,7 @@ from edgepress.export.optimize import UNCHECKED, OptimizeConfig, optimize_onnx
 from edgepress.export.parity import ONNX_FILE
 from edgepress.logs import quiet
 from edgepress.models.arch import arch_of, depth
+from edgepress.models.loading import with_new_head
 from edgepress.models.sentence import encoder_of
 from edgepress.pipeline.latency import compare_latency
 from edgepress.runtime.latency import LatencyConfig
@@ -23,32 +24,43 @@ from edgepress.runtime.latency import LatencyConfig
 
 @dataclass(frozen=True)
 class Shape:
-    """A student's architecture: `layers` of the teacher's, and the share of heads and FFN neurons each keeps."""
+    """A student's architecture: `layers` of the teacher's, or the pretrained encoder `student` names (a model dir,
+    at its own depth: `layers` None), and the share of heads and FFN neurons each layer keeps."""
 
-    layers: int
+    layers: int | None
     heads_keep: float = 1.0
     ffn_keep: float = 1.0
+    student: str | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.layers} layers, heads {self.heads_keep:g}, ffn {self.ffn_keep:g}"
+        body = f"heads {self.heads_keep:g}, ffn {self.ffn_keep:g}"
+        return f"{self.student}, {body}" if self.student else f"{self.layers} layers, {body}"
 
 
 def build_shape(teacher, shape: Shape):
-    """A copy of `teacher` in `shape` (of a sentence encoder, its encoder in that shape): its layers where a distill
-    would map others (timing only)."""
+    """A copy of `teacher` (for a `student` shape: of the student) in `shape` (of a sentence encoder, its encoder in
+    that shape): its layers where a distill would map others (timing only)."""
     model = copy.deepcopy(teacher)
     encoder = encoder_of(model)
     arch = arch_of(encoder)
-    if shape.layers < depth(encoder):
+    if shape.layers is not None and shape.layers < depth(encoder):
         keep_layers(encoder, student_layers(encoder, DistillConfig(student_layers=shape.layers)))
     heads, width = getattr(encoder.config, arch.heads_key), getattr(encoder.config, arch.ffn_key)
     kept_heads, kept_neurons = max(1, round(heads * shape.heads_keep)), max(1, round(width * shape.ffn_keep))
     if kept_heads < heads:
-        prune_heads(encoder, [list(range(kept_heads))] * shape.layers)
+        prune_heads(encoder, [list(range(kept_heads))] * depth(encoder))
     if kept_neurons < width:
-        prune_ffn(encoder, [list(range(kept_neurons))] * shape.layers)
+        prune_ffn(encoder, [list(range(kept_neurons))] * depth(encoder))
     return model
+
+
+def shape_source(teacher, tokenizer, shape: Shape, task) -> tuple:
+    """(model, tokenizer) that `shape` is cut from: the teacher, or the pretrained student it names with the fresh
+    head distill gives it."""
+    if shape.student is None:
+        return teacher, tokenizer
+    return with_new_head(student_dir(Path(shape.student)), task.auto_class, teacher.config.id2label, seed=0)
 
 
 def time_shapes(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...], threads: int | None,
@@ -65,8 +77,9 @@ def time_shapes(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...], 
         graphs = {}
         for k, shape in enumerate(shapes):
             step = Path(scratch) / str(k)
+            source, words = shape_source(teacher, tokenizer, shape, task)
             with quiet("edgepress"):  # a line per shape and step would drown the table
-                export_model_object(build_shape(teacher, shape), tokenizer, step / "onnx", texts, ExportConfig(),
+                export_model_object(build_shape(source, shape), words, step / "onnx", texts, ExportConfig(),
                                     f"shape {shape.name}", task=task)
                 optimize_onnx(step / "onnx", step / "fused", texts, OptimizeConfig(fusions="all"))
                 if int8 is not None:  # timing only: the graph a run ships is checked by its own stages
@@ -78,9 +91,10 @@ def time_shapes(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...], 
 
 
 def keeps_as_much(a: Shape, b: Shape) -> bool:
-    """Whether `a` keeps at least as much of the teacher as `b` (depth, heads and FFN neurons): it can learn what
-    `b` can."""
-    return a.layers >= b.layers and a.heads_keep >= b.heads_keep and a.ffn_keep >= b.ffn_keep
+    """Whether `a` keeps at least as much of the teacher as `b` (depth, heads and FFN neurons), or of the same
+    pretrained student: it can learn what `b` can. Shapes of two students are never compared."""
+    return a.student == b.student and (a.layers or 0) >= (b.layers or 0) and a.heads_keep >= b.heads_keep \
+        and a.ffn_keep >= b.ffn_keep
 
 
 def dominated(table: dict[str, dict], shapes: list[Shape]) -> dict[str, str]:

@@ -32,7 +32,7 @@ def recorded_task(metrics: dict):
 
 
 def task_of(model_dir: Path | None, asked: str | None = None):
-    """The task of the model in `model_dir` (None: the demo teacher, a classifier): embedding for a
+    """The task of the model in `model_dir` (None: a demo teacher, a classifier): embedding for a
     sentence-transformers dir, token-classification for a token classifier's (its tags read from config.json),
     else classification; `asked` (the config's `task`) must agree."""
     from edgepress.models.loading import is_token_classifier_dir
