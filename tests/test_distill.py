@@ -180,8 +180,11 @@ def test_a_pretrained_student_is_refused_where_it_cannot_work(tokenizer, tmp_pat
     from edgepress.errors import ModelError
     from edgepress.tasks import CLASSIFICATION, EMBEDDING, TASKS
 
-    with pytest.raises(ValueError, match=r"style tinybert compares hidden states .* Fix|style hinton"):
-        DistillConfig(student="demo:minilm", style="tinybert")
+    with pytest.raises(ValueError, match=r"style distilbert compares last hidden states of one width"):
+        DistillConfig(student="demo:minilm", style="distilbert")
+    with pytest.raises(ValueError, match=r"tinybert compares its hidden states only .* leave attention_weight out"):
+        DistillConfig(student="demo:minilm", style="tinybert", attention_weight=0.5)
+    assert DistillConfig(student="demo:minilm", style="tinybert").hidden_weight == 1.0
     with pytest.raises(ValueError, match=r"student_layers shape a student cut from the teacher's layers"):
         DistillConfig(student="demo:minilm", student_layers=2)
     teacher = tiny_bert(tokenizer)

@@ -33,6 +33,13 @@ from edgepress.compress.kd import (
     validation_vectors,
     vector_training,
 )
+from edgepress.compress.projected import (
+    PROJECTION,
+    attach_projection,
+    check_offsets,
+    projected_hidden_loss,
+    save_without_projection,
+)
 from edgepress.configs import Epochs, LayerIndex, Layers, PathName, changed
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
@@ -61,8 +68,10 @@ class DistillConfig(TrainConfig, KdLoss):
     student: PathName | None = Field(None, description="a pretrained encoder to train into the student instead of "
                                      "cutting the teacher's layers (a model dir, or demo:minilm): it reads the text "
                                      "with its own tokenizer, gets a fresh classification head named like the "
-                                     "teacher's, and learns the teacher's logits (style hinton); its bundle ships "
-                                     "its tokenizer. student_layers and layer_map do not apply")
+                                     "teacher's, and learns the teacher's logits (style hinton; style tinybert: "
+                                     "and the teacher's hidden states through a learned projection, on the tokens "
+                                     "both tokenizers cut alike); its bundle ships its tokenizer. student_layers and "
+                                     "layer_map do not apply")
     epochs: Epochs = Field(4, description=EPOCHS)
 
     @model_validator(mode="after")
@@ -78,9 +87,14 @@ class DistillConfig(TrainConfig, KdLoss):
             if shaped:
                 raise ValueError(f"{' and '.join(shaped)} shape a student cut from the teacher's layers; student "
                                  f"names a pretrained encoder of its own: leave {' and '.join(shaped)} out")
-            if self.style != "hinton":
-                raise ValueError(f"style {self.style} compares hidden states of one width read with one tokenizer; "
-                                 f"a student with its own tokenizer learns the teacher's logits: style hinton")
+            if self.style == "distilbert":
+                raise ValueError("style distilbert compares last hidden states of one width; a pretrained student "
+                                 "learns the teacher's logits (style hinton) or its hidden states through a learned "
+                                 "projection (style tinybert)")
+            if self.style == "tinybert" and changed(self, ("attention_weight",)):
+                raise ValueError("a pretrained student attends over its own tokens: tinybert compares its hidden "
+                                 "states only (through a learned projection), not attention scores; leave "
+                                 "attention_weight out")
         return self
 
     @model_validator(mode="after")
@@ -105,7 +119,11 @@ def check_student(teacher, tokenizer, cfg: DistillConfig, task) -> None:
 
     task.check_distill(cfg)
     if cfg.student is not None:
-        student_dir(cfg.student)
+        path = student_dir(cfg.student)
+        if cfg.style == "tinybert":
+            from transformers import AutoTokenizer
+
+            check_offsets(tokenizer, AutoTokenizer.from_pretrained(path, trust_remote_code=False))
         return
     student_layers(encoder_of(teacher), cfg)
 
@@ -230,7 +248,8 @@ def _attention_loss(student_scores: list, teacher_scores: list, mask) -> object:
 def distill_into(src: Path, out: Path, data: DataSplits, cfg: DistillConfig, task) -> dict:
     """Train the pretrained encoder `cfg.student`, with a fresh head named like the teacher's, into `out` on the
     teacher's logits (hinton): each model reads the texts with its own tokenizer, the teacher once for the transfer
-    set, the student every step; the student's tokenizer is saved with it."""
+    set, the student every step; the student's tokenizer is saved with it. Style tinybert adds the teacher's hidden
+    states through a learned projection (`compress.projected`), the teacher running alongside."""
     from edgepress.files import artifact_dir
     from edgepress.models.introspect import param_counts
     from edgepress.models.loading import with_new_head
@@ -239,14 +258,20 @@ def distill_into(src: Path, out: Path, data: DataSplits, cfg: DistillConfig, tas
     teacher, tokenizer = task.load_model(src)
     train, train_logits = transfer_set(src, teacher, tokenizer, data, cfg)
     student, words = with_new_head(student_dir(cfg.student), task.auto_class, teacher.config.id2label, cfg.seed)
+    loss, save = soft_target_loss(train_logits, cfg, len(data.train)), None
+    if cfg.style == "tinybert":  # and the hidden states, through a projection trained with the student
+        loss = projected_hidden_loss(teacher.eval(), tokenizer, words, train.texts, loss,
+                                     attach_projection(student, teacher), cfg)
+        student.config.output_hidden_states, save = True, save_without_projection
     with artifact_dir(Path(out)) as tmp:
-        result = train_classifier(student, words, train, cfg, tmp,
-                                  loss_fn=soft_target_loss(train_logits, cfg, len(data.train)),
+        result = train_classifier(student, words, train, cfg, tmp, loss_fn=loss, save=save,
                                   score=task.training_score(words, data.validation, cfg.max_length))
+    if cfg.style == "tinybert":
+        delattr(student, PROJECTION)  # trained with the student; what ships is the student alone
     log.info("distill: %s (%s, %.1fM parameters) from the teacher's logits, best epoch %d, validation %s %.4f",
              cfg.student, student.config.model_type, param_counts(student)["params"] / 1e6, result.best_epoch,
              result.score, result.best_val_accuracy)
-    return {"student": str(cfg.student), "student_model_type": student.config.model_type,
+    return {"student": str(cfg.student), "student_model_type": student.config.model_type, "style": cfg.style,
             "student_params": param_counts(student)["params"], "best_epoch": result.best_epoch, **result.details(),
             "transfer_examples": len(train) - len(data.train)}
 
