@@ -190,7 +190,9 @@ def test_a_pretrained_student_is_refused_where_it_cannot_work(tokenizer, tmp_pat
     teacher = tiny_bert(tokenizer)
     with pytest.raises(ModelError, match=r"does not exist"):
         check_student(teacher, tokenizer, DistillConfig(student=str(tmp_path / "nowhere")), CLASSIFICATION)
-    for task, what in ((TASKS["token-classification"], "targets are per word"),
-                       (EMBEDDING, "projected to the teacher's")):
-        with pytest.raises(ConfigError, match=f"{what}.*Fix: leave student out"):
-            check_student(teacher, tokenizer, DistillConfig(student="demo:minilm"), task)
+    with pytest.raises(ConfigError, match="projected to the teacher's.*Fix: leave student out"):
+        check_student(teacher, tokenizer, DistillConfig(student="demo:minilm"), EMBEDDING)
+    tagging = TASKS["token-classification"]  # its words' logits, yes (tests/test_token_student.py); hidden states, no
+    check_student(teacher, tokenizer, DistillConfig(student="demo:minilm"), tagging)
+    with pytest.raises(ConfigError, match="style tinybert .* is built for sequence classifiers. Fix: style hinton"):
+        check_student(teacher, tokenizer, DistillConfig(student="demo:minilm", style="tinybert"), tagging)

@@ -114,16 +114,23 @@ def default_layer_map(teacher_layers: int, student_layers: int) -> tuple[int, ..
 
 def check_student(teacher, tokenizer, cfg: DistillConfig, task) -> None:
     """The pre-run check of `distill` (`validate` runs it on the model the config names): the style is one built for
-    `task`'s students, and the student fits the teacher (`student_layers`)."""
+    `task`'s students, and the student fits the teacher (`student_layers`) or, a pretrained one, its dir is whole
+    and its tokenizer reads the task's texts (and gives offsets, for tinybert)."""
     from edgepress.models.sentence import encoder_of
 
     task.check_distill(cfg)
     if cfg.student is not None:
-        path = student_dir(cfg.student)
-        if cfg.style == "tinybert":
-            from transformers import AutoTokenizer
+        from edgepress.errors import ModelError
+        from edgepress.models.loading import load_hf_tokenizer
 
-            check_offsets(tokenizer, AutoTokenizer.from_pretrained(path, trust_remote_code=False))
+        path = student_dir(cfg.student)
+        try:
+            words = load_hf_tokenizer(path)
+        except ModelError as e:
+            raise ModelError(f"distill's student: {e}") from None
+        task.check_student_words(words)
+        if cfg.style == "tinybert":
+            check_offsets(tokenizer, words)
         return
     student_layers(encoder_of(teacher), cfg)
 

@@ -154,7 +154,6 @@ def load_pretrained(path: Path, auto_class: str, **overrides):
     over its config.json (a fresh head's num_labels and label names)."""
     import transformers
     from safetensors import SafetensorError
-    from transformers import AutoTokenizer
 
     path, auto = Path(path), getattr(transformers, auto_class)
     check_model_dir(path)
@@ -174,12 +173,19 @@ def load_pretrained(path: Path, auto_class: str, **overrides):
         what = {"AutoModelForSequenceClassification": "a sequence classifier",
                 "AutoModelForTokenClassification": "a token classifier"}.get(auto_class, "an encoder")
         raise ModelError(f"{path} could not be loaded as {what}: {e}\n{FIX_DIR}") from None
+    return model, load_hf_tokenizer(path), info
+
+
+def load_hf_tokenizer(path: Path):
+    """The transformers tokenizer of the model dir `path` (no remote code); a ModelError naming the fix when its
+    files cannot be read."""
+    from transformers import AutoTokenizer
+
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except Exception as e:  # tokenizers raises a bare Exception for a tokenizer.json it cannot parse
         raise ModelError(f"{path}: the tokenizer files cannot be loaded ({e}). Fix: save the tokenizer again "
                          f"(tokenizer.save_pretrained(DIR))") from None
-    return model, tokenizer, info
 
 
 def with_new_head(path: Path, auto_class: str, id2label: dict[int, str], seed: int):

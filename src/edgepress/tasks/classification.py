@@ -71,6 +71,10 @@ class Classification:
     def check_distill(self, cfg) -> None:
         """A ConfigError for a distill config (`DistillConfig`) not built for the task's students: none here."""
 
+    def check_student_words(self, words) -> None:
+        """A ConfigError for a pretrained student's tokenizer `words` that cannot read the task's texts: none here
+        (any tokenizer reads a text)."""
+
     def check_teacher(self, model, teacher) -> None:
         """A recovery's `teacher` dir (heads, ffn) names the labels of `model` with the same ids: its logits are the
         recovery's targets, position by position."""

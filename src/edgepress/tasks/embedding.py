@@ -43,6 +43,7 @@ class Embedding:
                 f"0.94.")
 
     load = Classification.load
+    check_student_words = Classification.check_student_words  # its check_distill refuses a pretrained student first
     output_axes = Classification.output_axes
     targets: str = "vectors"
 

@@ -104,15 +104,40 @@ class TokenClassification:
         return {"pipeline": "token-classification", "options": {"aggregation_strategy": "simple"}}
 
     def check_distill(self, cfg) -> None:
-        """A token classifier's student is cut from the teacher's layers: a pretrained student of its own tokenizer
-        (`student`) is refused."""
+        """A pretrained student (`student`) of a token classifier learns the teacher's per-word logits (hinton): the
+        hidden states of tagged words across tokenizers (tinybert) are refused."""
         from edgepress.errors import ConfigError
 
-        if cfg.student is not None:
-            raise ConfigError("distill's student (a pretrained encoder of its own) is built for sequence classifiers; "
-                              "a token classifier's targets are per word, and a student reading the words with "
-                              "another tokenizer is not built yet. Fix: leave student out (student_layers cuts the "
-                              "teacher's layers)")
+        if cfg.student is not None and cfg.style != "hinton":
+            raise ConfigError(f"a token classifier's pretrained student learns the teacher's logits of each word; "
+                              f"style {cfg.style} (hidden states across tokenizers) is built for sequence "
+                              f"classifiers. Fix: style hinton, or student_layers (a student cut from the teacher's "
+                              f"layers takes every style)")
+
+    def check_student_words(self, words) -> None:
+        """A pretrained student's tokenizer `words` reads a sentence's words as they are split, says which word each
+        token starts (where the teacher's logits of that word go), and cuts them as it cuts the sentence itself (as
+        raw text is read at inference): a fast tokenizer; a byte-level BPE one only when its pre-tokenizer adds the
+        space before each word (add_prefix_space)."""
+        from edgepress.errors import ConfigError
+
+        sample = ["Japan", "'s", "Nikkei", "rose", "2.5", "percent", "."]
+        fix = ("Fix: a student whose tokenizer does (a fast WordPiece or SentencePiece one; a byte-level BPE one "
+               "whose tokenizer.json gives its ByteLevel pre_tokenizer \"add_prefix_space\": true), or "
+               "student_layers")
+        try:
+            split = words([sample], is_split_into_words=True)
+            split.word_ids(0)
+            apart, whole = split.tokens(0), words(" " + " ".join(sample)).tokens()
+        except Exception as e:  # noqa: BLE001 - a slow tokenizer refuses in its own way (ValueError, NotImplemented)
+            raise ConfigError(f"distill's student reads each sentence's words with its own tokenizer, which must take "
+                              f"words already split and say which word each token starts; its "
+                              f"{type(words).__name__} cannot ({str(e).strip() or type(e).__name__}). {fix}") from None
+        if apart != whole:
+            raise ConfigError(f"distill's student tokenizer cuts a sentence's words apart unlike the sentence itself "
+                              f"({' '.join(apart[1:5])} ... against {' '.join(whole[1:5])} ...: a byte-level BPE "
+                              f"tokenizer without add_prefix_space reads each word as glued to the one before); it "
+                              f"would learn tags on tokens that raw text never gives it. {fix}")
 
     check_teacher = Classification.check_teacher
     training_score = Classification.training_score
