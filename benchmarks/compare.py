@@ -284,11 +284,12 @@ def headline(rows: dict, targets: dict) -> dict:
 def bundle_of(run: Path, report: dict, what: str) -> Path:
     """The bundle of another finished run (`what`: a search's winner, SEARCH_DIR/best, or a run given by --also),
     checked to come from the run's teacher and data."""
-    if not (run / "final" / "model.onnx").is_file():
-        raise ConfigError(f"{what} has no bundle ({run / 'final' / 'model.onnx'}). Fix: let it finish")
+    if not (run / "final" / "model.onnx").is_file() or not (run / "report.json").is_file():
+        raise ConfigError(f"{what} is not a finished run with a bundle ({run / 'final' / 'model.onnx'} and "
+                          f"{run / 'report.json'}). Fix: let it finish")
     theirs = read_json(run / "report.json")
-    if theirs["data"]["sha256"] != report["data"]["sha256"] or \
-            theirs["baseline"]["artifact"] != report["baseline"]["artifact"]:
+    made = (theirs.get("data", {}).get("sha256"), theirs.get("baseline", {}).get("artifact"))
+    if made != (report["data"]["sha256"], report["baseline"]["artifact"]):
         raise ConfigError(f"{what} was not made from the run's teacher and data splits. Fix: run it with the run's "
                           f"model and data")
     return run / "final"
@@ -299,13 +300,19 @@ def compare(run: Path, threads: int, rounds: int, peer_python: Path, work: Path,
     report, data = load_run(run)
     teacher = Path(report["baseline"]["artifact"])
     max_length = report["config"]["data"].get("max_length", 128)
+    others = {**({"edgepress-search": (search / "best", f"{search}'s winner")} if search else {}),
+              **{f"edgepress-{other.name}": (other, str(other)) for other in also}}
+    stages = onnx_stages(report, run / "final")
+    taken = [name for name in others if name in stages or name in (FINAL, PEER, TEACHER, "teacher-ort-fp32")]
+    if taken or len(others) < bool(search) + len(also):
+        raise ConfigError(f"two candidates would be named alike ({', '.join(taken) or 'two --also dirs'}): --also "
+                          f"names each by its dir's name. Fix: give it a dir of another name")
+    bundles = {name: bundle_of(path, report, what) for name, (path, what) in others.items()}  # before any building
     peer_dir, preset = peer(teacher, work, peer_python)
     paths = {TEACHER: (teacher, False), "teacher-ort-fp32": (teacher_ort(teacher, data.validation.texts, work), True),
              PEER: (peer_dir, True), FINAL: (run / "final", True),
-             **{name: (path, True) for name, path in onnx_stages(report, run / "final").items()},
-             **({"edgepress-search": (bundle_of(search / "best", report, f"{search}'s winner"), True)}
-                if search else {}),
-             **{f"edgepress-{other.name}": (bundle_of(other, report, str(other)), True) for other in also}}
+             **{name: (path, True) for name, path in stages.items()},
+             **{name: (path, True) for name, path in bundles.items()}}
     candidates = [Candidate(name, path, is_onnx) for name, (path, is_onnx) in paths.items()]
     sets = fidelity_sets(data, report["config"]["data"]["source"])
     rows = quality(candidates, sets, max_length, threads)

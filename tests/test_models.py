@@ -150,7 +150,8 @@ def test_concurrent_first_uses_build_the_teacher_once(monkeypatch, tmp_path):
         builds.append(path)
         time.sleep(0.5)  # long enough for the second caller to arrive while the first builds
         path.mkdir(parents=True, exist_ok=True)
-        (path / teacher.MANIFEST).write_text(json.dumps({"recipe_version": teacher.RECIPE_VERSION}))
+        (path / teacher.MANIFEST).write_text(json.dumps({"recipe_version": teacher.RECIPE_VERSION,
+                                                         "recipe": how["recipe"].model_dump()}))
 
     monkeypatch.setattr(teacher, "build_teacher", build)
     found = []

@@ -21,6 +21,12 @@ def test_positions_pair_where_both_tokenizers_cut_the_same_characters():
     same = [[(0, 0), (0, 1), (2, 4), (0, 0)], [(0, 0), (0, 3), (0, 0), (0, 0)]]
     assert aligned(same, same, [[1, 1, 1, 1], [1, 1, 1, 0]], [[1, 1, 1, 1], [1, 1, 1, 0]]) == (
         [0, 0, 0, 1, 1], [0, 1, 2, 0, 1], [0, 1, 2, 0, 1])
+    # a student padded on the left: its sentence token is its first attended position, not position 0
+    left = [[(0, 0), (0, 0), (0, 1), (2, 4), (0, 0)]]
+    assert aligned(left, teacher, [[0, 1, 1, 1, 1]], [[1, 1, 1, 1]]) == ([0, 0, 0], [1, 2, 3], [0, 1, 2])
+    # no sentence token in front (the first positions are words): only the words pair, each once
+    bare = [[(0, 1), (2, 4)]]
+    assert aligned(bare, teacher, [[1, 1]], [[1, 1, 1, 1]]) == ([0, 0], [0, 1], [1, 2])
 
 
 @pytest.fixture(scope="module")

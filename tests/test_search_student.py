@@ -43,6 +43,9 @@ def test_the_space_chooses_between_the_teachers_layers_and_pretrained_students(f
     assert "student_layers" not in student[0][1] and student[1][0] == "heads"
     assert stages["1 layers, heads 1, ffn 1"][0][1]["student_layers"] == 1
     assert stages["2 layers, heads 1, ffn 1"][0][0] == "export"  # the teacher's own depth: no distillation
+    with pytest.raises(ValueError, match=r"space.layers are depths of students cut from the teacher's layers, and "
+                                         r"space.student has no `layers`"):
+        SearchConfig.model_validate({"space": {**space, "student": [str(bpe_student)]}})
     default = SearchConfig.model_validate({"space": {k: v for k, v in space.items() if k != "student"}})
     assert [s.name for s in default.space.filled(2).shapes()] == names[:4]
     # a pretrained student's shapes are never beaten by the teacher's: neither keeps what the other has
@@ -110,7 +113,7 @@ def test_a_search_on_a_tiny_mpnet_teacher_picks_a_pretrained_student_and_best_ya
 
 def test_validate_takes_a_search_on_the_base_teacher_without_building_it(monkeypatch, tmp_path, tokenizer):
     """demo:mpnet-movie, like the demo teacher, is built on first use by a run or a search; `validate` reads its
-    encoder's depth (here a tiny MPNet standing in for all-mpnet-base-v2) and builds nothing."""
+    encoder's depth (here a tiny MPNet standing in for all-mpnet-base-v2) and trains nothing."""
     import dataclasses
 
     from edgepress.models import teacher
@@ -129,3 +132,18 @@ def test_validate_takes_a_search_on_the_base_teacher_without_building_it(monkeyp
     result = invoke("validate", config)
     assert result.exit_code == 0, result.output
     assert not (tmp_path / "cache" / "models" / "mpnet-movie").exists()
+
+
+def test_a_student_whose_position_table_is_shorter_than_the_runs_texts_is_refused_at_validate(
+        tmp_path, tiny_model_dir, bpe_tokenizer, movie_data):
+    """Every model dir a stage names is held to the run's token lengths, as the model is: a pretrained student of 32
+    positions cannot read data.max_length 64 (it would fail inside torch, after the teacher's outputs were made)."""
+    short = tiny_encoder("roberta", bpe_tokenizer, layers=1, max_position_embeddings=34).roberta
+    student = save(short, bpe_tokenizer, tmp_path / "short")
+    config = tmp_path / "p.yaml"
+    config.write_text(yaml.safe_dump({
+        "model": str(tiny_model_dir), "data": {"source": str(_csv(tmp_path / "d.csv", movie_data)), "max_length": 64},
+        "stages": [{"name": "student", "method": "distill", "params": {"student": str(student)}}]}))
+    result = invoke("validate", config)
+    assert result.exit_code == 2 and f"stage 'student' (distill) student {student}: longer than the model's 32 " \
+        "positions: data.max_length 64" in result.output

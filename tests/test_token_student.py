@@ -65,15 +65,25 @@ def test_a_student_tokenizer_that_cannot_take_words_is_refused_at_validate(token
     cfg = run_config(tmp_path, token_model, ner_dir, [{"name": "d", "method": "distill",
                                                        "params": {"student": str(student)}}])
     with pytest.raises(ConfigError, match=r"distill's student tokenizer cuts a sentence's words apart unlike the "
-                                          r"sentence itself .* ByteLevel pre_tokenizer \"add_prefix_space\": true\), "
-                                          r"or student_layers"):
+                                          r"sentence itself .* \"add_prefix_space\": true in its "
+                                          r"tokenizer_config.json.*tokenizer.json, .*or student_layers"):
         check_inputs(cfg)
-    # the fix it names: the space added before each word, as raw text has it (then the same cuts either way)
+    # the fix it names: the space added before each word, as raw text has it (then the same cuts either way); a
+    # generic tokenizer reads it from tokenizer.json, RobertaTokenizer from tokenizer_config.json
     tokenizer = json.loads((student / "tokenizer.json").read_text())
     assert tokenizer["pre_tokenizer"]["type"] == "ByteLevel"
     tokenizer["pre_tokenizer"]["add_prefix_space"] = True
     (student / "tokenizer.json").write_text(json.dumps(tokenizer))
     check_inputs(cfg)
+    settings = json.loads((student / "tokenizer_config.json").read_text())
+    for space, refused in ((False, True), (True, False)):
+        (student / "tokenizer_config.json").write_text(json.dumps(
+            {**settings, "tokenizer_class": "RobertaTokenizer", "add_prefix_space": space}))
+        if refused:
+            with pytest.raises(ConfigError, match=r"cuts a sentence's words apart unlike the sentence itself"):
+                check_inputs(cfg)
+        else:
+            check_inputs(cfg)
     cfg = run_config(tmp_path, token_model, ner_dir, [{"name": "d", "method": "distill",
                                                        "params": {"student": str(student), "style": "tinybert"}}])
     with pytest.raises(ConfigError, match=r"style tinybert \(hidden states across tokenizers\) is built for sequence "

@@ -114,6 +114,20 @@ class Method:
                  and value != BASELINE and _names_a_path(fields[name].annotation)}
         return {name: tree_sha256(path) if path.exists() else "missing" for name, path in paths.items()}
 
+    def model_dirs(self, params: dict) -> dict[str, Path]:
+        """{param: model dir} of the model dirs its params name (a pretrained student, a recovery's teacher), demo
+        encoders resolved; a demo teacher (built on first use) and what does not exist yet are left to the run."""
+        from edgepress.models.teacher import DEMO_TEACHERS, resolve_model
+
+        fields, dirs = self.config.model_fields, {}
+        for name, value in params.items():
+            if name in fields and isinstance(value, str) and value not in (BASELINE, *DEMO_TEACHERS) \
+                    and _names_a_path(fields[name].annotation):
+                path = resolve_model(value) if value.startswith("demo:") else Path(value).expanduser()
+                if (path / "config.json").is_file():
+                    dirs[name] = path
+        return dirs
+
     @property
     def trains(self) -> bool:
         """It fine-tunes (its config has the shared training fields)."""

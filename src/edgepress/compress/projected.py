@@ -53,15 +53,20 @@ def check_offsets(*tokenizers) -> None:
 
 def aligned(student_offsets, teacher_offsets, student_mask, teacher_mask) -> tuple[list[int], list[int], list[int]]:
     """(example, student position, teacher position) of every pair of positions that cover the same characters of
-    the same text (real tokens only), and of the first positions."""
+    the same text (real tokens only), and of the first positions each model attends to when both are special tokens
+    (their sentence tokens; on either padding side)."""
     rows, mine, theirs = [], [], []
     for b in range(len(student_offsets)):
         spans = {}
         for i, (start, end) in enumerate(teacher_offsets[b]):
             if teacher_mask[b][i] and end > start:
                 spans.setdefault((int(start), int(end)), i)
-        pairs = [(0, 0)] + [(j, spans[(int(start), int(end))]) for j, (start, end) in enumerate(student_offsets[b])
-                            if student_mask[b][j] and end > start and (int(start), int(end)) in spans]
+        firsts = [mask.index(1) if 1 in mask else None for mask in (list(student_mask[b]), list(teacher_mask[b]))]
+        special = None not in firsts and all(tuple(o[b][f]) == (0, 0) for o, f in zip(
+            (student_offsets, teacher_offsets), firsts, strict=True))
+        pairs = [tuple(firsts)] if special else []
+        pairs += [(j, spans[(int(start), int(end))]) for j, (start, end) in enumerate(student_offsets[b])
+                  if student_mask[b][j] and end > start and (int(start), int(end)) in spans]
         rows += [b] * len(pairs)
         mine += [j for j, _ in pairs]
         theirs += [i for _, i in pairs]
@@ -94,7 +99,7 @@ def projected_hidden_loss(teacher, teacher_words, student_words, texts, soft_los
         states, layers = outputs.hidden_states, len(outputs.hidden_states) - 1
         hidden = []
         for m, state in enumerate(states):
-            t = taught[round(m * (len(taught) - 1) / layers)][rows, their]
+            t = taught[m * (len(taught) - 1) // layers][rows, their]  # g(m) = m * L_t / L_s, as TinyBERT maps
             project = projection["embeddings"] if m == 0 else projection["layers"]
             hidden.append(F.mse_loss(project(state[rows, mine]), t))
         return soft_loss(outputs, batch) + cfg.hidden_weight * sum(hidden) / len(hidden)

@@ -143,9 +143,13 @@ def build_teacher(out: Path, data: DataSplits | None = None, recipe: TrainConfig
     return result
 
 
-def _built(path: Path) -> bool:
+def _built(path: Path, teacher: DemoTeacher) -> bool:
+    """The teacher in `path` was built by this version's recipe (a teacher of another recipe is built again)."""
     manifest = path / MANIFEST
-    return manifest.is_file() and read_json(manifest).get("recipe_version") == RECIPE_VERSION
+    if not manifest.is_file():
+        return False
+    made = read_json(manifest)
+    return made.get("recipe_version") == RECIPE_VERSION and made.get("recipe") == teacher.recipe.model_dump()
 
 
 def teacher_dir(spec: str = TEACHER) -> Path:
@@ -153,10 +157,10 @@ def teacher_dir(spec: str = TEACHER) -> Path:
     meanwhile waits for the first to finish instead of building it too."""
     teacher = DEMO_TEACHERS[spec]
     path = cache_dir("models") / teacher.folder
-    if not _built(path):
+    if not _built(path, teacher):
         encoder = teacher.encoder()  # installed, or the fix named before the lock is taken
         with cache_lock(teacher.folder):
-            if not _built(path):  # another process may have built it while this one waited
+            if not _built(path, teacher):  # another process may have built it while this one waited
                 with step(f"building the demo teacher {spec} into {path} ({teacher.what} fine-tuned on the movie "
                           f"snippets, {teacher.recipe.epochs} epoch(s): {teacher.takes}; once)"):
                     build_teacher(path, recipe=teacher.recipe, encoder=encoder, name=spec, source=teacher.source)
@@ -177,5 +181,6 @@ def resolve_model(spec: str) -> Path:
                          f"to a Hugging Face model dir")
     path = Path(spec).expanduser()
     if not path.exists():
-        raise ModelError(f"the model {missing(spec)}. Fix: check the path (a Hugging Face model dir, or {TEACHER})")
+        raise ModelError(f"the model {missing(spec)}. Fix: check the path (a Hugging Face model dir, or a demo "
+                         f"model: {', '.join(DEMO_TEACHERS)}, {ENCODER}, {BASE_ENCODER})")
     return path

@@ -18,7 +18,8 @@ from edgepress.runtime.latency import LatencyConfig
 Strict = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 MODEL = ("a Hugging Face sequence-classification dir (save_pretrained), a sentence-transformers dir, or a demo model: "
          "demo:minilm-movie (the classifier), demo:minilm (the sentence encoder), demo:mpnet (all-mpnet-base-v2, a "
-         "base-size sentence encoder: `make base-model`)")
+         "base-size sentence encoder: `make base-model`), demo:mpnet-movie (the base-size classifier: it fine-tuned "
+         "on the demo's movie snippets, built on first use)")
 MAX_THREADS = 1024
 Target = Literal[tuple(TARGETS)]  # x86-vnni, x86-avx2, arm64, cuda, mobile, web
 

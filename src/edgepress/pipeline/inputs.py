@@ -42,7 +42,8 @@ def check_run_dir(out: Path, inputs: dict[str, Path] | None = None) -> None:
 
 
 def check_lengths(model_dir: Path, cfg: PipelineConfig) -> None:
-    """Every token length the run will use fits the model's position table (longer inputs crash inside torch)."""
+    """Every token length the run will use fits the position table of the model and of every model dir a stage
+    names (a pretrained student, a recovery's teacher): longer inputs crash inside torch."""
     asked = {"data.max_length": cfg.data.max_length,
              "runtime.latency.sequence_length": cfg.runtime.latency.sequence_length}
     for stage in cfg.stages:
@@ -51,6 +52,13 @@ def check_lengths(model_dir: Path, cfg: PipelineConfig) -> None:
                 where = "params" if i == 0 else f"on_fail.fallback[{i - 1}].params"
                 asked[f"stage '{stage.name}' {where}.max_length"] = params["max_length"]
     check_within_positions(model_dir, asked)
+    for stage in cfg.stages:
+        for method, params in stage.attempts:
+            for name, path in METHODS[method].model_dirs(params).items():
+                try:
+                    check_within_positions(path, asked)
+                except ConfigError as e:
+                    raise ConfigError(f"stage '{stage.name}' ({method}) {name} {path}: {e}") from None
 
 
 def check_latency_shape(model_dir: Path, cfg: PipelineConfig, data: DataSplits) -> None:

@@ -148,6 +148,13 @@ class Space(BaseModel):
     def _once_each(cls, values: list[str] | None) -> list[str] | None:
         return None if values is None else list(dict.fromkeys(values))
 
+    @model_validator(mode="after")
+    def _layers_cut_the_teacher(self) -> "Space":
+        if self.layers is not None and self.student is not None and LAYERS not in self.student:
+            raise ValueError("space.layers are depths of students cut from the teacher's layers, and space.student "
+                             "has no `layers`: add `layers` to space.student, or leave space.layers out")
+        return self
+
     @field_validator("transfer")
     @classmethod
     def _counts(cls, values: list[int] | None) -> list[int] | None:

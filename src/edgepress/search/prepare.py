@@ -49,7 +49,7 @@ class Prepared:
 
 def check_space(cfg: SearchConfig, loaded: tuple | None, depth: int, space, task) -> None:
     """Every point's pipeline is valid, built for `task`, and every method's pre-run check accepts it on the teacher
-    `loaded` ((model, tokenizer); None: the demo teacher, not built yet, is taken on trust); else one ConfigError
+    `loaded` ((model, tokenizer); None: a demo teacher, not built yet, is taken on trust); else one ConfigError
     naming each point refused (exit 2, before anything is trained)."""
     from edgepress.pipeline.inputs import check_methods
     from edgepress.tasks import check_methods_for

@@ -122,9 +122,9 @@ class TokenClassification:
         from edgepress.errors import ConfigError
 
         sample = ["Japan", "'s", "Nikkei", "rose", "2.5", "percent", "."]
-        fix = ("Fix: a student whose tokenizer does (a fast WordPiece or SentencePiece one; a byte-level BPE one "
-               "whose tokenizer.json gives its ByteLevel pre_tokenizer \"add_prefix_space\": true), or "
-               "student_layers")
+        fix = ("Fix: a student whose tokenizer does (a fast WordPiece or SentencePiece one; a byte-level BPE one with "
+               "\"add_prefix_space\": true in its tokenizer_config.json, which RobertaTokenizer reads, and on the "
+               "ByteLevel pre_tokenizer of its tokenizer.json, which a generic tokenizer reads), or student_layers")
         try:
             split = words([sample], is_split_into_words=True)
             split.word_ids(0)
