@@ -300,13 +300,15 @@ def compare(run: Path, threads: int, rounds: int, peer_python: Path, work: Path,
     report, data = load_run(run)
     teacher = Path(report["baseline"]["artifact"])
     max_length = report["config"]["data"].get("max_length", 128)
-    others = {**({"edgepress-search": (search / "best", f"{search}'s winner")} if search else {}),
-              **{f"edgepress-{other.name}": (other, str(other)) for other in also}}
+    named = [*((("edgepress-search", (search / "best", f"{search}'s winner")),) if search else ()),
+             *((f"edgepress-{other.name}", (other, str(other))) for other in also)]
     stages = onnx_stages(report, run / "final")
-    taken = [name for name in others if name in stages or name in (FINAL, PEER, TEACHER, "teacher-ort-fp32")]
-    if taken or len(others) < bool(search) + len(also):
-        raise ConfigError(f"two candidates would be named alike ({', '.join(taken) or 'two --also dirs'}): --also "
-                          f"names each by its dir's name. Fix: give it a dir of another name")
+    names = [name for name, _ in named] + [*stages, FINAL, PEER, TEACHER, "teacher-ort-fp32"]
+    alike = sorted({name for name in names if names.count(name) > 1})
+    if alike:
+        raise ConfigError(f"two candidates would be named alike ({', '.join(alike)}): --also names each by its "
+                          f"dir's name. Fix: give it a dir of another name")
+    others = dict(named)
     bundles = {name: bundle_of(path, report, what) for name, (path, what) in others.items()}  # before any building
     peer_dir, preset = peer(teacher, work, peer_python)
     paths = {TEACHER: (teacher, False), "teacher-ort-fp32": (teacher_ort(teacher, data.validation.texts, work), True),

@@ -60,7 +60,7 @@ def test_a_pretrained_students_shape_is_built_and_timed_from_the_student(family_
 
     teacher, words = load_classifier(family_model("mpnet"))
     shape = Shape(None, heads_keep=0.5, ffn_keep=0.5, student=str(bpe_student))
-    source, student_words = shape_source(teacher, words, shape, CLASSIFICATION)
+    source, student_words = shape_source(teacher, words, shape.student, CLASSIFICATION)
     model = build_shape(source, shape)
     assert model.config.model_type == "roberta" and len(model.roberta.encoder.layer) == 1
     assert model.config.id2label == teacher.config.id2label and len(student_words) != len(words)

@@ -109,24 +109,24 @@ class Method:
     def files_read(self, params: dict) -> dict[str, str]:
         """{param: sha256} of the files or dirs its params name (a path field, e.g. int4's `torch_model`): what they
         hold can change under the same name. (`teacher: baseline` names the run's baseline, not a file.)"""
-        fields = self.config.model_fields
-        paths = {name: Path(value) for name, value in params.items() if name in fields and isinstance(value, str)
-                 and value != BASELINE and _names_a_path(fields[name].annotation)}
-        return {name: tree_sha256(path) if path.exists() else "missing" for name, path in paths.items()}
+        return {name: tree_sha256(Path(value)) if Path(value).exists() else "missing"
+                for name, value in self._paths(params).items()}
 
     def model_dirs(self, params: dict) -> dict[str, Path]:
         """{param: model dir} of the model dirs its params name (a pretrained student, a recovery's teacher), demo
         encoders resolved; a demo teacher (built on first use) and what does not exist yet are left to the run."""
         from edgepress.models.teacher import DEMO_TEACHERS, resolve_model
 
-        fields, dirs = self.config.model_fields, {}
-        for name, value in params.items():
-            if name in fields and isinstance(value, str) and value not in (BASELINE, *DEMO_TEACHERS) \
-                    and _names_a_path(fields[name].annotation):
-                path = resolve_model(value) if value.startswith("demo:") else Path(value).expanduser()
-                if (path / "config.json").is_file():
-                    dirs[name] = path
-        return dirs
+        dirs = {name: resolve_model(value) if value.startswith("demo:") else Path(value).expanduser()
+                for name, value in self._paths(params).items() if value not in DEMO_TEACHERS}
+        return {name: path for name, path in dirs.items() if (path / "config.json").is_file()}
+
+    def _paths(self, params: dict) -> dict[str, str]:
+        """{param: value} of its params that name a file or dir (a path field set to something other than
+        `baseline`)."""
+        fields = self.config.model_fields
+        return {name: value for name, value in params.items() if name in fields and isinstance(value, str)
+                and value != BASELINE and _names_a_path(fields[name].annotation)}
 
     @property
     def trains(self) -> bool:

@@ -34,7 +34,6 @@ from edgepress.compress.kd import (
     vector_training,
 )
 from edgepress.compress.projected import (
-    PROJECTION,
     attach_projection,
     check_offsets,
     projected_hidden_loss,
@@ -273,8 +272,6 @@ def distill_into(src: Path, out: Path, data: DataSplits, cfg: DistillConfig, tas
     with artifact_dir(Path(out)) as tmp:
         result = train_classifier(student, words, train, cfg, tmp, loss_fn=loss, save=save,
                                   score=task.training_score(words, data.validation, cfg.max_length))
-    if cfg.style == "tinybert":
-        delattr(student, PROJECTION)  # trained with the student; what ships is the student alone
     log.info("distill: %s (%s, %.1fM parameters) from the teacher's logits, best epoch %d, validation %s %.4f",
              cfg.student, student.config.model_type, param_counts(student)["params"] / 1e6, result.best_epoch,
              result.score, result.best_val_accuracy)

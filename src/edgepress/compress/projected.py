@@ -31,15 +31,11 @@ def attach_projection(student, teacher) -> object:
 
 
 def save_without_projection(model, out: Path) -> None:
-    """`save_pretrained` of the student as it ships: without the projection, its config without hidden states."""
-    projection = getattr(model, PROJECTION)
+    """`save_pretrained` of the student, its training done (the loop saves once, at the end), as it ships: the
+    projection removed, its config without hidden states (training needed them; inference and export do not)."""
     delattr(model, PROJECTION)
-    model.config.output_hidden_states = False  # training needed them; inference and export do not
-    try:
-        model.save_pretrained(out, safe_serialization=True)
-    finally:
-        model.add_module(PROJECTION, projection)
-        model.config.output_hidden_states = True
+    model.config.output_hidden_states = False
+    model.save_pretrained(out, safe_serialization=True)
 
 
 def check_offsets(*tokenizers) -> None:

@@ -80,7 +80,7 @@ def shape_table(prepared_dir: Path, model_dir: Path, shapes: list[Shape], cfg: S
     from edgepress.files import tree_sha256
     from edgepress.pipeline.stagecache import machine_key
 
-    students = {s.student: tree_sha256(student_dir(Path(s.student))) for s in shapes if s.student}
+    students = {name: tree_sha256(student_dir(Path(name))) for name in sorted({s.student for s in shapes} - {None})}
     key = {"model_sha256": tree_sha256(model_dir), "shapes": [s.name for s in shapes],
            "runtime": cfg.runtime.model_dump(mode="json"), "max_length": cfg.data.max_length, "machine": machine_key(),
            **({"students_sha256": students} if students else {})}

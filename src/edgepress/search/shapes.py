@@ -55,12 +55,12 @@ def build_shape(teacher, shape: Shape):
     return model
 
 
-def shape_source(teacher, tokenizer, shape: Shape, task) -> tuple:
-    """(model, tokenizer) that `shape` is cut from: the teacher, or the pretrained student it names with the fresh
-    head distill gives it."""
-    if shape.student is None:
+def shape_source(teacher, tokenizer, student: str | None, task) -> tuple:
+    """(model, tokenizer) that a shape of `student` (a Shape's) is cut from: the teacher, or the pretrained student
+    it names with the fresh head distill gives it."""
+    if student is None:
         return teacher, tokenizer
-    return with_new_head(student_dir(Path(shape.student)), task.auto_class, teacher.config.id2label, seed=0)
+    return with_new_head(student_dir(Path(student)), task.auto_class, teacher.config.id2label, seed=0)
 
 
 def time_shapes(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...], threads: int | None,
@@ -73,11 +73,12 @@ def time_shapes(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...], 
 
     task = task or task_of(teacher_dir)
     teacher, tokenizer = task.load_model(teacher_dir)
+    sources = {student: shape_source(teacher, tokenizer, student, task) for student in {s.student for s in shapes}}
     with tempfile.TemporaryDirectory(prefix="edgepress-shapes-") as scratch:
         graphs = {}
         for k, shape in enumerate(shapes):
             step = Path(scratch) / str(k)
-            source, words = shape_source(teacher, tokenizer, shape, task)
+            source, words = sources[shape.student]
             with quiet("edgepress"):  # a line per shape and step would drown the table
                 export_model_object(build_shape(source, shape), words, step / "onnx", texts, ExportConfig(),
                                     f"shape {shape.name}", task=task)
