@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # without VNNI, full-range weights saturate ONNX Runtime's u8 x s8 products (electra's static int8 graph: argmax
 # agreement 0.895 with its float graph on an AVX2 EPYC, under the 0.9 its parity check asks)
 PARAMS = {"distill": {"student_layers": 1, "epochs": 1}, "heads": {"keep": 0.5, "epochs": 1},
-          "ffn": {"keep": 0.5, "epochs": 1}, "magnitude": {"sparsity": 0.5, "epochs": 1},
+          "ffn": {"keep": 0.5, "epochs": 1}, "width": {"keep": 0.5, "epochs": 1},
+          "magnitude": {"sparsity": 0.5, "epochs": 1},
           "lottery": {"sparsity": 0.5, "rounds": 2, "epochs": 1},
           "qat": {"epochs": 1, "learning_rate": 1e-4, "reduce_range": detect_target() == "x86-avx2"},
           "int8-static": {"reduce_range": detect_target() == "x86-avx2"},
@@ -131,6 +132,28 @@ def _structured(made, family, method, texts, note):
     assert _agreement(made, family, made.get(family, method)[0], texts) >= 0.8  # half of each, one epoch back
 
 
+def _width(made, family, method, texts, note):
+    """Half the hidden state's dimensions kept wherever it is carried (the narrowed model loads from its record);
+    exported, fused and int8'd, each graph holds to its parity check against the narrowed model."""
+    from edgepress.models.arch import part
+    from edgepress.models.loading import load_classifier
+    from edgepress.models.width import hidden_parts
+
+    out, details = made.get(family, "width")
+    assert details["pruned"] == {"pruned_hidden_size": 16}
+    model = load_classifier(out)[0]
+    assert {getattr(part(model, name), {"in": "in_features", "out": "out_features", "table": "embedding_dim"}.get(
+        how, "normalized_shape")) for name, how in hidden_parts(model)} <= {16, (16,)}
+    assert _agreement(made, family, out, texts) >= 0.8  # half the width, one epoch back
+    graph = out
+    for step in ("export", "optimize", "int8-dynamic"):
+        method = METHODS[step]
+        done = method.run(graph, made.root / family / f"width-{step}", made.data.validation.texts,
+                          method.config.model_validate(PARAMS.get(step, {})))
+        graph = made.root / family / f"width-{step}"
+        assert done["parity"]["agreement"] >= (1.0 if step == "export" else AGREEMENT)
+
+
 def _vocab(made, family, method, texts, note):
     """Rows of tokens the train split never uses are gone; a text made of kept pieces (every train text) gives
     the unpruned logits (tests/test_vocab.py proves it piece by piece, and that no text becomes unknown)."""
@@ -183,9 +206,9 @@ def _onnx(made, family, method, texts, note):
                  "and activation fusions only); the stage says so in its details")
 
 
-CHECKS = {"distill": _distill, "heads": _structured, "ffn": _structured, "vocab": _vocab, "magnitude": _sparse,
-          "lottery": _sparse, "qat": _qat, **{m: _onnx for m in ("export", "optimize", "fp16", "int8-dynamic",
-                                                                  "int8-static", "int4")}}
+CHECKS = {"distill": _distill, "heads": _structured, "ffn": _structured, "width": _width, "vocab": _vocab,
+          "magnitude": _sparse, "lottery": _sparse, "qat": _qat,
+          **{m: _onnx for m in ("export", "optimize", "fp16", "int8-dynamic", "int8-static", "int4")}}
 
 
 @pytest.mark.matrix

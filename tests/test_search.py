@@ -34,6 +34,29 @@ def test_a_shape_is_built_with_its_depth_heads_and_ffn_width(tiny_model_dir):
     assert len(teacher.bert.encoder.layer) == 2  # the teacher is untouched
 
 
+def test_the_space_chooses_the_hidden_width_and_a_narrowed_point_gets_a_width_stage(tiny_model_dir):
+    """space.width_keep (issue 53): a shape narrowed to a share of the hidden state (its heads and FFN as they are),
+    named apart from the full-width one (whose name, and so a shape table made before the field, is unchanged), its
+    point's pipeline narrowed by `width` after distill; a narrower shape keeps less of the teacher."""
+    from edgepress.search.config import SearchConfig
+    from edgepress.search.shapes import keeps_as_much
+
+    teacher, _ = load_classifier(tiny_model_dir)
+    model = build_shape(teacher, Shape(layers=1, width_keep=0.5))
+    assert model.bert.embeddings.word_embeddings.embedding_dim == teacher.config.hidden_size // 2
+    assert model.bert.encoder.layer[0].attention.self.query.out_features == teacher.config.hidden_size
+    cfg = SearchConfig.model_validate({"model": str(tiny_model_dir), "space": {**SPACE, "width_keep": [0.5, 1.0]}})
+    filled = cfg.space.filled(2)
+    names = [s.name for s in filled.shapes()]
+    assert names == ["1 layers, heads 1, ffn 1", "1 layers, heads 1, ffn 1, width 0.5", "1 layers, heads 0.5, ffn 1",
+                     "1 layers, heads 0.5, ffn 1, width 0.5"]
+    narrowed = next(p for p in filled.points() if p.get("width_keep") == 0.5)
+    stages = [(s.method, s.params) for s in pipeline_for(cfg, 2, narrowed).stages]
+    assert stages[0][0] == "distill" and stages[1] == ("width", {"keep": 0.5, "teacher": "baseline", "epochs": 1})
+    assert SearchConfig.model_validate({"space": SPACE}).space.filled(2).width_keep == [1.0]
+    assert keeps_as_much(Shape(1), Shape(1, width_keep=0.5)) and not keeps_as_much(Shape(1, width_keep=0.5), Shape(1))
+
+
 def test_shapes_are_timed_as_they_ship_and_the_dominated_named(tiny_model_dir, movie_data):
     shapes = [Shape(2), Shape(1), Shape(1, heads_keep=0.5, ffn_keep=0.5)]
     table = time_shapes(tiny_model_dir, shapes, movie_data.validation.texts[:64], threads=1,

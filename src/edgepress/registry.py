@@ -21,7 +21,17 @@ from edgepress.compress.int4 import Int4Config, fill_int4, int4
 from edgepress.compress.magnitude import LotteryConfig, MagnitudeConfig, check_sparse, lottery, magnitude
 from edgepress.compress.qat import QatConfig, export_qat, qat
 from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
-from edgepress.compress.structured import BASELINE, FfnConfig, HeadsConfig, check_structured, ffn, fill_teacher, heads
+from edgepress.compress.structured import (
+    BASELINE,
+    FfnConfig,
+    HeadsConfig,
+    WidthConfig,
+    check_structured,
+    ffn,
+    fill_teacher,
+    heads,
+    width,
+)
 from edgepress.compress.vocab import VocabConfig, check_vocab, vocab_prune
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import (
@@ -149,6 +159,9 @@ METHODS: dict[str, Method] = {
     "ffn": Method(FfnConfig, ffn, ("torch",), "torch",
                   "remove the least important FFN neurons of every layer, then recover by distillation",
                   inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True),
+    "width": Method(WidthConfig, width, ("torch",), "torch",
+                    "narrow the hidden state to its most important dimensions in every layer, then recover by "
+                    "distillation", inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True),
     "vocab": Method(VocabConfig, vocab_prune, ("torch",), "torch",
                     "drop the word-embedding rows of tokens the train split never uses (no training)",
                     inputs="splits", check=check_vocab, reads_test=True, takes_task=True),

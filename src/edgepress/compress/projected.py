@@ -23,7 +23,9 @@ def attach_projection(student, teacher) -> object:
     loop's optimizer trains it) and returned."""
     import torch
 
-    width, target = student.config.hidden_size, teacher.config.hidden_size
+    from edgepress.models.width import hidden_size
+
+    width, target = hidden_size(student.config), hidden_size(teacher.config)  # a narrowed model's kept width
     projection = torch.nn.ModuleDict({"embeddings": torch.nn.Linear(width, target),
                                       "layers": torch.nn.Linear(width, target)})
     student.add_module(PROJECTION, projection)

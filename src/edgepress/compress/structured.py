@@ -1,14 +1,18 @@
-"""Structured pruning: whole attention heads (`heads`) or FFN neurons (`ffn`) removed, so the matrices shrink and
-ONNX Runtime really runs faster (unstructured zeros do not speed it up, ARCHITECTURE.md), in every encoder family
-`models.arch` describes (BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT, DeBERTa-v2, ModernBERT: fused QKV rows and
-GeGLU row pairs included). Both write a Hugging Face dir: pruned heads are recorded in `config.pruned_heads`, which
-edgepress's loader rebuilds (models/heads.py; plain transformers 5 `from_pretrained` cannot), and FFN pruning keeps
-the same number of neurons in every layer so that the config's FFN width (`intermediate_size`, DistilBERT's
-`hidden_dim`) describes it (plain `from_pretrained` loads that).
+"""Structured pruning: whole attention heads (`heads`), FFN neurons (`ffn`) or hidden dimensions (`width`) removed,
+so the matrices shrink and ONNX Runtime really runs faster (unstructured zeros do not speed it up, ARCHITECTURE.md),
+in every encoder family `models.arch` describes (BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT, DeBERTa-v2, ModernBERT,
+MPNet: fused QKV rows and GeGLU row pairs included). Each writes a Hugging Face dir: pruned heads are recorded in
+`config.pruned_heads`, which edgepress's loader rebuilds (models/heads.py; plain transformers 5 `from_pretrained`
+cannot); FFN pruning keeps the same number of neurons in every layer so that the config's FFN width
+(`intermediate_size`, DistilBERT's `hidden_dim`) describes it (plain `from_pretrained` loads that); a narrowed hidden
+width is recorded as `config.pruned_hidden_size` and rebuilt by the same loader (models/width.py). A sentence encoder
+is not narrowed (its vectors would change size).
 
 Importance (Michel et al. 2019, "Are Sixteen Heads Really Better than One?", section 4.1): the expected
 |d loss / d gate| of a gate multiplying each head's (or neuron's) output, accumulated over training batches. After
-pruning, the model is fine-tuned with the hinton distillation loss against itself before pruning.
+pruning, the model is fine-tuned with the hinton distillation loss against itself before pruning. A hidden
+dimension's importance is the first-order change of the loss were it removed (Molchanov et al. 2019: |sum of
+weight x gradient| over the weights that carry it), summed over batches as the gates' is (`width_importance`).
 
 A sentence encoder (a sentence-transformers dir) has its Transformer module pruned: the loss is the distance of its
 sentence vectors to the unpruned model's (or the `teacher`'s: `distill.vector_loss`), for the importance and for the
@@ -31,6 +35,7 @@ from edgepress.models.evaluate import forward_inputs
 from edgepress.models.heads import remove_heads
 from edgepress.models.sentence import encoder_of
 from edgepress.models.train import TrainConfig
+from edgepress.models.width import RECORD, narrow
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +66,12 @@ class HeadsConfig(_Recovery):
 
 class FfnConfig(_Recovery):
     """The `ffn` method: keep the `keep` most important FFN neurons of every layer (the same number in each)."""
+
+
+class WidthConfig(_Recovery):
+    """The `width` method: keep the `keep` most important dimensions of the hidden state (the residual stream:
+    embeddings, every layer's input and output projections and norms, the head's input), the heads and FFN as
+    they are."""
 
 
 BASELINE = "baseline"  # `teacher: baseline`: the run's baseline dir goes in its place (`fill_teacher`)
@@ -126,8 +137,38 @@ def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str
 def _gated_importance(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str, loss_of=None) -> np.ndarray:
     """(layers, units): sum over batches of |d loss / d gate|. The absolute value is taken per batch, as Michel et
     al. 2019 (eq. 2) do: signed gradients of opposite batches would cancel and make a head that matters a lot, in
-    both directions, look unimportant."""
+    both directions, look unimportant. Of the hidden width (`width`): (1, hidden), `width_importance`."""
+    if what == "width":
+        return width_importance(model, tokenizer, data, cfg)[None]
     return sum(np.abs(grad) for grad in gate_gradients(model, tokenizer, data, cfg, what, loss_of))
+
+
+def width_importance(model, tokenizer, data: DataSplits, cfg: _Recovery) -> np.ndarray:
+    """(hidden,): per hidden dimension, the sum over the first `importance_batches` train batches of |sum of
+    weight x d loss / d weight| over every weight that carries it (`models.width.hidden_parts`): the first-order
+    change of the loss were the dimension removed (Molchanov et al. 2019's Taylor importance of a group), its absolute
+    value per batch as the gates' is."""
+    import torch
+
+    from edgepress.models.train import train_loader
+    from edgepress.models.width import hidden_parts, hidden_size
+
+    axes = {"in": 1, "table": 1, "out": 0, "norm": 0}
+    carried = [(parameter, axes[how]) for name, how in hidden_parts(model)
+               for parameter in (part(model, name).weight, getattr(part(model, name), "bias", None))
+               if parameter is not None and not (how in ("in", "table") and parameter.dim() == 1)]
+    total = np.zeros(hidden_size(model.config))
+    model.eval()
+    for step, batch in enumerate(train_loader(tokenizer, data.train, cfg)):
+        if step == cfg.importance_batches:
+            break
+        batch.pop("index")
+        loss = model(**forward_inputs(model, batch)).loss
+        grads = torch.autograd.grad(loss, [p for p, _ in carried])
+        taylor = sum((p * g).sum(dim=1 - axis) if p.dim() == 2 else p * g
+                     for (p, axis), g in zip(carried, grads, strict=True))
+        total += np.abs(taylor.detach().numpy())
+    return total
 
 
 def _keep_top(scores: np.ndarray, keep: float) -> list[list[int]]:
@@ -191,6 +232,9 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
 def _prunable(model, src: Path, what: str) -> None:
     """Refuse, before any work, an architecture edgepress cannot prune and heads pruned twice."""
     arch_of(model)
+    if what == "width" and getattr(model.config, RECORD, None) is not None:
+        raise ConfigError(f"{src} was narrowed already (hidden width {getattr(model.config, RECORD)}); width takes a "
+                          f"model of its full width. Fix: run width once, on the distilled student")
     if what == "heads" and getattr(model.config, "pruned_heads", None):
         raise ConfigError(f"{src} already had heads pruned ({model.config.pruned_heads}); structured pruning "
                           f"takes a model with all its heads. Fix: run heads and ffn once each, on the distilled "
@@ -200,6 +244,9 @@ def _prunable(model, src: Path, what: str) -> None:
 def _prune(encoder, scores: np.ndarray, keep: float, what: str) -> dict:
     """Keep the `keep` highest-scored heads or neurons of every layer of the HF `encoder`; what was removed."""
     kept = _keep_top(scores, keep)
+    if what == "width":
+        narrow(encoder, kept[0])
+        return {RECORD: len(kept[0])}
     pruned = prune_heads(encoder, kept) if what == "heads" else {arch_of(encoder).ffn_key: prune_ffn(encoder, kept)}
     return {str(k): v for k, v in pruned.items()}
 
@@ -240,3 +287,8 @@ def heads(src: Path, out: Path, data: DataSplits, cfg: HeadsConfig = HeadsConfig
 def ffn(src: Path, out: Path, data: DataSplits, cfg: FfnConfig = FfnConfig(), task=None) -> dict:
     """Prune FFN neurons of the model in `src` by importance, fine-tune, save to `out`."""
     return _prune_and_recover(src, out, data, cfg, "ffn", task)
+
+
+def width(src: Path, out: Path, data: DataSplits, cfg: WidthConfig = WidthConfig(), task=None) -> dict:
+    """Narrow the hidden width of the model in `src` to its most important dimensions, fine-tune, save to `out`."""
+    return _prune_and_recover(src, out, data, cfg, "width", task)

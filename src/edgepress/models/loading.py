@@ -6,6 +6,7 @@ from pathlib import Path
 
 from edgepress.device.bundle import check_readable, json_object, json_value
 from edgepress.errors import ModelError
+from edgepress.models.width import RECORD as WIDTH_RECORD
 
 WEIGHT_FILES = (
     "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"
@@ -122,22 +123,27 @@ def safetensors_files(path: Path) -> list[Path]:
     return [path / s for s in shards]
 
 
-def _load_head_pruned(path: Path, files: list[Path], auto_class):
-    """A model whose config.json records pruned heads: built from its config with transformers' `auto_class`,
-    shrunk to the recorded heads, then its safetensors weights `files` loaded (transformers 5 would build full-size
-    layers and refuse the smaller weights)."""
+def _load_rebuilt(path: Path, files: list[Path], auto_class):
+    """A model whose config.json records pruned heads or a narrowed hidden width: built from its config with
+    transformers' `auto_class`, shrunk as recorded, then its safetensors weights `files` loaded (transformers 5 would
+    build full-size layers and refuse the smaller weights)."""
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
     from edgepress.models.heads import pruned_heads, remove_heads
+    from edgepress.models.width import narrow, recorded_width
 
     if not files:
-        raise ModelError(f"{path}: a head-pruned model loads from safetensors only (model.safetensors). Fix: save "
-                         f"it with model.save_pretrained(DIR) (safetensors is the default)")
+        raise ModelError(f"{path}: a pruned model loads from safetensors only (model.safetensors). Fix: save it "
+                         f"with model.save_pretrained(DIR) (safetensors is the default)")
     config = AutoConfig.from_pretrained(path, trust_remote_code=False)
-    removed = pruned_heads(config)
+    removed, width = pruned_heads(config), recorded_width(config)
+    if width is not None:
+        delattr(config, WIDTH_RECORD)  # set again by `narrow`
     model = auto_class.from_config(config)
     remove_heads(model, removed)
+    if width is not None:
+        narrow(model, list(range(width)))  # the shapes; the weights come next
     state = {}
     for file in files:
         state.update(load_file(str(file)))
@@ -161,8 +167,8 @@ def load_pretrained(path: Path, auto_class: str, **overrides):
     check_no_remote_code(path, config)
     files = safetensors_files(path)  # refuses an index that names weight files outside the dir
     try:
-        if config.get("pruned_heads"):
-            model, info = _load_head_pruned(path, files, auto)
+        if config.get("pruned_heads") or config.get(WIDTH_RECORD) is not None:
+            model, info = _load_rebuilt(path, files, auto)
         else:
             model, info = auto.from_pretrained(path, use_safetensors=bool(files), trust_remote_code=False,
                                                output_loading_info=True, **overrides)

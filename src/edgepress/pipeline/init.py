@@ -132,6 +132,8 @@ def _model_line(model, tokenizer, positions: int, labels: list[str] | None, noun
     """'The model: BertForSequenceClassification, 6 layers, hidden 384, FFN 1536, 12 heads, ...' from the loaded
     config (whose attribute map gives every architecture's sizes the same names); `labels` None: an embedder's
     pooling instead."""
+    from edgepress.models.width import hidden_size
+
     config = model.config
     ffn = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", None)
     kind = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["type"] if tokenizer.is_fast else "slow"
@@ -141,7 +143,7 @@ def _model_line(model, tokenizer, positions: int, labels: list[str] | None, noun
     else:
         gives = f"{len(labels)} {noun} ({', '.join(labels[:8]) + (', ...' if len(labels) > 8 else '')})"
     return (f"The model: {', '.join(config.architectures or [config.model_type])}, {config.num_hidden_layers} "
-            f"layers, hidden {config.hidden_size}, FFN {ffn}, {config.num_attention_heads} heads, {positions} "
+            f"layers, hidden {hidden_size(config)}, FFN {ffn}, {config.num_attention_heads} heads, {positions} "
             f"positions, {gives}, a {kind} tokenizer.")
 
 

@@ -18,6 +18,7 @@ from edgepress.logs import quiet
 from edgepress.models.arch import arch_of, depth
 from edgepress.models.loading import with_new_head
 from edgepress.models.sentence import encoder_of
+from edgepress.models.width import hidden_size, narrow
 from edgepress.pipeline.latency import compare_latency
 from edgepress.runtime.latency import LatencyConfig
 
@@ -31,10 +32,12 @@ class Shape:
     heads_keep: float = 1.0
     ffn_keep: float = 1.0
     student: str | None = None
+    width_keep: float = 1.0  # the share of the hidden state's dimensions kept (`width`)
 
     @property
     def name(self) -> str:
-        body = f"heads {self.heads_keep:g}, ffn {self.ffn_keep:g}"
+        body = f"heads {self.heads_keep:g}, ffn {self.ffn_keep:g}" + \
+            (f", width {self.width_keep:g}" if self.width_keep < 1 else "")
         return f"{self.student}, {body}" if self.student else f"{self.layers} layers, {body}"
 
 
@@ -52,6 +55,8 @@ def build_shape(teacher, shape: Shape):
         prune_heads(encoder, [list(range(kept_heads))] * depth(encoder))
     if kept_neurons < width:
         prune_ffn(encoder, [list(range(kept_neurons))] * depth(encoder))
+    if shape.width_keep < 1:
+        narrow(model, list(range(max(1, round(hidden_size(model.config) * shape.width_keep)))))
     return model
 
 
@@ -95,7 +100,7 @@ def keeps_as_much(a: Shape, b: Shape) -> bool:
     """Whether `a` keeps at least as much of the teacher as `b` (depth, heads and FFN neurons), or of the same
     pretrained student: it can learn what `b` can. Shapes of two students are never compared."""
     return a.student == b.student and (a.layers or 0) >= (b.layers or 0) and a.heads_keep >= b.heads_keep \
-        and a.ffn_keep >= b.ffn_keep
+        and a.ffn_keep >= b.ffn_keep and a.width_keep >= b.width_keep
 
 
 def dominated(table: dict[str, dict], shapes: list[Shape]) -> dict[str, str]:

@@ -1,0 +1,103 @@
+"""`width`: the hidden state narrowed to its most important dimensions (models/width.py, compress/structured.py).
+The support matrix runs the method on every family and exports, fuses and quantizes the result
+(tests/test_matrix.py); these check what it promises on its own: nothing changes when every dimension is kept, a
+narrowed model loads back from its record, the importance is the loss's, and what it refuses."""
+
+import json
+
+import numpy as np
+import pytest
+
+from edgepress.errors import ModelError
+from tests.conftest import FAMILIES
+
+
+def _logits(model, words, texts):
+    from edgepress.models.evaluate import predict_logits
+
+    return predict_logits(model, words, texts, 48)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_keeping_every_dimension_changes_nothing_and_half_of_them_narrows_every_part(family, family_model,
+                                                                                       movie_data):
+    from edgepress.models.arch import part
+    from edgepress.models.loading import load_classifier
+    from edgepress.models.width import RECORD, hidden_parts, narrow
+
+    texts = movie_data.validation.texts[:40]
+    model, words = load_classifier(family_model(family))
+    before = _logits(model, words, texts)
+    narrow(model, list(range(32)))
+    np.testing.assert_array_equal(_logits(model, words, texts), before)
+    assert getattr(model.config, RECORD, None) is None
+    parts = hidden_parts(model)
+    narrow(model, list(range(0, 32, 2)))
+    sizes = {name: (lambda m: m.in_features if how == "in" else m.out_features if how == "out" else
+                    m.normalized_shape[0] if how == "norm" else m.embedding_dim)(part(model, name))
+             for name, how in parts}
+    assert set(sizes.values()) == {16} and getattr(model.config, RECORD) == 16
+    assert {how for _, how in parts} >= {"in", "out", "norm"}
+    assert _logits(model, words, texts).shape == before.shape
+
+
+def test_a_narrowed_model_loads_back_from_its_record(family_model, movie_data, tmp_path):
+    """MPNet with a head pruned in layer 0 (its shared position bias sliced by a hook), then narrowed to 11: both
+    records rebuilt by the loader, the same logits."""
+    from edgepress.compress.structured import prune_heads
+    from edgepress.models.loading import load_classifier
+    from edgepress.models.width import hidden_parts, narrow
+
+    texts = movie_data.validation.texts[:40]
+    model, words = load_classifier(family_model("mpnet"))
+    prune_heads(model, [[1], [0, 1]])
+    narrow(model, list(range(1, 32, 3)))
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    words.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["pruned_hidden_size"] == 11
+    again, _ = load_classifier(tmp_path)
+    np.testing.assert_allclose(_logits(again, words, texts), _logits(model, words, texts), atol=1e-6)
+    assert [name for name, _ in hidden_parts(again)] == [name for name, _ in hidden_parts(model)]  # found at 11
+
+
+@pytest.mark.parametrize("record", [32, 0, "16", True, 40])
+def test_a_record_that_does_not_fit_is_refused(record, family_model, tmp_path):
+    import shutil
+
+    from edgepress.models.loading import load_classifier
+
+    shutil.copytree(family_model("bert"), tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "pruned_hidden_size": record}))
+    with pytest.raises(ModelError, match="pruned_hidden_size must be a whole number"):
+        load_classifier(tmp_path / "m")
+
+
+def test_a_dimension_that_carries_nothing_has_no_importance_and_the_method_keeps_the_rest(family_model, small_data,
+                                                                                          tmp_path):
+    """Dimensions 0-3 zeroed in every weight that carries them: their Taylor importance (weight x gradient) is 0,
+    every other one's is not; the method keeps a quarter (8), narrows the model and refuses to narrow it again."""
+    import torch
+
+    from edgepress.compress.structured import WidthConfig, width, width_importance
+    from edgepress.models.arch import part
+    from edgepress.models.loading import load_classifier
+    from edgepress.models.width import hidden_parts
+
+    model, words = load_classifier(family_model("bert"))
+    with torch.no_grad():
+        for name, how in hidden_parts(model):
+            module = part(model, name)
+            for weight in (module.weight, getattr(module, "bias", None)):
+                if weight is not None and not (how in ("in", "table") and weight.dim() == 1):
+                    (weight[:, :4] if how in ("in", "table") else weight[:4]).zero_()
+    cfg = WidthConfig(keep=0.25, epochs=1, importance_batches=4)
+    scores = width_importance(model, words, small_data, cfg)
+    assert scores.shape == (32,) and (scores[:4] == 0).all() and (scores[4:] > 0).all()
+    details = width(family_model("bert"), tmp_path / "w", small_data, cfg)
+    assert details["pruned"] == {"pruned_hidden_size": 8} and np.asarray(details["importance"]).shape == (1, 32)
+    narrowed, _ = load_classifier(tmp_path / "w")
+    assert narrowed.bert.embeddings.word_embeddings.weight.shape[1] == 8
+    with pytest.raises(Exception, match="narrowed already"):
+        width(tmp_path / "w", tmp_path / "w2", small_data, cfg)
+    assert not (tmp_path / "w2").exists()
