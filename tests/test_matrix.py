@@ -141,9 +141,9 @@ def _width(made, family, method, texts, note):
 
     out, details = made.get(family, "width")
     assert details["pruned"] == {"pruned_hidden_size": 16}
-    model = load_classifier(out)[0]
+    model, parts = load_classifier(out)[0], hidden_parts(load_classifier(made.model(family))[0])  # found at full width
     assert {getattr(part(model, name), {"in": "in_features", "out": "out_features", "table": "embedding_dim"}.get(
-        how, "normalized_shape")) for name, how in hidden_parts(model)} <= {16, (16,)}
+        how, "normalized_shape")) for name, how in parts} <= {16, (16,)}
     assert _agreement(made, family, out, texts) >= 0.8  # half the width, one epoch back
     graph = out
     for step in ("export", "optimize", "int8-dynamic"):

@@ -45,8 +45,8 @@ def test_a_narrowed_model_loads_back_from_its_record(family_model, movie_data, t
     """MPNet with a head pruned in layer 0 (its shared position bias sliced by a hook), then narrowed to 11: both
     records rebuilt by the loader, the same logits."""
     from edgepress.compress.structured import prune_heads
-    from edgepress.models.loading import load_classifier
-    from edgepress.models.width import hidden_parts, narrow
+    from edgepress.models.loading import load_classifier, with_new_head
+    from edgepress.models.width import narrow
 
     texts = movie_data.validation.texts[:40]
     model, words = load_classifier(family_model("mpnet"))
@@ -57,7 +57,23 @@ def test_a_narrowed_model_loads_back_from_its_record(family_model, movie_data, t
     assert json.loads((tmp_path / "config.json").read_text())["pruned_hidden_size"] == 11
     again, _ = load_classifier(tmp_path)
     np.testing.assert_allclose(_logits(again, words, texts), _logits(model, words, texts), atol=1e-6)
-    assert [name for name, _ in hidden_parts(again)] == [name for name, _ in hidden_parts(model)]  # found at 11
+    assert {k: v.shape for k, v in again.state_dict().items()} == {k: v.shape for k, v in model.state_dict().items()}
+    fresh, _ = with_new_head(tmp_path, "AutoModelForSequenceClassification", {0: "a", 1: "b", 2: "c"}, seed=0)
+    assert fresh.classifier.out_proj.out_features == 3 and fresh.classifier.dense.in_features == 11
+    np.testing.assert_array_equal(fresh.mpnet.embeddings.word_embeddings.weight.detach(),
+                                  again.mpnet.embeddings.word_embeddings.weight.detach())
+
+
+def test_a_module_width_cannot_narrow_is_refused_before_anything_runs(tokenizer):
+    """DeBERTa-v2's convolution (conv_kernel_size, as deberta-v2-xlarge has) carries the hidden state: width's
+    pre-run check refuses the model, naming it."""
+    from edgepress.compress.structured import WidthConfig, check_width
+    from edgepress.tasks import CLASSIFICATION
+    from tests.conftest import tiny_encoder
+
+    model = tiny_encoder("deberta-v2", tokenizer, conv_kernel_size=3)
+    with pytest.raises(ModelError, match=r"encoder.conv.conv \(Conv1d\), which width cannot narrow"):
+        check_width(model, tokenizer, WidthConfig(), CLASSIFICATION)
 
 
 @pytest.mark.parametrize("record", [32, 0, "16", True, 40])

@@ -27,6 +27,7 @@ from edgepress.compress.structured import (
     HeadsConfig,
     WidthConfig,
     check_structured,
+    check_width,
     ffn,
     fill_teacher,
     heads,
@@ -161,7 +162,7 @@ METHODS: dict[str, Method] = {
                   inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True),
     "width": Method(WidthConfig, width, ("torch",), "torch",
                     "narrow the hidden state to its most important dimensions in every layer, then recover by "
-                    "distillation", inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True),
+                    "distillation", inputs="splits", check=check_width, fill=fill_teacher, takes_task=True),
     "vocab": Method(VocabConfig, vocab_prune, ("torch",), "torch",
                     "drop the word-embedding rows of tokens the train split never uses (no training)",
                     inputs="splits", check=check_vocab, reads_test=True, takes_task=True),

@@ -95,6 +95,16 @@ def check_structured(model, tokenizer, cfg: _Recovery, task) -> None:
     task.check_teacher(model, cfg.teacher)
 
 
+def check_width(model, tokenizer, cfg: WidthConfig, task) -> None:
+    """The pre-run check of `width`: `check_structured`'s, a model of its full width, and one whose hidden state
+    width can narrow everywhere it is carried (`models.width.hidden_parts`)."""
+    from edgepress.models.width import hidden_parts
+
+    check_structured(model, tokenizer, cfg, task)
+    _prunable(model, "the model", "width")
+    hidden_parts(model)
+
+
 def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str, loss_of=None
                    ) -> Iterator[np.ndarray]:
     """d loss / d gate (layers, units) of each of the first `importance_batches` train batches, with a gate of 1
@@ -229,7 +239,7 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
             **result.details(), "transfer_examples": len(recovery.train) - len(data.train)}
 
 
-def _prunable(model, src: Path, what: str) -> None:
+def _prunable(model, src: Path | str, what: str) -> None:
     """Refuse, before any work, an architecture edgepress cannot prune and heads pruned twice."""
     arch_of(model)
     if what == "width" and getattr(model.config, RECORD, None) is not None:

@@ -123,10 +123,11 @@ def safetensors_files(path: Path) -> list[Path]:
     return [path / s for s in shards]
 
 
-def _load_rebuilt(path: Path, files: list[Path], auto_class):
+def _load_rebuilt(path: Path, files: list[Path], auto_class, **overrides):
     """A model whose config.json records pruned heads or a narrowed hidden width: built from its config with
     transformers' `auto_class`, shrunk as recorded, then its safetensors weights `files` loaded (transformers 5 would
-    build full-size layers and refuse the smaller weights)."""
+    build full-size layers and refuse the smaller weights). `overrides` are set over its config as
+    `from_pretrained` sets them (a fresh head: a saved head sized for other labels is not loaded)."""
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
@@ -137,6 +138,8 @@ def _load_rebuilt(path: Path, files: list[Path], auto_class):
         raise ModelError(f"{path}: a pruned model loads from safetensors only (model.safetensors). Fix: save it "
                          f"with model.save_pretrained(DIR) (safetensors is the default)")
     config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    for key, value in overrides.items():
+        setattr(config, key, value)
     removed, width = pruned_heads(config), recorded_width(config)
     if width is not None:
         delattr(config, WIDTH_RECORD)  # set again by `narrow`
@@ -144,9 +147,12 @@ def _load_rebuilt(path: Path, files: list[Path], auto_class):
     remove_heads(model, removed)
     if width is not None:
         narrow(model, list(range(width)))  # the shapes; the weights come next
-    state = {}
+    state, shapes = {}, {name: tensor.shape for name, tensor in model.state_dict().items()}
     for file in files:
         state.update(load_file(str(file)))
+    if overrides:  # outside the base model: the head, drawn afresh where the saved one does not fit the labels
+        state = {name: tensor for name, tensor in state.items() if name.startswith(f"{model.base_model_prefix}.")
+                 or shapes.get(name, tensor.shape) == tensor.shape}
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected:
         raise ModelError(f"{path}: weights that do not fit its config ({', '.join(unexpected[:4])}). {FIX_DIR}")
@@ -168,7 +174,7 @@ def load_pretrained(path: Path, auto_class: str, **overrides):
     files = safetensors_files(path)  # refuses an index that names weight files outside the dir
     try:
         if config.get("pruned_heads") or config.get(WIDTH_RECORD) is not None:
-            model, info = _load_rebuilt(path, files, auto)
+            model, info = _load_rebuilt(path, files, auto, **overrides)
         else:
             model, info = auto.from_pretrained(path, use_safetensors=bool(files), trust_remote_code=False,
                                                output_loading_info=True, **overrides)

@@ -47,12 +47,21 @@ def recorded_width(config) -> int | None:
 
 
 def hidden_parts(model) -> list[tuple[str, str]]:
-    """(module name in `model`, how it carries the hidden dimension) of every module that does: "in" (a Linear's
-    input columns), "out" (a Linear's output rows), "norm" (a LayerNorm), "table" (an embedding table's columns).
-    One forward pass on a short dummy input finds which Linears around the layers read or write the stream."""
+    """(module name in `model`, how it carries the hidden dimension) of every module that does, in a model not yet
+    narrowed (found by their sizes): "in" (a Linear's input columns), "out" (a Linear's output rows), "norm" (a
+    LayerNorm), "table" (an embedding table's columns). One forward pass on a short dummy input finds which Linears
+    around the layers read or write the stream. A module of another kind as wide as the hidden state (DeBERTa-v2's
+    convolution, `conv_kernel_size`) is a ModelError: width cannot narrow it."""
     import torch.nn as nn
 
     width, arch = hidden_size(model.config), arch_of(model)
+    known = (nn.Linear, nn.Embedding, nn.LayerNorm)
+    other = [name for name, m in model.base_model.named_modules() if not isinstance(m, known)
+             and any(width in p.shape for p in m.parameters(recurse=False))]
+    if other:
+        raise ModelError(f"{type(model).__name__} carries its hidden state through {', '.join(other[:3])} "
+                         f"({type(part(model.base_model, other[0])).__name__}), which width cannot narrow. Fix: "
+                         f"leave width out for this model (heads and ffn prune it)")
     layers = layer_list(model)
     names = {id(m): name for name, m in model.named_modules()}
     inside = {id(m) for layer in layers for m in layer.modules()}
