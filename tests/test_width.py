@@ -98,15 +98,15 @@ def test_a_dimension_that_carries_nothing_has_no_importance_and_the_method_keeps
     from edgepress.compress.structured import WidthConfig, width, width_importance
     from edgepress.models.arch import part
     from edgepress.models.loading import load_classifier
-    from edgepress.models.width import hidden_parts
+    from edgepress.models.width import AXIS, hidden_parts
 
     model, words = load_classifier(family_model("bert"))
     with torch.no_grad():
         for name, how in hidden_parts(model):
             module = part(model, name)
             for weight in (module.weight, getattr(module, "bias", None)):
-                if weight is not None and not (how in ("in", "table") and weight.dim() == 1):
-                    (weight[:, :4] if how in ("in", "table") else weight[:4]).zero_()
+                if weight is not None and weight.dim() > AXIS[how]:
+                    weight.narrow(AXIS[how], 0, 4).zero_()
     cfg = WidthConfig(keep=0.25, epochs=1, importance_batches=4)
     scores = width_importance(model, words, small_data, cfg)
     assert scores.shape == (32,) and (scores[:4] == 0).all() and (scores[4:] > 0).all()
@@ -114,6 +114,6 @@ def test_a_dimension_that_carries_nothing_has_no_importance_and_the_method_keeps
     assert details["pruned"] == {"pruned_hidden_size": 8} and np.asarray(details["importance"]).shape == (1, 32)
     narrowed, _ = load_classifier(tmp_path / "w")
     assert narrowed.bert.embeddings.word_embeddings.weight.shape[1] == 8
-    with pytest.raises(Exception, match="narrowed already"):
+    with pytest.raises(ModelError, match="narrowed already .hidden width 8 of 32.; width narrows a model of its full"):
         width(tmp_path / "w", tmp_path / "w2", small_data, cfg)
     assert not (tmp_path / "w2").exists()

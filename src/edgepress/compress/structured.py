@@ -35,7 +35,7 @@ from edgepress.models.evaluate import forward_inputs
 from edgepress.models.heads import remove_heads
 from edgepress.models.sentence import encoder_of
 from edgepress.models.train import TrainConfig
-from edgepress.models.width import RECORD, narrow
+from edgepress.models.width import AXIS, RECORD, narrow
 
 log = logging.getLogger(__name__)
 
@@ -163,10 +163,9 @@ def width_importance(model, tokenizer, data: DataSplits, cfg: _Recovery) -> np.n
     from edgepress.models.train import train_loader
     from edgepress.models.width import hidden_parts, hidden_size
 
-    axes = {"in": 1, "table": 1, "out": 0, "norm": 0}
-    carried = [(parameter, axes[how]) for name, how in hidden_parts(model)
+    carried = [(parameter, AXIS[how]) for name, how in hidden_parts(model)
                for parameter in (part(model, name).weight, getattr(part(model, name), "bias", None))
-               if parameter is not None and not (how in ("in", "table") and parameter.dim() == 1)]
+               if parameter is not None and parameter.dim() > AXIS[how]]  # an input Linear's bias: not carried
     total = np.zeros(hidden_size(model.config))
     model.eval()
     for step, batch in enumerate(train_loader(tokenizer, data.train, cfg)):
@@ -240,11 +239,9 @@ def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, w
 
 
 def _prunable(model, src: Path | str, what: str) -> None:
-    """Refuse, before any work, an architecture edgepress cannot prune and heads pruned twice."""
+    """Refuse, before any work, an architecture edgepress cannot prune and heads pruned twice (a narrowed model
+    narrows again: `models.width.narrow`)."""
     arch_of(model)
-    if what == "width" and getattr(model.config, RECORD, None) is not None:
-        raise ConfigError(f"{src} was narrowed already (hidden width {getattr(model.config, RECORD)}); width takes a "
-                          f"model of its full width. Fix: run width once, on the distilled student")
     if what == "heads" and getattr(model.config, "pruned_heads", None):
         raise ConfigError(f"{src} already had heads pruned ({model.config.pruned_heads}); structured pruning "
                           f"takes a model with all its heads. Fix: run heads and ffn once each, on the distilled "

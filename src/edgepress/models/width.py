@@ -21,6 +21,7 @@ from edgepress.errors import ModelError
 from edgepress.models.arch import arch_of, layer_list, part, replace
 
 RECORD = "pruned_hidden_size"  # config.json: the hidden width a narrowed model keeps
+AXIS = {"in": 1, "table": 1, "out": 0, "norm": 0}  # the axis of a part's weight that runs along the hidden state
 
 
 def full_width(config) -> int:
@@ -47,13 +48,18 @@ def recorded_width(config) -> int | None:
 
 
 def hidden_parts(model) -> list[tuple[str, str]]:
-    """(module name in `model`, how it carries the hidden dimension) of every module that does, in a model not yet
-    narrowed (found by their sizes): "in" (a Linear's input columns), "out" (a Linear's output rows), "norm" (a
+    """(module name in `model`, how it carries the hidden dimension) of every module that does, in a model of its
+    full width (found by their sizes): "in" (a Linear's input columns), "out" (a Linear's output rows), "norm" (a
     LayerNorm), "table" (an embedding table's columns). One forward pass on a short dummy input finds which Linears
     around the layers read or write the stream. A module of another kind as wide as the hidden state (DeBERTa-v2's
-    convolution, `conv_kernel_size`) is a ModelError: width cannot narrow it."""
+    convolution, `conv_kernel_size`) is a ModelError: width cannot narrow it; so is a narrowed model (a second
+    narrowing could not tell a narrowed stream from ELECTRA's embeddings of the same size)."""
     import torch.nn as nn
 
+    if recorded_width(model.config) is not None:
+        raise ModelError(f"{type(model).__name__} was narrowed already (hidden width {recorded_width(model.config)} "
+                         f"of {full_width(model.config)}); width narrows a model of its full width, once. Fix: run "
+                         f"width once, on the distilled student, with the keep you want in the end")
     width, arch = hidden_size(model.config), arch_of(model)
     known = (nn.Linear, nn.Embedding, nn.LayerNorm)
     other = [name for name, m in model.base_model.named_modules() if not isinstance(m, known)
@@ -120,20 +126,18 @@ def _linears_around(model, layers, inside: set[int]) -> tuple[list, list]:
 
 
 def narrow(model, kept: list[int]) -> None:
-    """Keep the hidden dimensions `kept` (indices, sorted) everywhere the model carries them, and record the width in
-    its config (`pruned_hidden_size`; all of them kept: the model unchanged, nothing recorded)."""
+    """Keep the hidden dimensions `kept` (indices, sorted) everywhere the model carries them (`hidden_parts`), and
+    record the width in its config (`pruned_hidden_size`; all of them kept: the model unchanged, nothing recorded)."""
     import torch
     import torch.nn as nn
     from transformers.pytorch_utils import prune_linear_layer
 
-    if recorded_width(model.config) is not None:
-        raise ModelError("the model's hidden width was narrowed already; edgepress narrows it once per model")
     index = torch.tensor(kept, dtype=torch.long)
     weight = next(model.parameters())
     for name, how in hidden_parts(model):
         module = part(model, name)
         if how in ("in", "out"):
-            new = prune_linear_layer(module, index, dim=1 if how == "in" else 0)
+            new = prune_linear_layer(module, index, dim=AXIS[how])
         elif how == "table":
             new = nn.Embedding(module.num_embeddings, len(kept), padding_idx=module.padding_idx)
             new.weight.data = module.weight.data[:, index].clone()
