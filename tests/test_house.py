@@ -109,7 +109,7 @@ TASK_BRANCHES = {
     ("compress/distill.py", "distill"): (1, "a sentence encoder distils on vectors (distill_embeddings)"),
     ("compress/kd.py", "load_with_kd_targets"): (1, "vectors have their own loss and scoring, by task.targets"),
     ("compress/kd.py", "transfer_set"): (1, "tagged data's transfer set is built per word (tagged_transfer_set)"),
-    ("compress/structured.py", "_prune_and_recover"): (1, "a sentence encoder prunes on vectors, by task.targets"),
+    ("compress/structured.py", "recover"): (1, "a sentence encoder prunes on vectors, by task.targets"),
     ("models/loading.py", "load_classifier"): (1, "its default class, for callers that load a classifier dir bare"),
     ("models/sentence.py", "encoder_of"): (1, "the module a method changes: a sentence encoder's Transformer"),
     ("models/sentence.py", "module_folders"): (1, "not a task branch: the sentence-transformers format's own folders"),

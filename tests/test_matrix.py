@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # agreement 0.895 with its float graph on an AVX2 EPYC, under the 0.9 its parity check asks)
 PARAMS = {"distill": {"student_layers": 1, "epochs": 1}, "heads": {"keep": 0.5, "epochs": 1},
           "ffn": {"keep": 0.5, "epochs": 1}, "width": {"keep": 0.5, "epochs": 1},
+          "lowrank": {"keep": 0.5, "epochs": 1, "only_where_faster": False},
           "magnitude": {"sparsity": 0.5, "epochs": 1},
           "lottery": {"sparsity": 0.5, "rounds": 2, "epochs": 1},
           "qat": {"epochs": 1, "learning_rate": 1e-4, "reduce_range": detect_target() == "x86-avx2"},
@@ -145,12 +146,31 @@ def _width(made, family, method, texts, note):
     assert {getattr(part(model, name), {"in": "in_features", "out": "out_features", "table": "embedding_dim"}.get(
         how, "normalized_shape")) for name, how in parts} <= {16, (16,)}
     assert _agreement(made, family, out, texts) >= 0.8  # half the width, one epoch back
-    graph = out
+    _graphs_hold(made, family, out, "width")
+
+
+def _lowrank(made, family, method, texts, note):
+    """Every layer's FFN Linears stored as two factors of half their rank (the factored model loads from its
+    record); exported, fused and int8'd, each graph holds to its parity check against the factored model."""
+    from edgepress.models.loading import load_classifier
+    from edgepress.models.lowrank import factorable
+
+    out, details = made.get(family, "lowrank")
+    shapes = factorable(load_classifier(made.model(family))[0], ("ffn_in", "ffn_out"))
+    assert details["factored"] == {name: min(shape) // 2 for name, shape in shapes.items()} and len(shapes) == 4
+    assert factorable(load_classifier(out)[0], ("ffn_in", "ffn_out")) == {}  # factored, as loaded back
+    assert _agreement(made, family, out, texts) >= 0.8  # half the rank, one epoch back
+    _graphs_hold(made, family, out, "lowrank")
+
+
+def _graphs_hold(made, family, model_dir: Path, name: str) -> None:
+    """`model_dir` exported, fused and int8'd: each graph holds to its parity check against the one before."""
+    graph = model_dir
     for step in ("export", "optimize", "int8-dynamic"):
         method = METHODS[step]
-        done = method.run(graph, made.root / family / f"width-{step}", made.data.validation.texts,
+        done = method.run(graph, made.root / family / f"{name}-{step}", made.data.validation.texts,
                           method.config.model_validate(PARAMS.get(step, {})))
-        graph = made.root / family / f"width-{step}"
+        graph = made.root / family / f"{name}-{step}"
         assert done["parity"]["agreement"] >= (1.0 if step == "export" else AGREEMENT)
 
 
@@ -206,7 +226,8 @@ def _onnx(made, family, method, texts, note):
                  "and activation fusions only); the stage says so in its details")
 
 
-CHECKS = {"distill": _distill, "heads": _structured, "ffn": _structured, "width": _width, "vocab": _vocab,
+CHECKS = {"distill": _distill, "heads": _structured, "ffn": _structured, "width": _width, "lowrank": _lowrank,
+          "vocab": _vocab,
           "magnitude": _sparse, "lottery": _sparse, "qat": _qat,
           **{m: _onnx for m in ("export", "optimize", "fp16", "int8-dynamic", "int8-static", "int4")}}
 

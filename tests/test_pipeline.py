@@ -44,8 +44,8 @@ def test_validate_lists_every_problem(tmp_path):
     assert "(3 problem(s))" in message
     assert "✗ data.max_len: unknown key" in message
     assert "params of int8-dynamic: per_chanel: unknown key (check its spelling" in message
-    assert ("unknown method 'prune-everything': choose from distill, heads, ffn, width, vocab, magnitude, lottery, "
-            "qat, export, optimize, fp16, int8-dynamic, int8-static, int4") in message
+    assert ("unknown method 'prune-everything': choose from distill, heads, ffn, width, lowrank, vocab, magnitude, "
+            "lottery, qat, export, optimize, fp16, int8-dynamic, int8-static, int4") in message
 
 
 def test_stage_order_and_names_are_checked():

@@ -57,6 +57,30 @@ def test_the_space_chooses_the_hidden_width_and_a_narrowed_point_gets_a_width_st
     assert keeps_as_much(Shape(1), Shape(1, width_keep=0.5)) and not keeps_as_much(Shape(1, width_keep=0.5), Shape(1))
 
 
+
+def test_the_space_chooses_the_ffn_rank_and_a_factored_point_gets_a_lowrank_stage_that_factors_as_timed(
+        tiny_model_dir):
+    """space.rank_keep (issue 53): a shape whose FFN Linears are factored at a share of their rank, named apart, its
+    point's pipeline factored by `lowrank` after width, every FFN Linear whatever its own timing (the shape table
+    timed the whole shape); a lower rank keeps less of the teacher."""
+    from edgepress.search.config import SearchConfig
+    from edgepress.search.shapes import keeps_as_much
+
+    teacher, _ = load_classifier(tiny_model_dir)
+    model = build_shape(teacher, Shape(layers=1, rank_keep=0.25))
+    ffn = model.bert.encoder.layer[0].intermediate.dense
+    assert (ffn.rank, ffn.in_features, ffn.out_features) == (8, 32, teacher.config.intermediate_size)
+    cfg = SearchConfig.model_validate({"model": str(tiny_model_dir),
+                                       "space": {**SPACE, "width_keep": [0.5, 1.0], "rank_keep": [1.0, 0.25]}})
+    filled = cfg.space.filled(2)
+    assert "1 layers, heads 0.5, ffn 1, width 0.5, rank 0.25" in [s.name for s in filled.shapes()]
+    point = next(p for p in filled.points() if p.get("rank_keep") == 0.25 and p.get("width_keep") == 0.5)
+    stages = [(s.method, s.params) for s in pipeline_for(cfg, 2, point).stages]
+    assert [m for m, _ in stages[:3]] == ["distill", "width", "lowrank"]
+    assert stages[2][1] == {"keep": 0.25, "teacher": "baseline", "epochs": 1, "only_where_faster": False}
+    assert SearchConfig.model_validate({"space": SPACE}).space.filled(2).rank_keep == [1.0]
+    assert keeps_as_much(Shape(1), Shape(1, rank_keep=0.5)) and not keeps_as_much(Shape(1, rank_keep=0.5), Shape(1))
+
 def test_shapes_are_timed_as_they_ship_and_the_dominated_named(tiny_model_dir, movie_data):
     shapes = [Shape(2), Shape(1), Shape(1, heads_keep=0.5, ffn_keep=0.5)]
     table = time_shapes(tiny_model_dir, shapes, movie_data.validation.texts[:64], threads=1,

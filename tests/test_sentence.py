@@ -432,7 +432,7 @@ def test_an_embedding_run_refuses_what_is_not_built_for_it_yet(tmp_path, sentenc
                                                                {"name": "export", "method": "export"}]})
     assert "not built for embedding models yet" in message and "stage 'l': lottery" in message
     assert "export" not in message.split("\n")[1]
-    assert "Fix: use distill, heads, ffn, vocab, magnitude, export, optimize" in message
+    assert "Fix: use distill, heads, ffn, lowrank, vocab, magnitude, export, optimize" in message
     message = refused({"model": str(sentence_dir), "stages": [
         {"name": "h", "method": "heads", "params": {"teacher": str(tiny_model_dir)}}]})
     assert "is not a sentence-transformers dir (no modules.json): a sentence encoder's recovery" in message
@@ -713,26 +713,35 @@ def test_the_embedding_demo_runs_on_a_sentence_encoder(monkeypatch, tmp_path, se
     assert bad.exit_code == 2 and not (tmp_path / "other").exists()
 
 
-@pytest.mark.parametrize("method", ["heads", "ffn"])
+@pytest.mark.parametrize("method", ["heads", "ffn", "lowrank"])
 def test_structured_pruning_keeps_a_sentence_encoders_neighbours(trained_teacher, tokenizer, small_data, tmp_path,
                                                                   method):
     """heads / ffn on a sentence-transformers dir: its Transformer loses half of every layer's heads or FFN neurons,
-    ranked by the importance of the vector loss, and the recovery learns the unpruned model's vectors back."""
+    ranked by the importance of the vector loss, and the recovery learns the unpruned model's vectors back; lowrank
+    factors its FFN at half the rank, and recovers the same way."""
+    from edgepress.compress.lowrank import LowRankConfig, lowrank
     from edgepress.compress.structured import FfnConfig, HeadsConfig, ffn, heads
     from edgepress.data.metrics import embedding_metrics
     from edgepress.models.evaluate import predict_outputs
 
     sentence_dir = st_dir(tmp_path, tokenizer, "mean", True, encoder=trained_teacher)
-    train = {"keep": 0.5, "epochs": 2, "learning_rate": 1e-3, "max_length": 64, "importance_batches": 4}
-    prune, cfg = (heads, HeadsConfig(**train)) if method == "heads" else (ffn, FfnConfig(**train))
+    train = {"keep": 0.5, "epochs": 2, "learning_rate": 1e-3, "max_length": 64}
+    prune, cfg = {"heads": (heads, HeadsConfig(**train, importance_batches=4)),
+                  "ffn": (ffn, FfnConfig(**train, importance_batches=4)),
+                  "lowrank": (lowrank, LowRankConfig(**train, only_where_faster=False))}[method]
     details = prune(sentence_dir, tmp_path / "pruned", small_data, cfg)
     teacher, words = load_sentence_encoder(sentence_dir)
     pruned, _ = load_sentence_encoder(tmp_path / "pruned")
     assert is_sentence_dir(tmp_path / "pruned") and pruned.layout == teacher.layout
-    assert np.array(details["importance"]).shape == (2, 2 if method == "heads" else 64)
+    if method == "lowrank":
+        assert details["factored"] == {f"encoder.layer.{i}.{p}.dense": 16 for i in range(2)
+                                       for p in ("intermediate", "output")}
+        assert pruned.transformer.encoder.layer[1].output.dense.rank == 16
+    else:
+        assert np.array(details["importance"]).shape == (2, 2 if method == "heads" else 64)
     if method == "heads":
         assert {len(v) for v in pruned.config.pruned_heads.values()} == {1}  # one of the two heads of each layer
-    else:
+    elif method == "ffn":
         assert pruned.config.intermediate_size == teacher.config.intermediate_size // 2
     texts = small_data.test.texts
     kept = embedding_metrics(predict_outputs(teacher, words, texts, 64), predict_outputs(pruned, words, texts, 64))

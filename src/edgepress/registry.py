@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from edgepress.compress.distill import DistillConfig, check_student, distill
 from edgepress.compress.int4 import Int4Config, fill_int4, int4
+from edgepress.compress.lowrank import LowRankConfig, check_lowrank, fill_lowrank, later_int8, lowrank
 from edgepress.compress.magnitude import LotteryConfig, MagnitudeConfig, check_sparse, lottery, magnitude
 from edgepress.compress.qat import QatConfig, export_qat, qat
 from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
@@ -163,6 +164,10 @@ METHODS: dict[str, Method] = {
     "width": Method(WidthConfig, width, ("torch",), "torch",
                     "narrow the hidden state to its most important dimensions in every layer, then recover by "
                     "distillation", inputs="splits", check=check_width, fill=fill_teacher, takes_task=True),
+    "lowrank": Method(LowRankConfig, lowrank, ("torch",), "torch",
+                      "replace chosen Linears of every layer by the two thin factors of their truncated SVD where "
+                      "that runs faster, then recover by distillation", inputs="splits", check=check_lowrank,
+                      fill=fill_lowrank, reads_later=later_int8, takes_task=True),
     "vocab": Method(VocabConfig, vocab_prune, ("torch",), "torch",
                     "drop the word-embedding rows of tokens the train split never uses (no training)",
                     inputs="splits", check=check_vocab, reads_test=True, takes_task=True),

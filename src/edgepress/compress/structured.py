@@ -20,8 +20,9 @@ recovery, which keeps the epoch whose validation vectors find most of the teache
 """
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -40,12 +41,11 @@ from edgepress.models.width import AXIS, RECORD, narrow
 log = logging.getLogger(__name__)
 
 
-class _Recovery(TrainConfig, KdLoss):
-    """Fields shared by the structured methods: the importance pass, and the recovery fine-tune (the training
-    fields of `TrainConfig`, distilled from the unpruned model with `KdLoss`)."""
+class Recovery(TrainConfig, KdLoss):
+    """Fields shared by the methods that cut a model and recover it (`recover`): what they keep, and the recovery
+    fine-tune (the training fields of `TrainConfig`, distilled from the uncut model with `KdLoss`)."""
 
     keep: float = Field(0.5, gt=0, le=1, description="fraction kept in every layer")
-    importance_batches: int = Field(32, ge=1, le=10**5, description="train batches the importance is averaged over")
     teacher: PathName | None = Field(None, description="the model dir whose logits the recovery fine-tune learns, or "
                                  "`baseline`: the run's baseline (the teacher a student was distilled from: its "
                                  "labels are kept better, at the same training time); none: the stage's input as "
@@ -60,15 +60,21 @@ class _Recovery(TrainConfig, KdLoss):
         return keep
 
 
-class HeadsConfig(_Recovery):
+class _Pruning(Recovery):
+    """The structured methods' fields: `Recovery`'s, and the importance pass."""
+
+    importance_batches: int = Field(32, ge=1, le=10**5, description="train batches the importance is averaged over")
+
+
+class HeadsConfig(_Pruning):
     """The `heads` method: keep the `keep` most important attention heads of every layer."""
 
 
-class FfnConfig(_Recovery):
+class FfnConfig(_Pruning):
     """The `ffn` method: keep the `keep` most important FFN neurons of every layer (the same number in each)."""
 
 
-class WidthConfig(_Recovery):
+class WidthConfig(_Pruning):
     """The `width` method: keep the `keep` most important dimensions of the hidden state (the residual stream:
     embeddings, every layer's input and output projections and norms, the head's input), the heads and FFN as
     they are."""
@@ -82,7 +88,7 @@ def fill_teacher(params: dict, run) -> dict:
     return {**params, "teacher": str(run.baseline)} if params.get("teacher") == BASELINE else params
 
 
-def check_structured(model, tokenizer, cfg: _Recovery, task) -> None:
+def check_structured(model, tokenizer, cfg: _Pruning, task) -> None:
     """The pre-run check of `heads` and `ffn`: the model's layers are ones they can prune, and a `teacher` dir
     exists and is one whose outputs can teach the model of `task` (`task.check_teacher`: a classifier's with its
     labels, a sentence encoder's)."""
@@ -105,7 +111,7 @@ def check_width(model, tokenizer, cfg: WidthConfig, task) -> None:
     hidden_parts(model)
 
 
-def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str, loss_of=None
+def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Pruning, what: str, loss_of=None
                    ) -> Iterator[np.ndarray]:
     """d loss / d gate (layers, units) of each of the first `importance_batches` train batches, with a gate of 1
     multiplying every head's output or every FFN neuron's output: the input of the layer's attention output
@@ -144,7 +150,7 @@ def gate_gradients(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str
             hook.remove()
 
 
-def _gated_importance(model, tokenizer, data: DataSplits, cfg: _Recovery, what: str, loss_of=None) -> np.ndarray:
+def _gated_importance(model, tokenizer, data: DataSplits, cfg: _Pruning, what: str, loss_of=None) -> np.ndarray:
     """(layers, units): sum over batches of |d loss / d gate|. The absolute value is taken per batch, as Michel et
     al. 2019 (eq. 2) do: signed gradients of opposite batches would cancel and make a head that matters a lot, in
     both directions, look unimportant. Of the hidden width (`width`): (1, hidden), `width_importance`."""
@@ -153,7 +159,7 @@ def _gated_importance(model, tokenizer, data: DataSplits, cfg: _Recovery, what: 
     return sum(np.abs(grad) for grad in gate_gradients(model, tokenizer, data, cfg, what, loss_of))
 
 
-def width_importance(model, tokenizer, data: DataSplits, cfg: _Recovery) -> np.ndarray:
+def width_importance(model, tokenizer, data: DataSplits, cfg: _Pruning) -> np.ndarray:
     """(hidden,): per hidden dimension, the sum over the first `importance_batches` train batches of |sum of
     weight x d loss / d weight| over every weight that carries it (`models.width.hidden_parts`): the first-order
     change of the loss were the dimension removed (Molchanov et al. 2019's Taylor importance of a group), its absolute
@@ -206,42 +212,66 @@ def prune_ffn(model, keep: list[list[int]]) -> int:
     return getattr(model.config, arch.ffn_key)
 
 
-def _prune_and_recover(src: Path, out: Path, data: DataSplits, cfg: _Recovery, what: str, task) -> dict:
-    """Prune `what` (heads, ffn) of the model of `task` in `src` by importance and recover it into `out` (None: the
-    model dir's own task, `task_of`)."""
+class Cut(NamedTuple):
+    """What a method that cuts a model and recovers it removes (`recover`): its name; `refuse(encoder, src)`, which
+    raises, before any work, what it cannot cut; `apply(model, tokenizer, data, cfg, loss_of)`, which cuts the model
+    of the task (a sentence encoder: its Transformer, judging by `loss_of`, the vector loss) and returns the record of
+    what it removed."""
+
+    what: str
+    refuse: Callable[..., None]
+    apply: Callable[..., dict]
+
+
+def importance_cut(what: str) -> Cut:
+    """`heads`, `ffn` or `width`: the units of the lowest importance removed."""
+    def apply(model, tokenizer, data: DataSplits, cfg: _Pruning, loss_of) -> dict:
+        scores = _gated_importance(model, tokenizer, data, cfg, what, loss_of)
+        return {"pruned": _prune(encoder_of(model), scores, cfg.keep, what), "importance": scores.round(6).tolist()}
+
+    return Cut(what, lambda encoder, src: _prunable(encoder, src, what), apply)
+
+
+def recover(src: Path, out: Path, data: DataSplits, cfg: Recovery, cut: Cut, task) -> dict:
+    """Cut the model of `task` in `src` (`cut`) and recover it into `out` by distillation from itself before the cut
+    (or `cfg.teacher`); None: the model dir's own task, `task_of`."""
     from edgepress.tasks import task_of
 
     task = task or task_of(src)
     if task.targets == "vectors":
-        return _prune_embedder(src, out, data, cfg, what)
+        return _recover_embedder(src, out, data, cfg, cut)
     from edgepress.compress.kd import kd_training
     from edgepress.files import artifact_dir
     from edgepress.models.introspect import param_counts
     from edgepress.models.train import train_classifier
 
     model, tokenizer = task.load_model(src)
-    _prunable(model, src, what)
+    cut.refuse(model, src)
     before = param_counts(model)["params"]
-    # the unpruned model's logits (or the teacher's) are the distillation targets of the recovery fine-tune
+    # the uncut model's logits (or the teacher's) are the distillation targets of the recovery fine-tune
     # (with its own tokenizer: a vocab stage before this one renumbered the student's tokens, not the teacher's)
     teacher, words = task.load_model(cfg.teacher) if cfg.teacher else (model, tokenizer)
     recovery, loss = kd_training(cfg.teacher or src, teacher, words, data, cfg)
     del teacher, words
-    scores = _gated_importance(model, tokenizer, data, cfg, what)
-    pruned = _prune(model, scores, cfg.keep, what)
+    removed = cut.apply(model, tokenizer, data, cfg, None)
     with artifact_dir(Path(out)) as tmp:
         result = train_classifier(model, tokenizer, recovery.train, cfg, tmp, loss_fn=loss,
                                   score=task.training_score(tokenizer, data.validation, cfg.max_length))
-    log.info("%s: kept %s of every layer, %d -> %d params, validation %s %.4f", what, cfg.keep, before,
+    log.info("%s: kept %s, %d -> %d params, validation %s %.4f", cut.what, cfg.keep, before,
              param_counts(model)["params"], result.score, result.best_val_accuracy)
-    return {"pruned": pruned, "importance": scores.round(6).tolist(), "recovered_from": str(cfg.teacher or src),
-            **result.details(), "transfer_examples": len(recovery.train) - len(data.train)}
+    return {**removed, "recovered_from": str(cfg.teacher or src), **result.details(),
+            "transfer_examples": len(recovery.train) - len(data.train)}
 
 
 def _prunable(model, src: Path | str, what: str) -> None:
-    """Refuse, before any work, an architecture edgepress cannot prune and heads pruned twice (a narrowed model
-    narrows again: `models.width.narrow`)."""
+    """Refuse, before any work, an architecture edgepress cannot prune, heads pruned twice (a width narrowed twice:
+    `models.width.hidden_parts`) and a model whose Linears lowrank factored."""
+    from edgepress.models.lowrank import recorded_ranks
+
     arch_of(model)
+    if recorded_ranks(model.config):
+        raise ConfigError(f"{src} has Linears factored by lowrank; {what} cuts a model whose Linears are whole. Fix: "
+                          f"put lowrank after heads, ffn and width")
     if what == "heads" and getattr(model.config, "pruned_heads", None):
         raise ConfigError(f"{src} already had heads pruned ({model.config.pruned_heads}); structured pruning "
                           f"takes a model with all its heads. Fix: run heads and ffn once each, on the distilled "
@@ -258,44 +288,43 @@ def _prune(encoder, scores: np.ndarray, keep: float, what: str) -> dict:
     return {str(k): v for k, v in pruned.items()}
 
 
-def _prune_embedder(src: Path, out: Path, data: DataSplits, cfg: _Recovery, what: str) -> dict:
-    """`_prune_and_recover` for a sentence encoder: its Transformer pruned by the importance of the vector loss
-    against the unpruned model's vectors (or `cfg.teacher`'s, a sentence-transformers dir), then recovered to
+def _recover_embedder(src: Path, out: Path, data: DataSplits, cfg: Recovery, cut: Cut) -> dict:
+    """`recover` for a sentence encoder: its Transformer cut (for `heads` and `ffn`, by the importance of the vector
+    loss against the uncut model's vectors, or `cfg.teacher`'s, a sentence-transformers dir), then recovered to
     them (`distill.vector_training`)."""
     from edgepress.compress.kd import transfer_set, validation_vectors, vector_loss, vector_training
     from edgepress.models.introspect import param_counts
     from edgepress.models.sentence import load_sentence_encoder
 
     model, tokenizer = load_sentence_encoder(src)
-    _prunable(model.transformer, src, what)
+    cut.refuse(model.transformer, src)
     before = param_counts(model)["params"]
     teacher, words = load_sentence_encoder(cfg.teacher) if cfg.teacher else (model, tokenizer)
     train, targets = transfer_set(cfg.teacher or src, teacher, words, data, cfg)  # the vectors to keep
-    reference, loss = validation_vectors(teacher, words, data, cfg), vector_loss(targets)  # before pruning
+    reference, loss = validation_vectors(teacher, words, data, cfg), vector_loss(targets)  # before the cut
     del teacher, words
 
     def loss_of(encoder, batch, index):
         return loss(encoder(**forward_inputs(encoder, batch)), {**batch, "index": index})
 
-    scores = _gated_importance(model, tokenizer, data, cfg, what, loss_of)
-    pruned = _prune(model.transformer, scores, cfg.keep, what)
+    removed = cut.apply(model, tokenizer, data, cfg, loss_of)
     result = vector_training(model, tokenizer, train, targets, reference, data, cfg, Path(out))
-    log.info("%s: kept %s of every layer, %d -> %d params, validation neighbour overlap %.4f", what, cfg.keep,
-             before, param_counts(model)["params"], result.best_val_accuracy)
-    return {"pruned": pruned, "importance": scores.round(6).tolist(), "recovered_from": str(cfg.teacher or src),
-            **result.details(), "transfer_examples": len(train) - len(data.train)}
+    log.info("%s: kept %s, %d -> %d params, validation neighbour overlap %.4f", cut.what, cfg.keep, before,
+             param_counts(model)["params"], result.best_val_accuracy)
+    return {**removed, "recovered_from": str(cfg.teacher or src), **result.details(),
+            "transfer_examples": len(train) - len(data.train)}
 
 
 def heads(src: Path, out: Path, data: DataSplits, cfg: HeadsConfig = HeadsConfig(), task=None) -> dict:
     """Prune attention heads of the model in `src` by importance, fine-tune, save to `out`."""
-    return _prune_and_recover(src, out, data, cfg, "heads", task)
+    return recover(src, out, data, cfg, importance_cut("heads"), task)
 
 
 def ffn(src: Path, out: Path, data: DataSplits, cfg: FfnConfig = FfnConfig(), task=None) -> dict:
     """Prune FFN neurons of the model in `src` by importance, fine-tune, save to `out`."""
-    return _prune_and_recover(src, out, data, cfg, "ffn", task)
+    return recover(src, out, data, cfg, importance_cut("ffn"), task)
 
 
 def width(src: Path, out: Path, data: DataSplits, cfg: WidthConfig = WidthConfig(), task=None) -> dict:
     """Narrow the hidden width of the model in `src` to its most important dimensions, fine-tune, save to `out`."""
-    return _prune_and_recover(src, out, data, cfg, "width", task)
+    return recover(src, out, data, cfg, importance_cut("width"), task)

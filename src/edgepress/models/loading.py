@@ -6,6 +6,7 @@ from pathlib import Path
 
 from edgepress.device.bundle import check_readable, json_object, json_value
 from edgepress.errors import ModelError
+from edgepress.models.lowrank import RECORD as LOWRANK_RECORD
 from edgepress.models.width import RECORD as WIDTH_RECORD
 
 WEIGHT_FILES = (
@@ -124,14 +125,15 @@ def safetensors_files(path: Path) -> list[Path]:
 
 
 def _load_rebuilt(path: Path, files: list[Path], auto_class, **overrides):
-    """A model whose config.json records pruned heads or a narrowed hidden width: built from its config with
-    transformers' `auto_class`, shrunk as recorded, then its safetensors weights `files` loaded (transformers 5 would
-    build full-size layers and refuse the smaller weights). `overrides` are set over its config as
-    `from_pretrained` sets them (a fresh head: a saved head sized for other labels is not loaded)."""
+    """A model whose config.json records pruned heads, a narrowed hidden width or factored Linears: built from its
+    config with transformers' `auto_class`, shrunk and factored as recorded, then its safetensors weights `files`
+    loaded (transformers 5 would build full-size layers and refuse the smaller weights). `overrides` are set over its
+    config as `from_pretrained` sets them (a fresh head: a saved head sized for other labels is not loaded)."""
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
     from edgepress.models.heads import pruned_heads, remove_heads
+    from edgepress.models.lowrank import rebuild, recorded_ranks
     from edgepress.models.width import narrow, recorded_width
 
     if not files:
@@ -140,13 +142,14 @@ def _load_rebuilt(path: Path, files: list[Path], auto_class, **overrides):
     config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     for key, value in overrides.items():
         setattr(config, key, value)
-    removed, width = pruned_heads(config), recorded_width(config)
+    removed, width, ranks = pruned_heads(config), recorded_width(config), recorded_ranks(config)
     if width is not None:
         delattr(config, WIDTH_RECORD)  # set again by `narrow`
     model = auto_class.from_config(config)
     remove_heads(model, removed)
     if width is not None:
         narrow(model, list(range(width)))  # the shapes; the weights come next
+    rebuild(model, ranks)
     state, shapes = {}, {name: tensor.shape for name, tensor in model.state_dict().items()}
     for file in files:
         state.update(load_file(str(file)))
@@ -173,7 +176,7 @@ def load_pretrained(path: Path, auto_class: str, **overrides):
     check_no_remote_code(path, config)
     files = safetensors_files(path)  # refuses an index that names weight files outside the dir
     try:
-        if config.get("pruned_heads") or config.get(WIDTH_RECORD) is not None:
+        if config.get("pruned_heads") or config.get(WIDTH_RECORD) is not None or config.get(LOWRANK_RECORD):
             model, info = _load_rebuilt(path, files, auto, **overrides)
         else:
             model, info = auto.from_pretrained(path, use_safetensors=bool(files), trust_remote_code=False,

@@ -131,6 +131,9 @@ class Space(BaseModel):
     ffn_keep: list[Share] | None = _choices("shares of FFN neurons kept (1: no FFN pruning)")
     width_keep: list[Share] | None = _choices("shares of the hidden state's dimensions kept (`width`; 1: the full "
                                               "width, the default)")
+    rank_keep: list[Share] | None = _choices("shares of the rank of every layer's FFN Linears kept (`lowrank`, "
+                                             "factored at every share chosen: the shape table times each shape "
+                                             "whole; 1: not factored, the default)")
     vocab: list[bool] | None = _choices("vocabulary pruning off (false) and on (true)")
     quantization: list[Quantization] | None = _choices("quantizations")
     epochs: list[Epochs] | None = _choices("epochs of every training stage (distill, heads, ffn)")
@@ -164,7 +167,7 @@ class Space(BaseModel):
             raise ValueError("every choice must be 0 (no transfer texts) or more")
         return None if values is None else sorted(set(values))
 
-    @field_validator("heads_keep", "ffn_keep", "width_keep")
+    @field_validator("heads_keep", "ffn_keep", "width_keep", "rank_keep")
     @classmethod
     def _shares(cls, values: list[float] | None) -> list[float] | None:
         if values is not None and not all(0 < v <= 1 for v in values):
@@ -173,27 +176,26 @@ class Space(BaseModel):
 
     def filled(self, depth: int) -> "Space":
         """Every unset choice at its default for a teacher of `depth` layers: students of 2 to depth/2 + 1 layers
-        and the teacher's own depth, heads 1 and 0.5, FFN 1, 0.5 and 0.25, the full width, vocab off and on, the
-        int8 choices, 2 or 4 epochs."""
+        and the teacher's own depth, heads 1 and 0.5, FFN 1, 0.5 and 0.25, the full width and rank, vocab off and
+        on, the int8 choices, 2 or 4 epochs."""
         defaults = {"student": [LAYERS], "layers": sorted({d for d in range(2, depth // 2 + 2) if d < depth} | {depth}),
-                    "heads_keep": [1.0, 0.5], "ffn_keep": [1.0, 0.5, 0.25], "width_keep": [1.0], "vocab": [False, True],
+                    "heads_keep": [1.0, 0.5], "ffn_keep": [1.0, 0.5, 0.25], "width_keep": [1.0], "rank_keep": [1.0],
+                    "vocab": [False, True],
                     "quantization": ["int8-dynamic", "int8-dynamic-per-channel", "int8-static"], "epochs": [2, 4]}
         return self.model_copy(update={k: v for k, v in defaults.items() if getattr(self, k) is None})
 
     def shapes(self) -> list[Shape]:
         """Each student's shapes: the teacher's layers at each depth, a pretrained student at its own; each with
-        every share of heads, FFN neurons and hidden width."""
-        return [Shape(layers, heads, ffn, None if student == LAYERS else student, width) for student in self.student
-                for layers in (self.layers if student == LAYERS else [None]) for heads in self.heads_keep
-                for ffn in self.ffn_keep for width in self.width_keep]
+        every share of heads, FFN neurons, hidden width and FFN rank."""
+        return [Shape(layers, heads, ffn, None if student == LAYERS else student, width, rank)
+                for student in self.student for layers in (self.layers if student == LAYERS else [None])
+                for heads in self.heads_keep for ffn in self.ffn_keep for width in self.width_keep
+                for rank in self.rank_keep]
 
     def points(self) -> list[dict]:
-        """Every point of a filled space: {layers, heads_keep, ffn_keep, vocab, quantization, epochs}, student (a
-        pretrained student's dir; layers None) for a pretrained student's, width_keep for a narrowed one, and
+        """Every point of a filled space: its shape's fields (`Shape.point`), vocab, quantization, epochs, and
         transfer when the space chooses it."""
-        return [{"layers": s.layers, "heads_keep": s.heads_keep, "ffn_keep": s.ffn_keep, "vocab": v,
-                 "quantization": q, "epochs": e, **({"student": s.student} if s.student else {}),
-                 **({"width_keep": s.width_keep} if s.width_keep < 1 else {}), **transfer}
+        return [{**s.point(), "vocab": v, "quantization": q, "epochs": e, **transfer}
                 for s, v, q, e, transfer in itertools.product(self.shapes(), self.vocab, self.quantization,
                                                               self.epochs, self.transfers())]
 
@@ -253,10 +255,10 @@ def final_gates(constraints: Constraints, provider: str) -> Gates:
 
 def pipeline_for(cfg: SearchConfig, depth: int, point: dict) -> PipelineConfig:
     """The pipeline of one point ({layers, heads_keep, ffn_keep, vocab, quantization, epochs}; student: a pretrained
-    student's dir; transfer: the texts each epoch draws from data.unlabeled) of a teacher of `depth` layers: distill
-    (into a cut of the teacher's layers, or into the pretrained student), heads, ffn, vocab (those the point asks
-    for), then the quantization's stages; the constraints gate the last stage only (a trial is judged by what
-    ships)."""
+    student's dir; width_keep, rank_keep; transfer: the texts each epoch draws from data.unlabeled) of a teacher of
+    `depth` layers: distill (into a cut of the teacher's layers, or into the pretrained student), heads, ffn, width,
+    lowrank, vocab (those the point asks for), then the quantization's stages; the constraints gate the last stage
+    only (a trial is judged by what ships)."""
     epochs, data = point["epochs"], cfg.data
     if "transfer" in point:  # the point's own draw from data.unlabeled (0: none)
         drawn = data.transfer.model_copy(update={"per_epoch": point["transfer"]}) if point["transfer"] else None
@@ -269,10 +271,11 @@ def pipeline_for(cfg: SearchConfig, depth: int, point: dict) -> PipelineConfig:
     elif point["layers"] < depth:
         stages.append({"name": "distill", "method": "distill",
                        "params": {"student_layers": point["layers"], **training, **DISTILL}})
-    for name in ("heads", "ffn", "width"):
-        if point.get(f"{name}_keep", 1.0) < 1:
+    for name, key, own in (("heads", "heads_keep", {}), ("ffn", "ffn_keep", {}), ("width", "width_keep", {}),
+                           ("lowrank", "rank_keep", {"only_where_faster": False})):  # as the shape table timed it
+        if point.get(key, 1.0) < 1:
             stages.append({"name": name, "method": name,  # recovered from the teacher: its labels are kept better
-                           "params": {"keep": point[f"{name}_keep"], "teacher": BASELINE, **training}})
+                           "params": {"keep": point[key], "teacher": BASELINE, **training, **own}})
     if point["vocab"]:
         stages.append({"name": "vocab", "method": "vocab"})
     stages += [dict(s) for s in QUANTIZATIONS[point["quantization"]]]

@@ -71,8 +71,8 @@ def check_space(cfg: SearchConfig, loaded: tuple | None, depth: int, space, task
     if problems:
         shown = "\n".join(f"  ✗ {p}" for p in problems[:5])
         raise ConfigError(f"{len(problems)} point(s) of the space cannot run:\n{shown}\nFix: narrow the space "
-                          f"(space.student, layers, heads_keep, ffn_keep, width_keep, quantization) to what this "
-                          f"model takes")
+                          f"(space.student, layers, heads_keep, ffn_keep, width_keep, rank_keep, quantization) to "
+                          f"what this model takes")
 
 
 def shape_table(prepared_dir: Path, model_dir: Path, shapes: list[Shape], cfg: SearchConfig, texts, task) -> dict:
@@ -174,7 +174,7 @@ def prepare(cfg: SearchConfig, out: Path, resume: bool, config_file: Path | None
         reasons = sorted({reason.split(":")[0] for reason in why.values()})
         raise ConfigError(f"no shape of the space can meet the constraints ({', '.join(reasons)} excluded every "
                           f"one; the table: {out / 'shapes.json'}). Fix: loosen {' or '.join(reasons)}, or widen "
-                          f"space.layers / heads_keep / ffn_keep / width_keep toward smaller shapes")
+                          f"space.layers / heads_keep / ffn_keep / width_keep / rank_keep toward smaller shapes")
     required = teacher - cfg.constraints.accuracy.max_drop
     return Prepared(model_dir, depth, space, shapes, table, data, required, task)
 
@@ -207,8 +207,5 @@ def distributions(prepared: Prepared) -> dict:
 
 def point_of(prepared: Prepared, params: dict) -> dict:
     shape = next(s for s in prepared.shapes if s.name == params["shape"])
-    return {"layers": shape.layers, "heads_keep": shape.heads_keep, "ffn_keep": shape.ffn_keep,
-            "vocab": params["vocab"], "quantization": params["quantization"], "epochs": params["epochs"],
-            **({"student": shape.student} if shape.student else {}),
-            **({"width_keep": shape.width_keep} if shape.width_keep < 1 else {}),
-            **({"transfer": params["transfer"]} if "transfer" in params else {})}
+    return {**shape.point(), "vocab": params["vocab"], "quantization": params["quantization"],
+            "epochs": params["epochs"], **({"transfer": params["transfer"]} if "transfer" in params else {})}

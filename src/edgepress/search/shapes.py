@@ -1,4 +1,5 @@
-"""Latency first: each architecture shape a search may train (depth, heads and FFN width kept), built from the
+"""Latency first: each architecture shape a search may train (depth, heads, FFN neurons, hidden width and FFN rank
+kept), built from the
 teacher's weights or a pretrained student's (timing does not depend on their values), exported, fused and quantized
 as it would ship, and timed side by side on this machine before anything is trained. A shape slower and larger than
 another is never worth training."""
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgepress.compress.distill import DistillConfig, keep_layers, student_dir, student_layers
+from edgepress.compress.lowrank import LowRankConfig, ranks_of
 from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
 from edgepress.compress.structured import prune_ffn, prune_heads
 from edgepress.export.onnx import ExportConfig, export_model_object
@@ -17,6 +19,7 @@ from edgepress.export.parity import ONNX_FILE
 from edgepress.logs import quiet
 from edgepress.models.arch import arch_of, depth
 from edgepress.models.loading import with_new_head
+from edgepress.models.lowrank import factorable, factorize
 from edgepress.models.sentence import encoder_of
 from edgepress.models.width import hidden_size, narrow
 from edgepress.pipeline.latency import compare_latency
@@ -33,12 +36,21 @@ class Shape:
     ffn_keep: float = 1.0
     student: str | None = None
     width_keep: float = 1.0  # the share of the hidden state's dimensions kept (`width`)
+    rank_keep: float = 1.0  # the share of the rank of the FFN's Linears kept (`lowrank`; 1: whole)
 
     @property
     def name(self) -> str:
         body = f"heads {self.heads_keep:g}, ffn {self.ffn_keep:g}" + \
-            (f", width {self.width_keep:g}" if self.width_keep < 1 else "")
+            (f", width {self.width_keep:g}" if self.width_keep < 1 else "") + \
+            (f", rank {self.rank_keep:g}" if self.rank_keep < 1 else "")
         return f"{self.student}, {body}" if self.student else f"{self.layers} layers, {body}"
+
+    def point(self) -> dict:
+        """The fields of a search point that this shape sets: layers, heads_keep, ffn_keep; student (a pretrained
+        student's dir), width_keep and rank_keep where they are not the default."""
+        return {"layers": self.layers, "heads_keep": self.heads_keep, "ffn_keep": self.ffn_keep,
+                **({"student": self.student} if self.student else {}),
+                **{key: getattr(self, key) for key in ("width_keep", "rank_keep") if getattr(self, key) < 1}}
 
 
 def build_shape(teacher, shape: Shape):
@@ -57,6 +69,8 @@ def build_shape(teacher, shape: Shape):
         prune_ffn(encoder, [list(range(kept_neurons))] * depth(encoder))
     if shape.width_keep < 1:
         narrow(model, list(range(max(1, round(hidden_size(model.config) * shape.width_keep)))))
+    if shape.rank_keep < 1:  # every Linear lowrank would factor, whatever its own timing: the shape is timed whole
+        factorize(encoder, ranks_of(factorable(encoder, LowRankConfig().parts), shape.rank_keep))
     return model
 
 
@@ -100,7 +114,7 @@ def keeps_as_much(a: Shape, b: Shape) -> bool:
     """Whether `a` keeps at least as much of the teacher as `b` (depth, heads and FFN neurons), or of the same
     pretrained student: it can learn what `b` can. Shapes of two students are never compared."""
     return a.student == b.student and (a.layers or 0) >= (b.layers or 0) and a.heads_keep >= b.heads_keep \
-        and a.ffn_keep >= b.ffn_keep and a.width_keep >= b.width_keep
+        and a.ffn_keep >= b.ffn_keep and a.width_keep >= b.width_keep and a.rank_keep >= b.rank_keep
 
 
 def dominated(table: dict[str, dict], shapes: list[Shape]) -> dict[str, str]:

@@ -24,8 +24,8 @@ class Embedding:
     predicts: str = "vectors"
     primary: str = "neighbour_overlap"
     gated: tuple[str, ...] = ("neighbour_overlap", "spearman")  # spearman: on data.pairs
-    methods: tuple[str, ...] | None = ("distill", "heads", "ffn", "vocab", "magnitude", "export", "optimize", "fp16",
-                                       "int8-dynamic", "int8-static", "int4")
+    methods: tuple[str, ...] | None = ("distill", "heads", "ffn", "lowrank", "vocab", "magnitude", "export",
+                                       "optimize", "fp16", "int8-dynamic", "int8-static", "int4")
     # smoothing: all-MiniLM-L6-v2's int8 neighbours 0.84 -> 0.91 on a VNNI CPU (benchmarks/embeddings.py)
     int8_params: tuple[tuple[str, object], ...] = (("smooth", 0.85),)
     labelled: bool = False  # vectors: no label names

@@ -1,0 +1,110 @@
+"""Low-rank factorization of an encoder's Linears: a chosen Linear (in -> out) replaced by two thinner ones from its
+truncated SVD, W ~ (U_r sqrt(S_r)) (sqrt(S_r) V_r^T): `down` (in -> rank, no bias), then `up` (rank -> out, the
+bias), in any family `models.arch` knows. At rank r it costs r (in + out) multiply-adds a token where W cost
+in x out: fewer only below in x out / (in + out), and faster in ONNX Runtime only where its kernels say so (the
+method times both at the run's shape: `compress.lowrank`).
+
+Which Linears (`PARTS`): every layer's FFN input and output projections, and the attention's output projection. Not
+Q, K and V: ONNX Runtime's Attention fusion takes their MatMuls as they are, and factored ones would leave the
+attention unfused (slower, whatever the rank).
+
+The model dir records {module name in the base model: rank} as `config.lowrank_ranks`; edgepress's loader builds
+the model from its config, puts the factored Linears in place at those ranks (`rebuild`), and loads the weights, as
+it does for pruned heads and a narrowed width (`models.loading`).
+"""
+
+import functools
+
+from edgepress.errors import ModelError
+from edgepress.models.arch import arch_of, layer_list, part, replace
+
+RECORD = "lowrank_ranks"  # config.json: {module name: rank} of the Linears stored as two factors
+PARTS = ("ffn_in", "ffn_out", "attn_out")  # the Arch paths a layer's factorable Linears are found at
+
+
+@functools.cache
+def _factored_class():  # built once, on first use: torch is imported late, as everywhere in edgepress
+    import torch.nn as nn
+
+    class LowRankLinear(nn.Module):
+        """A Linear (in_features -> out_features) stored as two: `down` (in -> rank, no bias), `up` (rank -> out,
+        the bias). It keeps a Linear's `in_features` and `out_features`, which the arch seam reads."""
+
+        def __init__(self, in_features: int, out_features: int, rank: int, bias: bool = True) -> None:
+            super().__init__()
+            self.in_features, self.out_features, self.rank = in_features, out_features, rank
+            self.down = nn.Linear(in_features, rank, bias=False)
+            self.up = nn.Linear(rank, out_features, bias=bias)
+
+        def forward(self, x):
+            return self.up(self.down(x))
+
+    return LowRankLinear
+
+
+def low_rank_linear(in_features: int, out_features: int, rank: int, bias: bool = True):
+    return _factored_class()(in_features, out_features, rank, bias)
+
+
+def factorable(model, parts: tuple[str, ...] = PARTS) -> dict[str, tuple[int, int]]:
+    """{module name in `model`'s base model: (in_features, out_features)} of the plain Linears at `parts` (`PARTS`'
+    names) in every layer, in layer order: names a classifier and its bare encoder share."""
+    import torch.nn as nn
+
+    arch, names = arch_of(model), {id(m): name for name, m in model.base_model.named_modules()}
+    found = {}
+    for layer in layer_list(model):
+        for name in parts:
+            module = part(layer, getattr(arch, name))
+            if isinstance(module, nn.Linear):
+                found[names[id(module)]] = (module.in_features, module.out_features)
+    return found
+
+
+def recorded_ranks(config) -> dict[str, int]:
+    """`config.lowrank_ranks`, checked: {module name: rank}, each rank a whole number of at least 1; {} where the
+    model was not factored. A record that does not fit is a ModelError."""
+    ranks = getattr(config, RECORD, None)
+    if ranks is None:
+        return {}
+    if not isinstance(ranks, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                              and v >= 1 for k, v in ranks.items()):
+        raise ModelError(f"config.json: {RECORD} must map module names to whole-number ranks of at least 1; got "
+                         f"{ranks!r}. Fix: save the model again with edgepress")
+    return ranks
+
+
+def factorize(model, ranks: dict[str, int]) -> None:
+    """Replace each Linear named in `ranks` (in the base model: `factorable`'s names) by its truncated SVD at that
+    rank (`LowRankLinear`), and record the ranks in its config (`lowrank_ranks`, added to any recorded before). At
+    the full rank, min(in, out), the factors multiply back to the weight (to float rounding)."""
+    import torch
+
+    for name, rank in ranks.items():
+        linear = part(model.base_model, name)
+        weight = linear.weight.detach().float()  # (out, in)
+        u, s, vh = torch.linalg.svd(weight, full_matrices=False)
+        root = s[:rank].sqrt()
+        new = low_rank_linear(linear.in_features, linear.out_features, rank, linear.bias is not None)
+        with torch.no_grad():
+            new.down.weight.copy_(root[:, None] * vh[:rank])
+            new.up.weight.copy_(u[:, :rank] * root[None, :])
+            if linear.bias is not None:
+                new.up.bias.copy_(linear.bias.detach())
+        replace(model.base_model, name, new.to(device=linear.weight.device, dtype=linear.weight.dtype))
+    if ranks:
+        setattr(model.config, RECORD, {**recorded_ranks(model.config), **ranks})
+
+
+def rebuild(model, ranks: dict[str, int]) -> None:
+    """Put factored Linears of the recorded shapes in place (weights to be loaded next): what the loader does for a
+    model dir with `lowrank_ranks`. A name that is no plain Linear of the model is a ModelError."""
+    import torch.nn as nn
+
+    for name, rank in ranks.items():
+        linear = part(model.base_model, name)
+        if not isinstance(linear, nn.Linear):
+            raise ModelError(f"config.json: {RECORD} names {name}, which is not a Linear of this model. Fix: save "
+                             f"the model again with edgepress")
+        new = low_rank_linear(linear.in_features, linear.out_features, rank, linear.bias is not None)
+        replace(model.base_model, name, new)

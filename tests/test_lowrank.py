@@ -1,0 +1,151 @@
+"""`lowrank`: chosen Linears factored from their truncated SVD (models/lowrank.py, compress/lowrank.py). The support
+matrix runs the method on every family and exports, fuses and quantizes the result (tests/test_matrix.py); these
+check what it promises on its own: nothing changes at the full rank, a factored model loads back from its record,
+the Linears are factored only where the timing says so, and what it refuses."""
+
+import json
+
+import numpy as np
+import pytest
+
+from edgepress.errors import ConfigError, ModelError
+
+
+def _logits(model, words, texts):
+    from edgepress.models.evaluate import predict_logits
+
+    return predict_logits(model, words, texts, 48)
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_the_full_rank_changes_nothing_and_a_lower_one_factors_every_part(family, family_model, movie_data):
+    """At rank min(in, out) the factors multiply back to the weights (ModernBERT's GeGLU input: rows of two halves);
+    at a quarter of it, every FFN and attention-output Linear of every layer is two Linears of that rank."""
+    from edgepress.compress.lowrank import ranks_of
+    from edgepress.models.arch import part
+    from edgepress.models.loading import load_classifier
+    from edgepress.models.lowrank import PARTS, factorable, factorize
+
+    texts = movie_data.validation.texts[:40]
+    model, words = load_classifier(family_model(family))
+    before = _logits(model, words, texts)
+    shapes = factorable(model, PARTS)
+    assert len(shapes) == 3 * 2  # three parts in each of two layers
+    factorize(model, ranks_of(shapes, 1.0))
+    np.testing.assert_allclose(_logits(model, words, texts), before, atol=1e-5)
+    assert factorable(model, PARTS) == {}  # nothing whole is left to factor
+
+    model, words = load_classifier(family_model(family))
+    ranks = ranks_of(shapes, 0.25)
+    factorize(model, ranks)
+    for name, (in_features, out_features) in shapes.items():
+        factored = part(model.base_model, name)
+        assert (factored.down.in_features, factored.down.out_features) == (in_features, min(shapes[name]) // 4)
+        assert (factored.up.in_features, factored.up.out_features) == (ranks[name], out_features)
+    assert model.config.lowrank_ranks == ranks
+    assert _logits(model, words, texts).shape == before.shape
+
+
+def test_a_factored_model_loads_back_from_its_record(family_model, movie_data, tmp_path):
+    """MPNet with heads pruned and its FFN factored: both records rebuilt by the loader, the same logits; a fresh
+    head on it (a pretrained student's) keeps the factored encoder."""
+    from edgepress.compress.lowrank import ranks_of
+    from edgepress.compress.structured import prune_heads
+    from edgepress.models.loading import load_classifier, with_new_head
+    from edgepress.models.lowrank import factorable, factorize
+
+    texts = movie_data.validation.texts[:40]
+    model, words = load_classifier(family_model("mpnet"))
+    prune_heads(model, [[1], [0, 1]])
+    factorize(model, ranks_of(factorable(model, ("ffn_in", "ffn_out")), 0.5))
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    words.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["lowrank_ranks"] == {
+        f"encoder.layer.{i}.{p}": 16 for i in range(2) for p in ("intermediate.dense", "output.dense")}
+    again, _ = load_classifier(tmp_path)
+    np.testing.assert_allclose(_logits(again, words, texts), _logits(model, words, texts), atol=1e-6)
+    assert {k: v.shape for k, v in again.state_dict().items()} == {k: v.shape for k, v in model.state_dict().items()}
+    fresh, _ = with_new_head(tmp_path, "AutoModelForSequenceClassification", {0: "a", 1: "b", 2: "c"}, seed=0)
+    assert fresh.mpnet.encoder.layer[0].intermediate.dense.rank == 16
+
+
+@pytest.mark.parametrize("record", [[16], {"encoder.layer.0.intermediate.dense": 0},
+                                    {"encoder.layer.0.intermediate.dense": True}, {"embeddings": 4}])
+def test_a_record_that_does_not_fit_is_refused(record, family_model, tmp_path):
+    import shutil
+
+    from edgepress.models.loading import load_classifier
+
+    shutil.copytree(family_model("bert"), tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "lowrank_ranks": record}))
+    with pytest.raises(ModelError, match="lowrank_ranks (must map|names embeddings)"):
+        load_classifier(tmp_path / "m")
+
+
+def test_each_shape_is_factored_only_where_the_timing_found_it_faster(family_model, small_data, tmp_path):
+    """The method times every Linear shape whole and factored and factors exactly the shapes whose factors were
+    faster; where none was, the model comes out as it went in, with no recovery run."""
+    from edgepress.compress.lowrank import LowRankConfig, lowrank, shape_name
+    from edgepress.models.loading import load_classifier
+    from edgepress.models.lowrank import factorable
+    from edgepress.runtime.latency import LatencyConfig
+
+    cfg = LowRankConfig(keep=0.25, epochs=1, threads=1, latency=LatencyConfig(warmup=2, runs=20))
+    details = lowrank(family_model("bert"), tmp_path / "l", small_data, cfg)
+    shapes = factorable(load_classifier(family_model("bert"))[0], cfg.parts)  # the FFN's, by default
+    named = {name: shape_name(*shapes[name], min(shapes[name]) // 4) for name in shapes}
+    assert set(details["timing"]) == set(named.values()) and len(named) == 4
+    faster = {name for name, timed in details["timing"].items() if timed["faster"]}
+    assert set(details["factored"]) == {name for name, shape in named.items() if shape in faster}
+    assert len(details["timing"][next(iter(details["timing"]))]["whole_p50_ms"]) == 3  # three interleaved rounds
+    if not details["factored"]:
+        assert "history" not in details
+        assert (tmp_path / "l" / "model.safetensors").read_bytes() == \
+            (family_model("bert") / "model.safetensors").read_bytes()
+
+
+def test_every_part_named_is_factored_without_the_timing_and_nothing_cuts_after_it(family_model, small_data,
+                                                                                    tmp_path):
+    from edgepress.compress.lowrank import LowRankConfig, lowrank
+    from edgepress.compress.structured import FfnConfig, ffn
+    from edgepress.models.loading import load_classifier
+
+    cfg = LowRankConfig(keep=0.5, epochs=1, only_where_faster=False, parts=("ffn_in", "ffn_out", "attn_out"))
+    details = lowrank(family_model("bert"), tmp_path / "l", small_data, cfg)
+    assert details["timing"] == {} and len(details["factored"]) == 6 and "history" in details
+    model, _ = load_classifier(tmp_path / "l")
+    assert model.bert.encoder.layer[1].attention.output.dense.rank == 16
+    with pytest.raises(ConfigError, match="factored by lowrank; ffn cuts a model whose Linears are whole"):
+        ffn(tmp_path / "l", tmp_path / "f", small_data, FfnConfig(epochs=1))
+    assert not (tmp_path / "f").exists()
+
+
+def test_a_run_times_its_shapes_as_the_int8_stage_after_it_will_ship_them(tmp_path, tiny_model_dir, movie_data):
+    """In a pipeline, lowrank times on the run's threads and latency shape, int8-dynamic quantized since an int8
+    stage follows; what it made exports and quantizes. A model whose FFN is factored already has nothing left to
+    factor: validate says so, exit 2."""
+    from tests.test_stagecache import _config, _csv, _stages
+    from tests.test_trust import invoke
+
+    data = _csv(tmp_path / "d.csv", movie_data)
+    stages = [{"name": "rank", "method": "lowrank", "params": {"keep": 0.25, "epochs": 1}},
+              {"name": "export", "method": "export"}, {"name": "int8", "method": "int8-dynamic"}]
+    result = invoke("run", _config(tmp_path / "p.yaml", tiny_model_dir, data, stages), "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    rank, _, int8 = _stages(tmp_path / "run")
+    params = json.loads((tmp_path / "run" / "stages" / "01-rank" / "config.json").read_text())["params"]
+    assert params["int8"] is True and params["threads"] == 1 and params["latency"]["runs"] == 5
+    assert len(rank["details"]["timing"]) == 2 and int8["status"] == "passed"  # the FFN's two shapes
+
+    from edgepress.compress.lowrank import ranks_of
+    from edgepress.models.loading import load_classifier
+    from edgepress.models.lowrank import factorable, factorize
+
+    model, words = load_classifier(tiny_model_dir)
+    factorize(model, ranks_of(factorable(model, ("ffn_in", "ffn_out")), 0.5))
+    model.save_pretrained(tmp_path / "factored")
+    words.save_pretrained(tmp_path / "factored")
+    result = invoke("validate", _config(tmp_path / "q.yaml", tmp_path / "factored", data, stages[:1]))
+    assert result.exit_code == 2 and "no whole Linear at ffn_in, ffn_out left to factor" in result.output, \
+        result.output
