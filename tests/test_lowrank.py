@@ -19,21 +19,23 @@ def _logits(model, words, texts):
 
 @pytest.mark.parametrize("family", ["bert", "modernbert"])
 def test_the_full_rank_changes_nothing_and_a_lower_one_factors_every_part(family, family_model, movie_data):
-    """At rank min(in, out) the factors multiply back to the weights (ModernBERT's GeGLU input: rows of two halves);
-    at a quarter of it, every FFN and attention-output Linear of every layer is two Linears of that rank."""
+    """At rank min(in, out) the factors multiply back to the weights (ModernBERT's GeGLU input: rows of two halves;
+    the word table: to its width); at a quarter of it, every FFN and attention-output Linear of every layer is two
+    Linears of that rank."""
     from edgepress.compress.lowrank import ranks_of
     from edgepress.models.arch import part
     from edgepress.models.loading import load_classifier
-    from edgepress.models.lowrank import PARTS, factorable, factorize
+    from edgepress.models.lowrank import PARTS, WORDS, factorable, factorize
 
     texts = movie_data.validation.texts[:40]
     model, words = load_classifier(family_model(family))
     before = _logits(model, words, texts)
-    shapes = factorable(model, PARTS)
-    assert len(shapes) == 3 * 2  # three parts in each of two layers
-    factorize(model, ranks_of(shapes, 1.0))
+    everything = factorable(model, (*PARTS, WORDS))
+    assert len(everything) == 3 * 2 + 1  # three parts in each of two layers, and the word table
+    factorize(model, ranks_of(everything, 1.0))
     np.testing.assert_allclose(_logits(model, words, texts), before, atol=1e-5)
-    assert factorable(model, PARTS) == {}  # nothing whole is left to factor
+    assert factorable(model, (*PARTS, WORDS)) == {}  # nothing whole is left to factor
+    shapes = {name: shape for name, shape in everything.items() if "embeddings" not in name}
 
     model, words = load_classifier(family_model(family))
     ranks = ranks_of(shapes, 0.25)
@@ -47,8 +49,8 @@ def test_the_full_rank_changes_nothing_and_a_lower_one_factors_every_part(family
 
 
 def test_a_factored_model_loads_back_from_its_record(family_model, movie_data, tmp_path):
-    """MPNet with heads pruned and its FFN factored: both records rebuilt by the loader, the same logits; a fresh
-    head on it (a pretrained student's) keeps the factored encoder."""
+    """MPNet with heads pruned, its FFN and word table factored: both records rebuilt by the loader, the same
+    logits; a fresh head on it (a pretrained student's) keeps the factored encoder."""
     from edgepress.compress.lowrank import ranks_of
     from edgepress.compress.structured import prune_heads
     from edgepress.models.loading import load_classifier, with_new_head
@@ -57,11 +59,12 @@ def test_a_factored_model_loads_back_from_its_record(family_model, movie_data, t
     texts = movie_data.validation.texts[:40]
     model, words = load_classifier(family_model("mpnet"))
     prune_heads(model, [[1], [0, 1]])
-    factorize(model, ranks_of(factorable(model, ("ffn_in", "ffn_out")), 0.5))
+    factorize(model, ranks_of(factorable(model, ("ffn_in", "ffn_out", "words")), 0.5))
     model.save_pretrained(tmp_path, safe_serialization=True)
     words.save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["lowrank_ranks"] == {
-        f"encoder.layer.{i}.{p}": 16 for i in range(2) for p in ("intermediate.dense", "output.dense")}
+        "embeddings.word_embeddings": 16,
+        **{f"encoder.layer.{i}.{p}": 16 for i in range(2) for p in ("intermediate.dense", "output.dense")}}
     again, _ = load_classifier(tmp_path)
     np.testing.assert_allclose(_logits(again, words, texts), _logits(model, words, texts), atol=1e-6)
     assert {k: v.shape for k, v in again.state_dict().items()} == {k: v.shape for k, v in model.state_dict().items()}
@@ -79,7 +82,7 @@ def test_a_record_that_does_not_fit_is_refused(record, family_model, tmp_path):
     shutil.copytree(family_model("bert"), tmp_path / "m")
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "lowrank_ranks": record}))
-    with pytest.raises(ModelError, match="lowrank_ranks (must map|names embeddings)"):
+    with pytest.raises(ModelError, match="lowrank_ranks (must map|names embeddings, which is not a Linear or)"):
         load_classifier(tmp_path / "m")
 
 
@@ -149,3 +152,34 @@ def test_a_run_times_its_shapes_as_the_int8_stage_after_it_will_ship_them(tmp_pa
     result = invoke("validate", _config(tmp_path / "q.yaml", tmp_path / "factored", data, stages[:1]))
     assert result.exit_code == 2 and "no whole Linear at ffn_in, ffn_out left to factor" in result.output, \
         result.output
+
+
+def test_a_factored_word_table_is_vocab_pruned_in_its_thin_factor(family_model, small_data, tmp_path):
+    """lowrank's word table (for size: not timed), then vocab: the (vocab, rank) factor loses the rows the train
+    split never uses, the (rank -> hidden) Linear stays; the train texts' logits do not change, and it exports with
+    hard parity, fuses and quantizes with theirs (the word lookup and its Linear left unfused)."""
+    from edgepress.compress.lowrank import LowRankConfig, lowrank
+    from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+    from edgepress.compress.vocab import VocabConfig, vocab_prune
+    from edgepress.export.onnx import ExportConfig, export_onnx
+    from edgepress.export.optimize import OptimizeConfig, optimize_onnx
+    from edgepress.models.loading import load_classifier
+
+    cfg = LowRankConfig(keep=0.5, epochs=1, parts=("words",), threads=1)
+    details = lowrank(family_model("bert"), tmp_path / "l", small_data, cfg)
+    assert details["factored"] == {"embeddings.word_embeddings": 16} and details["timing"] == {}
+    factored, words = load_classifier(tmp_path / "l")
+    table = factored.bert.embeddings.word_embeddings
+    assert (table.table.weight.shape, table.up.weight.shape) == ((words.vocab_size, 16), (32, 16))
+    pruned = vocab_prune(tmp_path / "l", tmp_path / "v", small_data, VocabConfig())
+    again, kept = load_classifier(tmp_path / "v")
+    small = again.bert.embeddings.word_embeddings
+    assert small.table.num_embeddings == pruned["rows_after"] < words.vocab_size and small.rank == 16
+    texts = small_data.train.texts[:40]
+    np.testing.assert_allclose(_logits(again, kept, texts), _logits(factored, words, texts), atol=1e-5)
+    texts = small_data.validation.texts
+    assert export_onnx(tmp_path / "v", tmp_path / "onnx", texts, ExportConfig())["parity"]["agreement"] == 1.0
+    fused = optimize_onnx(tmp_path / "onnx", tmp_path / "fused", texts, OptimizeConfig(fusions="all"))
+    assert "EmbedLayerNormalization" not in fused["fused_ops"] and fused["parity"]["max_abs_diff"] <= 1e-3
+    assert int8_dynamic(tmp_path / "fused", tmp_path / "int8", texts, Int8DynamicConfig())["parity"]["agreement"] \
+        >= 0.9

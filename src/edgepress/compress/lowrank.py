@@ -1,12 +1,14 @@
 """The `lowrank` method: chosen Linears of every layer (the FFN's two projections by default) replaced by two thinner
-ones from their truncated SVD at a `keep` fraction of their rank (`models.lowrank`), then recovered by distillation
-from the model before the cut (or a `teacher`), as the structured methods recover (`structured.recover`).
+ones from their truncated SVD at a `keep` fraction of their rank, and with `words` the word table by a thin table and
+a Linear (`models.lowrank`), then recovered by distillation from the model before the cut (or a `teacher`), as the
+structured methods recover (`structured.recover`).
 
 Fewer multiply-adds are not a faster graph: a (batch x sequence) x in x out MatMul split into two at a small batch
 and short sequences often runs no faster in ONNX Runtime, whose kernels are tuned for the whole. So, unless told
 otherwise (`only_where_faster: false`), each Linear shape is timed before anything is cut, whole and factored, as
 one-Linear ONNX graphs at the run's latency shape and threads, side by side in interleaved rounds, int8-dynamic
-quantized when an int8 stage follows (as it will ship), and only the shapes that run faster factored are factored.
+quantized when an int8 stage follows (as it will ship), and only the shapes that run faster factored are factored
+(the word table, factored for size, is not timed).
 The timings are in the stage's details; where no shape is faster, the model is kept whole (no recovery runs) and the
 log says so.
 """
@@ -24,14 +26,14 @@ from edgepress.compress.structured import Cut, Recovery, check_structured, fill_
 from edgepress.configs import Threads
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
-from edgepress.models.lowrank import factorable, factorize
+from edgepress.models.lowrank import WORDS, factorable, factorize
 from edgepress.models.sentence import encoder_of
 from edgepress.runtime.latency import LatencyConfig
 
 log = logging.getLogger(__name__)
 
 TIMING_ROUNDS = 3
-Part = Literal["ffn_in", "ffn_out", "attn_out"]
+Part = Literal["ffn_in", "ffn_out", "attn_out", "words"]
 
 
 class LowRankConfig(Recovery):
@@ -40,9 +42,11 @@ class LowRankConfig(Recovery):
     section and the stages after it."""
 
     keep: float = Field(0.25, gt=0, le=1, description="fraction of each factored Linear's rank, min(in, out), kept")
-    parts: tuple[Part, ...] = Field(("ffn_in", "ffn_out"), min_length=1, description="the Linears of every layer "
-                                    "that may be factored: ffn_in, ffn_out (the FFN's), attn_out (the attention's "
-                                    "output); never Q, K and V, whose MatMuls the Attention fusion takes whole")
+    parts: tuple[Part, ...] = Field(("ffn_in", "ffn_out"), min_length=1, description="what may be factored: the "
+                                    "Linears of every layer at ffn_in, ffn_out (the FFN's), attn_out (the "
+                                    "attention's output), never Q, K and V, whose MatMuls the Attention fusion takes "
+                                    "whole; words: the word table (ALBERT's factorized embedding, for size: always "
+                                    "factored, not timed)")
     only_where_faster: bool = Field(True, description="factor a Linear shape only where ONNX Runtime runs it faster "
                                     "factored, timed at the run's shape; false: every Linear at parts")
     threads: Threads | None = Field(None, description="auto: the intra-op threads the shapes are timed on")
@@ -154,13 +158,15 @@ def lowrank(src: Path, out: Path, data: DataSplits, cfg: LowRankConfig = LowRank
 
     task = task or task_of(src)
     model, _ = task.load_model(src)
-    shapes = factorable(encoder_of(model), cfg.parts)
+    shapes, table = factorable(encoder_of(model), cfg.parts), factorable(encoder_of(model), (WORDS,))
     del model
     ranks = ranks_of(shapes, cfg.keep)
     timing = {}
-    if cfg.only_where_faster:
-        timing = time_shapes({(*shapes[name], rank) for name, rank in ranks.items()}, cfg)
-        ranks = {name: rank for name, rank in ranks.items() if timing[shape_name(*shapes[name], rank)]["faster"]}
+    if cfg.only_where_faster:  # the Linears; the word table is factored for size
+        linears = {name: rank for name, rank in ranks.items() if name not in table}
+        timing = time_shapes({(*shapes[name], rank) for name, rank in linears.items()}, cfg) if linears else {}
+        ranks = {name: rank for name, rank in ranks.items()
+                 if name in table or timing[shape_name(*shapes[name], rank)]["faster"]}
         log.info("lowrank: timed whole and factored at b%d x s%d%s (median p50 ms): %s", cfg.latency.batch_size,
                  cfg.latency.sequence_length, ", int8" if cfg.int8 else "",
                  "; ".join(f"{name}: {np.median(t['whole_p50_ms']):.3f} -> {np.median(t['factored_p50_ms']):.3f}"

@@ -238,15 +238,23 @@ def remap_tokenizer_json(spec: dict, kept: list[str]) -> dict:
 
 
 def shrink_embeddings(model, kept: list[int]) -> None:
-    """Keep the word-embedding rows `kept` (in that order), in place: (vocab, hidden) -> (len(kept), hidden);
-    config.vocab_size and every `*_token_id` in the config follow."""
+    """Keep the word-embedding rows `kept` (in that order), in place: (vocab, hidden) -> (len(kept), hidden) (of a
+    table lowrank factored, the rows of its (vocab, rank) factor); config.vocab_size and every `*_token_id` in the
+    config follow."""
     import torch
+
+    from edgepress.models.lowrank import is_factored_table
 
     new_id = {old: new for new, old in enumerate(kept)}
     old = model.get_input_embeddings()
     padding = new_id[old.padding_idx] if old.padding_idx is not None else None
-    weight = old.weight.detach()[torch.tensor(kept)].clone()
-    model.set_input_embeddings(torch.nn.Embedding.from_pretrained(weight, freeze=False, padding_idx=padding))
+    rows = old.table if is_factored_table(old) else old  # a factored table (lowrank) keeps rows of its left factor
+    weight = rows.weight.detach()[torch.tensor(kept)].clone()
+    new = torch.nn.Embedding.from_pretrained(weight, freeze=False, padding_idx=padding)
+    if is_factored_table(old):
+        old.table, old.num_embeddings, old.padding_idx = new, len(kept), padding
+    else:
+        model.set_input_embeddings(new)
     model.config.vocab_size = len(kept)
     for key, value in config_token_ids(model.config).items():
         setattr(model.config, key, new_id[value])
