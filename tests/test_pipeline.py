@@ -55,6 +55,14 @@ def test_stage_order_and_names_are_checked():
         PipelineConfig.model_validate({"stages": [{"name": "q", "method": "int8-dynamic"}]})
     with pytest.raises(ValueError, match=r"stage names must be unique; repeated: e"):
         PipelineConfig.model_validate({"stages": [{"name": "e", "method": "export"}, {"name": "e", "method": "fp16"}]})
+    # a fallback that cuts whole Linears after lowrank's factors: refused before anything trains
+    with pytest.raises(ValueError, match=r"stage 'f' \(width\) cuts whole Linears, which stage 'r' stored as factors "
+                                         r"before it. Fix: put stage 'r' after it"):
+        PipelineConfig.model_validate({"stages": [
+            {"name": "r", "method": "lowrank"},
+            {"name": "f", "method": "ffn", "on_fail": {"fallback": [{"method": "width"}]}}]})
+    PipelineConfig.model_validate({"stages": [{"name": "f", "method": "ffn"}, {"name": "r", "method": "lowrank"},
+                                              {"name": "r2", "method": "lowrank", "params": {"parts": ["words"]}}]})
 
 
 def test_missing_config_and_bad_yaml_exit_2(tmp_path):

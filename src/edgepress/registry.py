@@ -96,6 +96,8 @@ class Method:
     # `reads_later(params, run)`: what it takes from the stages after it, part of the stage's reuse key
     reads_later: Callable[[dict, RunContext], dict] | None = None
     takes_task: bool = False  # its functions take the run's task (`task=`, edgepress.tasks): what differs per task
+    factors: bool = False  # it stores Linears as factors (lowrank): a method that cuts whole ones cannot follow it
+    cuts_whole: bool = False  # it cuts rows and columns of whole Linears (heads, ffn, width)
 
     def call(self, taken: str, src: Path, out: Path, inputs, cfg, task) -> dict:
         """Run this method on `src` (an artifact of kind `taken`) into `out`: the function for that kind, given the
@@ -157,17 +159,18 @@ METHODS: dict[str, Method] = {
                       inputs="splits", check=check_student, takes_task=True),
     "heads": Method(HeadsConfig, heads, ("torch",), "torch",
                     "remove the least important attention heads of every layer, then recover by distillation",
-                    inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True),
+                    inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True, cuts_whole=True),
     "ffn": Method(FfnConfig, ffn, ("torch",), "torch",
                   "remove the least important FFN neurons of every layer, then recover by distillation",
-                  inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True),
+                  inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True, cuts_whole=True),
     "width": Method(WidthConfig, width, ("torch",), "torch",
                     "narrow the hidden state to its most important dimensions in every layer, then recover by "
-                    "distillation", inputs="splits", check=check_width, fill=fill_teacher, takes_task=True),
+                    "distillation", inputs="splits", check=check_width, fill=fill_teacher, takes_task=True,
+                    cuts_whole=True),
     "lowrank": Method(LowRankConfig, lowrank, ("torch",), "torch",
                       "replace chosen Linears of every layer by the two thin factors of their truncated SVD where "
                       "that runs faster, then recover by distillation", inputs="splits", check=check_lowrank,
-                      fill=fill_lowrank, reads_later=later_int8, takes_task=True),
+                      fill=fill_lowrank, reads_later=later_int8, takes_task=True, factors=True),
     "vocab": Method(VocabConfig, vocab_prune, ("torch",), "torch",
                     "drop the word-embedding rows of tokens the train split never uses (no training)",
                     inputs="splits", check=check_vocab, reads_test=True, takes_task=True),

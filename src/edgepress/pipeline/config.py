@@ -257,12 +257,16 @@ def _methods(stage: StageConfig) -> list[str]:
 
 
 def stage_order_problems(stages: list[StageConfig]) -> list[str]:
-    """Each stage's method (and every fallback) must take what the stage before gives (registry kinds)."""
+    """Each stage's method (and every fallback) must take what the stage before gives (registry kinds), and none
+    that cuts whole Linears may follow one that factored them (`Method.cuts_whole`, `Method.factors`)."""
     from edgepress.registry import KIND_WORDS
 
-    problems, kinds, source, qat = [], {"torch"}, "the model", None
+    problems, kinds, source, qat, factored = [], {"torch"}, "the model", None, None
     for stage in stages:
         for method in _methods(stage):
+            if factored and METHODS[method].cuts_whole:
+                problems.append(f"stage '{stage.name}' ({method}) cuts whole Linears, which stage '{factored}' "
+                                f"stored as factors before it. Fix: put stage '{factored}' after it")
             wrong = sorted(kinds - set(METHODS[method].takes))
             if wrong:
                 takes = " or ".join(KIND_WORDS[k] for k in METHODS[method].takes)
@@ -274,6 +278,7 @@ def stage_order_problems(stages: list[StageConfig]) -> list[str]:
                                 f"from {source}. Fix: {fix}")
         kinds = {METHODS[m].output(k) for m in _methods(stage) for k in kinds}
         source, qat = f"stage '{stage.name}'", stage.name if "torch-qat" in kinds else qat
+        factored = factored or (stage.name if any(METHODS[m].factors for m in _methods(stage)) else None)
     return problems
 
 
