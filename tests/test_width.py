@@ -117,3 +117,25 @@ def test_a_dimension_that_carries_nothing_has_no_importance_and_the_method_keeps
     with pytest.raises(ModelError, match="narrowed already .hidden width 8 of 32.; width narrows a model of its full"):
         width(tmp_path / "w", tmp_path / "w2", small_data, cfg)
     assert not (tmp_path / "w2").exists()
+
+
+def test_the_recovery_can_learn_the_teachers_hidden_states_through_a_projection(family_model, small_data, tmp_path):
+    """hidden_weight: the narrowed model's hidden states, projected back to the full width, learn the model's own
+    before the cut (TinyBERT's loss, beside the logits): the loss it trains on holds that term, and the projection
+    is gone from what it saves. Refused, with the fix, where the task's recovery has no hidden states to learn."""
+    from edgepress.compress.structured import WidthConfig, check_structured, width
+    from edgepress.errors import ConfigError
+    from edgepress.models.loading import load_classifier
+    from edgepress.tasks import EMBEDDING, TASKS
+
+    plain = width(family_model("bert"), tmp_path / "plain", small_data, WidthConfig(keep=0.5, epochs=1))
+    hidden = width(family_model("bert"), tmp_path / "hidden", small_data,
+                   WidthConfig(keep=0.5, epochs=1, hidden_weight=1.0))
+    assert hidden["history"][0]["train_loss"] > plain["history"][0]["train_loss"]  # the hidden-state MSE on top
+    saved = json.loads((tmp_path / "hidden" / "config.json").read_text())
+    assert saved["pruned_hidden_size"] == 16 and not saved.get("output_hidden_states")
+    model, _ = load_classifier(tmp_path / "hidden")
+    assert not any("projection" in name for name in model.state_dict())
+    for task in (EMBEDDING, TASKS["token-classification"]):
+        with pytest.raises(ConfigError, match="hidden_weight: .* Fix: remove hidden_weight"):
+            check_structured(model, None, WidthConfig(hidden_weight=0.5), task)

@@ -19,6 +19,7 @@ sentence vectors to the unpruned model's (or the `teacher`'s: `distill.vector_lo
 recovery, which keeps the epoch whose validation vectors find most of the teacher's neighbours.
 """
 
+import copy
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +29,12 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from edgepress.compress.kd import KdLoss
+from edgepress.compress.projected import (
+    attach_projection,
+    check_offsets,
+    projected_hidden_loss,
+    save_without_projection,
+)
 from edgepress.configs import PathName
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError, missing
@@ -46,6 +53,10 @@ class Recovery(TrainConfig, KdLoss):
     fine-tune (the training fields of `TrainConfig`, distilled from the uncut model with `KdLoss`)."""
 
     keep: float = Field(0.5, gt=0, le=1, description="fraction kept in every layer")
+    hidden_weight: float = Field(0.0, ge=0, le=1000, description="weight of TinyBERT's hidden-state loss in the "
+                                 "recovery (sequence classifiers): each layer's hidden states, through a projection "
+                                 "to the teacher's width trained with the model and dropped when it is saved, learn "
+                                 "the teacher's (layer m x L_t / L_s) by MSE; 0: the logits alone")
     teacher: PathName | None = Field(None, description="the model dir whose logits the recovery fine-tune learns, or "
                                  "`baseline`: the run's baseline (the teacher a student was distilled from: its "
                                  "labels are kept better, at the same training time); none: the stage's input as "
@@ -91,8 +102,10 @@ def fill_teacher(params: dict, run) -> dict:
 def check_structured(model, tokenizer, cfg: _Pruning, task) -> None:
     """The pre-run check of `heads` and `ffn`: the model's layers are ones they can prune, and a `teacher` dir
     exists and is one whose outputs can teach the model of `task` (`task.check_teacher`: a classifier's with its
-    labels, a sentence encoder's)."""
+    labels, a sentence encoder's), and a recovery the task's models take (`task.check_recovery`: its hidden-state
+    loss)."""
     arch_of(encoder_of(model))
+    task.check_recovery(cfg)
     if cfg.teacher is None or str(cfg.teacher) == BASELINE:
         return
     if not cfg.teacher.exists():
@@ -251,11 +264,21 @@ def recover(src: Path, out: Path, data: DataSplits, cfg: Recovery, cut: Cut, tas
     # the uncut model's logits (or the teacher's) are the distillation targets of the recovery fine-tune
     # (with its own tokenizer: a vocab stage before this one renumbered the student's tokens, not the teacher's)
     teacher, words = task.load_model(cfg.teacher) if cfg.teacher else (model, tokenizer)
+    if cfg.hidden_weight:  # its hidden states are compared where both tokenizers cut out the same characters
+        check_offsets(tokenizer, words)
     recovery, loss = kd_training(cfg.teacher or src, teacher, words, data, cfg)
-    del teacher, words
+    if not cfg.hidden_weight:
+        del teacher, words
+    elif teacher is model:  # the hidden states to learn are the model's before the cut
+        teacher = copy.deepcopy(model)
     removed = cut.apply(model, tokenizer, data, cfg, None)
+    save = None
+    if cfg.hidden_weight:  # and the teacher's hidden states, through a projection trained with the model
+        loss = projected_hidden_loss(teacher.eval(), words, tokenizer, recovery.train.texts, loss,
+                                     attach_projection(model, teacher), cfg)
+        model.config.output_hidden_states, save = True, save_without_projection
     with artifact_dir(Path(out)) as tmp:
-        result = train_classifier(model, tokenizer, recovery.train, cfg, tmp, loss_fn=loss,
+        result = train_classifier(model, tokenizer, recovery.train, cfg, tmp, loss_fn=loss, save=save,
                                   score=task.training_score(tokenizer, data.validation, cfg.max_length))
     log.info("%s: kept %s, %d -> %d params, validation %s %.4f", cut.what, cfg.keep, before,
              param_counts(model)["params"], result.score, result.best_val_accuracy)

@@ -71,6 +71,10 @@ class Classification:
     def check_distill(self, cfg) -> None:
         """A ConfigError for a distill config (`DistillConfig`) not built for the task's students: none here."""
 
+    def check_recovery(self, cfg) -> None:
+        """A ConfigError for a recovery config (heads, ffn, width, lowrank: `structured.Recovery`) not built for the
+        task's models: none here (the hidden-state loss reads each text with both tokenizers)."""
+
     def check_student_words(self, words) -> None:
         """A ConfigError for a pretrained student's tokenizer `words` that cannot read the task's texts: none here
         (any tokenizer reads a text)."""

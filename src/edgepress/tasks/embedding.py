@@ -82,6 +82,14 @@ class Embedding:
                               "teacher's, not built yet. Fix: leave student out (a student cut from the teacher's "
                               "layers: student_layers)")
 
+    def check_recovery(self, cfg) -> None:
+        """A sentence encoder's recovery learns the teacher's vectors: the hidden-state loss is refused."""
+        from edgepress.errors import ConfigError
+
+        if cfg.hidden_weight:
+            raise ConfigError("hidden_weight: a sentence encoder's recovery learns the teacher's sentence vectors "
+                              "(cosine + MSE); a hidden-state loss is not built for it. Fix: remove hidden_weight")
+
     def check_teacher(self, model, teacher) -> None:
         """A recovery's `teacher` dir is a sentence encoder's: its vectors are the recovery's targets."""
         from edgepress.errors import ConfigError

@@ -114,6 +114,15 @@ class TokenClassification:
                               f"classifiers. Fix: style hinton, or student_layers (a student cut from the teacher's "
                               f"layers takes every style)")
 
+    def check_recovery(self, cfg) -> None:
+        """The recovery's hidden-state loss (`hidden_weight`) reads sentences as text, not as tagged words: refused."""
+        from edgepress.errors import ConfigError
+
+        if cfg.hidden_weight:
+            raise ConfigError("hidden_weight: the recovery's hidden-state loss is built for sequence classifiers; a "
+                              "token classifier's recovery learns the teacher's logits of each word. Fix: remove "
+                              "hidden_weight")
+
     def check_student_words(self, words) -> None:
         """A pretrained student's tokenizer `words` reads a sentence's words as they are split, says which word each
         token starts (where the teacher's logits of that word go), and cuts them as it cuts the sentence itself (as
