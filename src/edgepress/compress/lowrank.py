@@ -107,7 +107,7 @@ def _linear_graph(path: Path, batch: int, sequence: int, in_features: int, out_f
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
 
 
-def time_shapes(shapes: set[tuple[int, int, int]], cfg: LowRankConfig) -> dict[str, dict]:
+def time_linears(shapes: set[tuple[int, int, int]], cfg: LowRankConfig) -> dict[str, dict]:
     """Per Linear shape (in, out, rank), named "in x out, rank r": the p50 ms of each timing round of the whole
     Linear and of its two factors (`_linear_graph`, int8-dynamic quantized with `cfg.int8`), every graph once a round
     in turn (the machine drifts; interleaving spreads the drift over all of them), and whether the factors were
@@ -164,7 +164,7 @@ def lowrank(src: Path, out: Path, data: DataSplits, cfg: LowRankConfig = LowRank
     timing = {}
     if cfg.only_where_faster:  # the Linears; the word table is factored for size
         linears = {name: rank for name, rank in ranks.items() if name not in table}
-        timing = time_shapes({(*shapes[name], rank) for name, rank in linears.items()}, cfg) if linears else {}
+        timing = time_linears({(*shapes[name], rank) for name, rank in linears.items()}, cfg) if linears else {}
         ranks = {name: rank for name, rank in ranks.items()
                  if name in table or timing[shape_name(*shapes[name], rank)]["faster"]}
         log.info("lowrank: timed whole and factored at b%d x s%d%s (median p50 ms): %s", cfg.latency.batch_size,
