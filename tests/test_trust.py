@@ -909,6 +909,12 @@ def test_numbers_given_as_text_are_refused_once_and_bad_yaml_names_its_file_and_
     assert result.exit_code == 2 and "(2 problem(s))" in result.output, result.output
     assert "epochs: should be a number, not text: got '1'. Fix: write it unquoted" in result.output
     assert "data.max_length: should be a number, not true or false" in result.output and "True" not in result.output
+    # written as people write learning rates (YAML 1.1 would read 2e-5 as text): numbers
+    from edgepress.pipeline.config import load_config
+
+    (tmp_path / "e.yaml").write_text("stages:\n  - {name: d, method: distill, params: {learning_rate: 2e-5, "
+                                     "temperature: 1E+1}}\n")
+    assert load_config(tmp_path / "e.yaml").stages[0].params == {"learning_rate": 2e-5, "temperature": 10.0}
     (tmp_path / "bad.yaml").write_text("model: [unclosed\n  data: {{\n")
     result = invoke("validate", tmp_path / "bad.yaml")
     assert result.exit_code == 2 and f"in {tmp_path / 'bad.yaml'}, line 1" in result.output

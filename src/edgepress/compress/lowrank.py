@@ -25,6 +25,7 @@ from pydantic import Field
 from edgepress.compress.structured import Cut, Recovery, check_structured, fill_teacher, recover
 from edgepress.configs import Threads
 from edgepress.data import DataSplits
+from edgepress.deploy.targets import INT8_METHODS
 from edgepress.errors import ConfigError
 from edgepress.models.lowrank import WORDS, factorable, factorize
 from edgepress.models.sentence import encoder_of
@@ -53,9 +54,6 @@ class LowRankConfig(Recovery):
     latency: LatencyConfig = Field(LatencyConfig(), description="auto: the shape, warm-up and runs of the timing")
     int8: bool = Field(False, description="auto: time the shapes int8-dynamic quantized (a run sets it when an int8 "
                                           "stage follows)")
-
-
-INT8_METHODS = ("int8-dynamic", "int8-static")
 
 
 def later_int8(params: dict, run) -> dict:

@@ -1,6 +1,7 @@
 """The pipeline YAML: model, data, runtime, and stages with their gates. Strict: unknown keys are errors, every
 problem is listed at once, and each stage's `params` are checked against its method's config."""
 
+import re
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, Literal
@@ -350,6 +351,15 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
 
+
+# YAML 1.1 (PyYAML's) reads 2e-5 and 1e9 as text: a float needs a dot there. YAML 1.2 and every other reader take
+# them as numbers, and people write learning rates so: the loader does too (its own resolver lists, not the
+# SafeLoader's, which other code shares)
+_UniqueKeyLoader.yaml_implicit_resolvers = {first: list(resolvers) for first, resolvers
+                                           in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                       re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+                                       list("-+0123456789"))
 
 MAX_VALUES = 100_000  # a pipeline has hundreds; more means YAML aliases multiplying (a "billion laughs" file)
 
