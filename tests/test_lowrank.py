@@ -73,7 +73,8 @@ def test_a_factored_model_loads_back_from_its_record(family_model, movie_data, t
 
 
 @pytest.mark.parametrize("record", [[16], {"encoder.layer.0.intermediate.dense": 0},
-                                    {"encoder.layer.0.intermediate.dense": True}, {"embeddings": 4}])
+                                    {"encoder.layer.0.intermediate.dense": True}, {"embeddings": 4},
+                                    {"encoder.layer.0.intermediate.dense": 100000}])
 def test_a_record_that_does_not_fit_is_refused(record, family_model, tmp_path):
     import shutil
 
@@ -82,8 +83,35 @@ def test_a_record_that_does_not_fit_is_refused(record, family_model, tmp_path):
     shutil.copytree(family_model("bert"), tmp_path / "m")
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "lowrank_ranks": record}))
-    with pytest.raises(ModelError, match="lowrank_ranks (must map|names embeddings, which is not a Linear or)"):
+    with pytest.raises(ModelError, match="lowrank_ranks (must map|names embeddings, which is not a Linear or|gives "
+                                         "encoder.layer.0.intermediate.dense rank 100000, above its full rank 32)"):
         load_classifier(tmp_path / "m")
+
+
+@pytest.mark.parametrize("record", ["lowrank_ranks", "pruned_hidden_size", "pruned_heads"])
+def test_weights_whose_record_was_lost_or_changed_are_refused_naming_the_record(record, family_model, tmp_path):
+    """A dir edgepress cut, its config.json's record deleted (or, for the factors, another rank written): the
+    weights do not fit what the config builds, and the error names the records instead of a shape dump."""
+    from edgepress.compress.lowrank import ranks_of
+    from edgepress.compress.structured import prune_heads
+    from edgepress.models.loading import load_classifier
+    from edgepress.models.lowrank import factorable, factorize
+    from edgepress.models.width import narrow
+
+    model, words = load_classifier(family_model("bert"))
+    {"lowrank_ranks": lambda: factorize(model, ranks_of(factorable(model), 0.5)),
+     "pruned_hidden_size": lambda: narrow(model, list(range(16))),
+     "pruned_heads": lambda: prune_heads(model, [[0], [1]])}[record]()
+    model.save_pretrained(tmp_path / "m")
+    words.save_pretrained(tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    for changed in ({k: v for k, v in config.items() if k != record},
+                    *([{**config, record: {name: 8 for name in config[record]}}] if record == "lowrank_ranks" else [])):
+        (tmp_path / "m" / "config.json").write_text(json.dumps(changed))
+        with pytest.raises(ModelError, match=r"weights (that do not fit its config.json|of other shapes than its "
+                                             r"config.json builds).*Fix: restore the config.json saved with these "
+                                             r"weights .*pruned_heads, pruned_hidden_size, lowrank_ranks"):
+            load_classifier(tmp_path / "m")
 
 
 def test_each_shape_is_factored_only_where_the_timing_found_it_faster(family_model, small_data, tmp_path):

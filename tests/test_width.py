@@ -85,7 +85,8 @@ def test_a_record_that_does_not_fit_is_refused(record, family_model, tmp_path):
     shutil.copytree(family_model("bert"), tmp_path / "m")
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "pruned_hidden_size": record}))
-    with pytest.raises(ModelError, match="pruned_hidden_size must be a whole number"):
+    with pytest.raises(ModelError, match=r"pruned_hidden_size must be a whole number of dimensions from 1 to 31 "
+                                         r"\(below hidden_size 32\)"):
         load_classifier(tmp_path / "m")
 
 

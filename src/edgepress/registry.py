@@ -98,6 +98,7 @@ class Method:
     takes_task: bool = False  # its functions take the run's task (`task=`, edgepress.tasks): what differs per task
     factors: bool = False  # it stores Linears as factors (lowrank): a method that cuts whole ones cannot follow it
     cuts_whole: bool = False  # it cuts rows and columns of whole Linears (heads, ffn, width)
+    once: bool = False  # a model it cut cannot be cut by it again (heads, width): one stage of it per pipeline
 
     def call(self, taken: str, src: Path, out: Path, inputs, cfg, task) -> dict:
         """Run this method on `src` (an artifact of kind `taken`) into `out`: the function for that kind, given the
@@ -159,14 +160,15 @@ METHODS: dict[str, Method] = {
                       inputs="splits", check=check_student, takes_task=True),
     "heads": Method(HeadsConfig, heads, ("torch",), "torch",
                     "remove the least important attention heads of every layer, then recover by distillation",
-                    inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True, cuts_whole=True),
+                    inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True, cuts_whole=True,
+                    once=True),
     "ffn": Method(FfnConfig, ffn, ("torch",), "torch",
                   "remove the least important FFN neurons of every layer, then recover by distillation",
                   inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True, cuts_whole=True),
     "width": Method(WidthConfig, width, ("torch",), "torch",
                     "narrow the hidden state to its most important dimensions in every layer, then recover by "
                     "distillation", inputs="splits", check=check_width, fill=fill_teacher, takes_task=True,
-                    cuts_whole=True),
+                    cuts_whole=True, once=True),
     "lowrank": Method(LowRankConfig, lowrank, ("torch",), "torch",
                       "replace chosen Linears of every layer by the two thin factors of their truncated SVD where "
                       "that runs faster, then recover by distillation", inputs="splits", check=check_lowrank,

@@ -70,9 +70,17 @@ def fill_lowrank(params: dict, run) -> dict:
 def check_lowrank(model, tokenizer, cfg: LowRankConfig, task) -> None:
     """The pre-run check of `lowrank`: the structured methods' (`check_structured`), and a Linear to factor."""
     check_structured(model, tokenizer, cfg, task)
-    if not factorable(encoder_of(model), cfg.parts):
-        raise ConfigError(f"lowrank: the model has no whole Linear at {', '.join(cfg.parts)} left to factor. Fix: "
-                          f"name other parts, or remove the stage")
+    _to_factor(model, cfg)
+
+
+def _to_factor(model, cfg: LowRankConfig) -> dict[str, tuple[int, int]]:
+    """`factorable`'s shapes of the model of a task at `cfg.parts`; none (factored by a lowrank before) is a
+    ConfigError."""
+    shapes = factorable(encoder_of(model), cfg.parts)
+    if not shapes:
+        raise ConfigError(f"lowrank: the model has no whole Linear at {', '.join(cfg.parts)} left to factor (a "
+                          f"lowrank before factored them). Fix: name other parts, or remove the stage")
+    return shapes
 
 
 def ranks_of(shapes: dict[str, tuple[int, int]], keep: float) -> dict[str, int]:
@@ -156,7 +164,7 @@ def lowrank(src: Path, out: Path, data: DataSplits, cfg: LowRankConfig = LowRank
 
     task = task or task_of(src)
     model, _ = task.load_model(src)
-    shapes, table = factorable(encoder_of(model), cfg.parts), factorable(encoder_of(model), (WORDS,))
+    shapes, table = _to_factor(model, cfg), factorable(encoder_of(model), (WORDS,))
     del model
     ranks = ranks_of(shapes, cfg.keep)
     timing = {}

@@ -14,6 +14,10 @@ WEIGHT_FILES = (
 )
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 FIX_DIR = "Fix: save it with model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR)"
+# weights of other shapes than the config.json beside them builds: edgepress records its cuts in that file
+FIX_RECORDS = ("Fix: restore the config.json saved with these weights (edgepress records the heads it pruned, the "
+               "width it narrowed and the Linears it factored there: pruned_heads, pruned_hidden_size, "
+               "lowrank_ranks), or save the model again")
 
 # Fields with which a model dir steers transformers into importing or fetching code that is not its own, whatever
 # `trust_remote_code` says on some versions: remote modules (auto_map, custom_pipelines), Hub kernels for attention
@@ -156,9 +160,13 @@ def _load_rebuilt(path: Path, files: list[Path], auto_class, **overrides):
     if overrides:  # outside the base model: the head, drawn afresh where the saved one does not fit the labels
         state = {name: tensor for name, tensor in state.items() if name.startswith(f"{model.base_model_prefix}.")
                  or shapes.get(name, tensor.shape) == tensor.shape}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected:
-        raise ModelError(f"{path}: weights that do not fit its config ({', '.join(unexpected[:4])}). {FIX_DIR}")
+    wrong = [f"{name} {tuple(tensor.shape)}, built {tuple(shapes[name])}" for name, tensor in state.items()
+             if name in shapes and shapes[name] != tensor.shape]
+    unexpected = [name for name in state if name not in shapes]
+    if wrong or unexpected:
+        raise ModelError(f"{path}: weights that do not fit its config.json ({'; '.join((wrong + unexpected)[:3])}"
+                         f"{', ...' if len(wrong + unexpected) > 3 else ''}). {FIX_RECORDS}")
+    missing, _ = model.load_state_dict(state, strict=False)
     return model, {"missing_keys": missing}
 
 
@@ -185,6 +193,8 @@ def load_pretrained(path: Path, auto_class: str, **overrides):
         raise ModelError(f"{path}: the weights file is corrupt or truncated ({e}). Fix: copy or save the model "
                          f"again (model.save_pretrained(DIR))") from None
     except (OSError, ValueError, KeyError, RuntimeError) as e:  # RuntimeError: weights whose shapes do not fit
+        if "ignore_mismatched_sizes" in str(e):  # transformers' words for weights of other shapes than the config's
+            raise ModelError(f"{path}: weights of other shapes than its config.json builds. {FIX_RECORDS}") from None
         what = {"AutoModelForSequenceClassification": "a sequence classifier",
                 "AutoModelForTokenClassification": "a token classifier"}.get(auto_class, "an encoder")
         raise ModelError(f"{path} could not be loaded as {what}: {e}\n{FIX_DIR}") from None
@@ -233,6 +243,10 @@ def load_classifier(path: str | Path, auto: str | None = None):
                     else "AutoModelForSequenceClassification")
     tokens = auto == "AutoModelForTokenClassification"
     model, tokenizer, info = load_pretrained(path, auto)
+    inside = [name for name in info["missing_keys"] if name.startswith(f"{model.base_model_prefix}.")]
+    if inside:  # the encoder's own weights, not the head's
+        raise ModelError(f"{path}: weights that do not fit its config.json (missing: {', '.join(sorted(inside)[:3])})."
+                         f" {FIX_RECORDS}")
     if info["missing_keys"]:
         raise ModelError(
             f"{path} has no trained classification head (missing: {', '.join(sorted(info['missing_keys'])[:4])}). "

@@ -143,6 +143,10 @@ def rebuild(model, ranks: dict[str, int]) -> None:
 
     for name, rank in ranks.items():
         module = part(model.base_model, name)
+        full = min(module.weight.shape) if isinstance(module, nn.Embedding | nn.Linear) else None
+        if full is not None and rank > full:
+            raise ModelError(f"config.json: {RECORD} gives {name} rank {rank}, above its full rank {full}. Fix: save "
+                             f"the model again with edgepress")
         if isinstance(module, nn.Embedding):
             new = _factored_class()[1](module.num_embeddings, module.embedding_dim, rank, module.padding_idx)
         elif isinstance(module, nn.Linear):

@@ -42,8 +42,8 @@ def recorded_width(config) -> int | None:
         return None
     full = full_width(config)
     if isinstance(kept, bool) or not isinstance(kept, int) or not 0 < kept < full:
-        raise ModelError(f"config.json: {RECORD} must be a whole number of dimensions between 1 and hidden size "
-                         f"{full - 1}; got {kept!r}. Fix: save the model again with edgepress")
+        raise ModelError(f"config.json: {RECORD} must be a whole number of dimensions from 1 to {full - 1} (below "
+                         f"hidden_size {full}); got {kept!r}. Fix: save the model again with edgepress")
     return kept
 
 

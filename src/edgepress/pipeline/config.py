@@ -259,15 +259,22 @@ def _methods(stage: StageConfig) -> list[str]:
 
 def stage_order_problems(stages: list[StageConfig]) -> list[str]:
     """Each stage's method (and every fallback) must take what the stage before gives (registry kinds), and none
-    that cuts whole Linears may follow one that factored them (`Method.cuts_whole`, `Method.factors`)."""
+    that cuts whole Linears may follow one that factored them (`Method.cuts_whole`, `Method.factors`), and a method
+    that cuts a model once (`Method.once`) is in one stage."""
     from edgepress.registry import KIND_WORDS
 
-    problems, kinds, source, qat, factored = [], {"torch"}, "the model", None, None
+    problems, kinds, source, qat, factored, cut = [], {"torch"}, "the model", None, None, {}
     for stage in stages:
         for method in _methods(stage):
             if factored and METHODS[method].cuts_whole:
                 problems.append(f"stage '{stage.name}' ({method}) cuts whole Linears, which stage '{factored}' "
                                 f"stored as factors before it. Fix: put stage '{factored}' after it")
+            if cut.get(method, stage.name) != stage.name:
+                problems.append(f"stage '{stage.name}' ({method}) would cut again what stage '{cut[method]}' cut: "
+                                f"{method} takes a model it has not cut. Fix: one {method} stage, with the keep you "
+                                f"want in the end")
+            if METHODS[method].once:
+                cut.setdefault(method, stage.name)
             wrong = sorted(kinds - set(METHODS[method].takes))
             if wrong:
                 takes = " or ".join(KIND_WORDS[k] for k in METHODS[method].takes)
