@@ -8,6 +8,7 @@ import yaml
 from typer.testing import CliRunner
 
 from edgepress.cli.app import app
+from edgepress.configs import build
 from edgepress.errors import ConfigError, GateFailed
 from edgepress.pipeline import runner
 from edgepress.pipeline.config import Gates, PipelineConfig, load_config
@@ -61,6 +62,10 @@ def test_stage_order_and_names_are_checked():
         PipelineConfig.model_validate({"stages": [
             {"name": "r", "method": "lowrank"},
             {"name": "f", "method": "ffn", "on_fail": {"fallback": [{"method": "width"}]}}]})
+    with pytest.raises(ConfigError) as refused:  # a second width: each problem names its own fix, and no other
+        build(PipelineConfig, {"stages": [{"name": "w", "method": "width"}, {"name": "w2", "method": "width"}]})
+    assert str(refused.value).endswith("stage 'w2' (width) would cut again what stage 'w' cut: width takes a model "
+                                       "it has not cut. Fix: one width stage, with the keep you want in the end")
     PipelineConfig.model_validate({"stages": [{"name": "f", "method": "ffn"}, {"name": "r", "method": "lowrank"},
                                               {"name": "r2", "method": "lowrank", "params": {"parts": ["words"]}}]})
 

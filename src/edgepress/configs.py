@@ -163,5 +163,6 @@ def build(cls: type[Config], data: dict[str, Any] | None = None, where: str = "c
     built, problems = validated(cls, {**(data or {}), **values})
     if problems:
         lines = "\n".join(f"  ✗ {line}" for line in problems)  # a line may hold several (a validator's)
-        raise ConfigError(f"{where} is not valid ({lines.count('✗')} problem(s)):\n{lines}\n{FIX}") from None
+        fix = "" if all("Fix:" in line for line in problems) else f"\n{FIX}"  # each names its own already
+        raise ConfigError(f"{where} is not valid ({lines.count('✗')} problem(s)):\n{lines}{fix}") from None
     return built
