@@ -26,9 +26,11 @@ from edgepress.runtime.latency import LatencyConfig
 from edgepress.search.shapes import Shape, time_shapes
 
 SHAPES = {
-    "minilm": [Shape(4, ffn_keep=0.5), Shape(3), Shape(2), Shape(6, width_keep=0.5), Shape(6, width_keep=0.5,
-               ffn_keep=0.5), Shape(4, width_keep=0.5), Shape(4, width_keep=0.75, ffn_keep=0.5),
-               Shape(6, rank_keep=0.25), Shape(4, rank_keep=0.25), Shape(4, ffn_keep=0.5, rank_keep=0.25),
+    "minilm": [Shape(4, ffn_keep=0.5), Shape(3), Shape(2), Shape(6), Shape(4), Shape(6, width_keep=0.5),
+               Shape(6, width_keep=0.5, ffn_keep=0.5), Shape(4, width_keep=0.5), Shape(4, width_keep=0.5, ffn_keep=0.5),
+               Shape(4, width_keep=0.75, ffn_keep=0.5), Shape(3, width_keep=0.5), Shape(3, width_keep=0.5,
+               ffn_keep=0.5), Shape(6, width_keep=0.5, heads_keep=0.5, ffn_keep=0.5), Shape(6, rank_keep=0.25),
+               Shape(4, rank_keep=0.25), Shape(4, ffn_keep=0.5, rank_keep=0.25),
                Shape(6, width_keep=0.5, rank_keep=0.25)],
     "mpnet": [Shape(12), Shape(4), Shape(3), Shape(12, width_keep=0.5), Shape(6, width_keep=0.5),
               Shape(6, width_keep=0.5, ffn_keep=0.5), Shape(4, width_keep=0.5), Shape(6, rank_keep=0.25),
