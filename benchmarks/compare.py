@@ -48,7 +48,7 @@ from edgepress.data.fidelity import demo_registers, with_typos
 from edgepress.data.metrics import accuracy_drop_ci95, classification_metrics
 from edgepress.deploy.targets import CPU_INTEGER_OPS
 from edgepress.device.feeds import bundle_tokenizer, fixed_shape_feeds, load_tokenizer, natural_feeds, position_limit
-from edgepress.device.timing import cpu_flags, cpu_model, seconds_of, summarize
+from edgepress.device.timing import ROUNDS, cpu_flags, cpu_model, interleaved, seconds_of, summarize
 from edgepress.errors import ConfigError
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import OptimizeConfig, optimize_onnx
@@ -155,14 +155,11 @@ def floor_ms(flops: dict, kind: str, peaks: dict) -> float:
     return 1e3 * (flops["linear"] / linear_peak + flops["attention"] / peaks["fp32"])
 
 
-def measured_peaks(threads: int, rounds: int = 3) -> dict:
+def measured_peaks(threads: int, rounds: int = ROUNDS) -> dict:
     """GOP/s of ORT's fp32 MatMul and u8 x s8 MatMulInteger on a BERT-base FFN shape, interleaved."""
     sessions = {"fp32": gemm_session(False, threads), "int8_u8s8": gemm_session(True, threads)}
-    rates = {name: [] for name in sessions}
-    for _ in range(rounds):
-        for name, (sess, feed) in sessions.items():
-            rates[name].append(giga_ops_per_second(sess, feed))
-            time.sleep(PAUSE_S)
+    rates = interleaved({name: lambda sf=sf: giga_ops_per_second(*sf) for name, sf in sessions.items()}, rounds,
+                        pause_s=PAUSE_S)
     return {name: float(np.median(r)) for name, r in rates.items()}
 
 

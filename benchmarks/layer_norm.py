@@ -55,7 +55,7 @@ def time_chains(rounds: int) -> list[dict]:
     import onnxruntime
 
     from edgepress.device.sessions import session_options
-    from edgepress.device.timing import time_runner
+    from edgepress.device.timing import interleaved, time_runner
 
     kinds = ("SkipLayerNormalization", "Add+Add+LayerNormalization")
     rows = []
@@ -67,11 +67,9 @@ def time_chains(rounds: int) -> list[dict]:
             sessions = {k: onnxruntime.InferenceSession(chain(k), session_options(threads, "basic"),
                                                         providers=["CPUExecutionProvider"]) for k in kinds}
             outputs = [s.run(None, feed)[0] for s in sessions.values()]
-            micros = {k: [] for k in kinds}
-            for _ in range(rounds):
-                for kind, session in sessions.items():
-                    timed = time_runner(lambda f, s=session: s.run(None, f), [feed], warmup=50, runs=300)
-                    micros[kind].append(timed["p50_ms"] * 1e3 / CHAIN)
+            micros = interleaved({kind: lambda s=session, x=feed: time_runner(lambda f: s.run(None, f), [x], warmup=50,
+                                                                      runs=300)["p50_ms"] * 1e3 / CHAIN
+                                  for kind, session in sessions.items()}, rounds)
             row = {"tokens": tokens, "threads": threads, "max_abs_diff": float(np.abs(outputs[0] - outputs[1]).max()),
                    **{f"{k}_us": float(np.median(v)) for k, v in micros.items()}}
             row["ratio"] = row[f"{kinds[0]}_us"] / row[f"{kinds[1]}_us"]

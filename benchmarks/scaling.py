@@ -22,7 +22,7 @@ from edgepress.compress.int4 import Int4Config, int4
 from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
 from edgepress.data import DataConfig, load_data
 from edgepress.device.feeds import fixed_shape_feeds, load_tokenizer
-from edgepress.device.timing import cpu_flags, cpu_model, summarize
+from edgepress.device.timing import cpu_flags, cpu_model, interleaved, summarize
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import UNCHECKED, OptimizeConfig, optimize_onnx
 from edgepress.export.parity import ort_runner
@@ -79,12 +79,9 @@ def time_model(graphs: dict[str, Path], texts: tuple[str, ...], threads: int, ro
         runners[precision] = ort_runner(session)
         tokenizer = load_tokenizer(path, 512)
         feeds[precision] = {(b, s): fixed_shape_feeds(tokenizer, texts, b, s, names, 512) for b, s in SHAPES}
-    seconds = {p: {shape: [] for shape in SHAPES} for p in graphs}
-    for _ in range(rounds):
-        for shape in SHAPES:
-            for precision in graphs:
-                seconds[precision][shape] += time_one(runners[precision], feeds[precision][shape])
-                time.sleep(0.3)
+    timed = interleaved({(precision, shape): lambda p=precision, shape=shape: time_one(runners[p], feeds[p][shape])
+                         for shape in SHAPES for precision in graphs}, rounds, pause_s=0.3)
+    seconds = {p: {shape: sum(timed[(p, shape)], []) for shape in SHAPES} for p in graphs}
     return {p: {f"b{b}_s{s}": {**summarize(x), "tokens_per_s": b * s / np.median(x)}
                 for (b, s), x in by_shape.items()} for p, by_shape in seconds.items()}
 

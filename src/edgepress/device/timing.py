@@ -3,11 +3,15 @@ what the CPU is."""
 
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import TypeVar
 
 import numpy as np
 
 from .feeds import Feeds
+
+ROUNDS = 3  # rounds of a side-by-side timing (`interleaved`)
+Key, Result = TypeVar("Key", bound=Hashable), TypeVar("Result")
 
 
 def _cpuinfo(field: str) -> str | None:
@@ -59,3 +63,16 @@ def time_runner(run: Callable[[Feeds], object], feeds: list[Feeds], warmup: int,
 def time_natural(run: Callable[[Feeds], object], feeds: list[Feeds], warmup: int, runs: int) -> dict:
     """time_runner over natural-length feeds (one sentence each): every sentence timed at least once."""
     return time_runner(run, feeds, min(warmup, len(feeds)), max(runs, len(feeds)))
+
+
+def interleaved(measures: dict[Key, Callable[[], Result]], rounds: int = ROUNDS,
+                pause_s: float = 0.0) -> dict[Key, list[Result]]:
+    """Candidates timed side by side: `rounds` rounds, each calling every measure once in turn (the machine drifts;
+    interleaving spreads the drift over all of them), `pause_s` after each call; per key, its results in round
+    order."""
+    results = {key: [] for key in measures}
+    for _ in range(rounds):
+        for key, measure in measures.items():
+            results[key].append(measure())
+            time.sleep(pause_s)
+    return results

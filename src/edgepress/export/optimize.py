@@ -35,7 +35,7 @@ from edgepress.device.feeds import (
     position_limit,
 )
 from edgepress.device.sessions import SESSION_FILE
-from edgepress.device.timing import time_natural, time_runner
+from edgepress.device.timing import interleaved, time_natural, time_runner
 from edgepress.errors import ConfigError
 from edgepress.export.parity import (
     ONNX_FILE,
@@ -66,9 +66,6 @@ LEFT_OUT_ONE_AT_A_TIME = ("attention", "skip_layer_norm", "bias_gelu", "embed_la
 RUNTIME_OPTIMIZERS = {"attention": ("AttentionFusion",), "skip_layer_norm": ("SkipLayerNormFusion",),
                       "bias_skip_layer_norm": ("SkipLayerNormFusion",), "embed_layer_norm": ("EmbedLayerNormFusion",),
                       "bias_gelu": ("BiasGeluFusion",), "gelu": ("GeluFusion",), "layer_norm": ("LayerNormFusion",)}
-TIMING_ROUNDS = 3
-
-
 class OptimizeConfig(BaseModel):
     """The `optimize` method: which fusions (chosen by timing, or all), which never, and the parity tolerance of
     the fused graph. `threads`, `latency` and `quantized_with` are what a run fills in from its runtime section and
@@ -158,8 +155,7 @@ def candidate_sets(disable: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
 
 def _time_side_by_side(graphs: dict[str, Path], texts: tuple[str, ...], cfg: OptimizeConfig) -> dict[str, list]:
     """p50 ms of each graph at the fixed latency shape (`cfg.natural`: over NATURAL_SENTENCES texts at their own
-    lengths, one a call), `TIMING_ROUNDS` rounds, every graph once a round in turn (the machine drifts; interleaving
-    spreads the drift over all of them)."""
+    lengths, one a call), in interleaved rounds (`device.timing.interleaved`)."""
     any_dir = next(iter(graphs.values())).parent
     limit = position_limit(read_model_config(any_dir))
     runners = {name: ort_runner(open_session(path, SessionConfig(threads=cfg.threads)))
@@ -173,11 +169,8 @@ def _time_side_by_side(graphs: dict[str, Path], texts: tuple[str, ...], cfg: Opt
         feeds = [fixed_shape_feeds(tokenizer, texts, cfg.latency.batch_size, cfg.latency.sequence_length, names,
                                    limit)]
         timed = time_runner
-    timings = {name: [] for name in graphs}
-    for _ in range(TIMING_ROUNDS):
-        for name, run in runners.items():
-            timings[name].append(timed(run, feeds, cfg.latency.warmup, cfg.latency.runs)["p50_ms"])
-    return timings
+    return interleaved({name: lambda run=run: timed(run, feeds, cfg.latency.warmup, cfg.latency.runs)["p50_ms"]
+                        for name, run in runners.items()})
 
 
 # a throwaway copy's parity is not judged (the int8 stage judges its own graph); no limit a user may write

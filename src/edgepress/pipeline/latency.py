@@ -11,7 +11,7 @@ from edgepress.device.feeds import (
     natural_feeds,
     position_limit,
 )
-from edgepress.device.timing import cpu_model, time_natural, time_runner
+from edgepress.device.timing import ROUNDS, cpu_model, interleaved, time_natural, time_runner
 from edgepress.errors import ConfigError, ModelError
 from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig
@@ -122,22 +122,18 @@ def latency_metrics(artifact: Path, texts: tuple[str, ...], provider: str, threa
             "natural": result["natural"]}
 
 
-def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads: int | None, rounds: int = 3,
+def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads: int | None, rounds: int = ROUNDS,
                     cfg: LatencyConfig = LatencyConfig(warmup=20, runs=100), natural: bool = True,
                     max_length: int | None = None) -> dict[str, dict]:
-    """Candidates timed side by side on CPU: `rounds` rounds, each timing every artifact once in turn (the machine
-    drifts; interleaving spreads the drift over all of them). Per name: the medians over rounds of the fixed-shape
-    p50 and p90 and (unless `natural=False`) the natural-length p50 (texts cut at `max_length`: `natural_cut`) and
-    natural_mean_tokens; providers_used."""
-    import time
-
+    """Candidates timed side by side on CPU, in `rounds` interleaved rounds (`device.timing.interleaved`). Per
+    name: the medians over rounds of the fixed-shape p50 and p90 and (unless `natural=False`) the natural-length p50
+    (texts cut at `max_length`: `natural_cut`) and natural_mean_tokens; providers_used."""
     import numpy as np
 
-    runs = {name: [] for name in artifacts}
-    for _ in range(rounds):
-        for name, artifact in artifacts.items():
-            runs[name].append(measure_latency(Path(artifact), texts, "cpu", threads, cfg, natural, max_length))
-            time.sleep(0.2)  # torch's OpenMP threads spin a while after a run: let them idle before the next one
+    # a pause after each: torch's OpenMP threads spin a while after a run; let them idle before the next one
+    runs = interleaved({name: lambda artifact=artifact: measure_latency(Path(artifact), texts, "cpu", threads, cfg,
+                                                                        natural, max_length)
+                        for name, artifact in artifacts.items()}, rounds, pause_s=0.2)
 
     def medians(results: list[dict]) -> dict:
         figures = {"fixed_p50_ms": float(np.median([r["fixed"]["p50_ms"] for r in results])),
@@ -152,7 +148,7 @@ def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads:
 
 
 def side_by_side_speedup(baseline: Path, artifact: Path, texts: tuple[str, ...], threads: int | None,
-                         cfg: LatencyConfig, rounds: int = 3, natural: bool = False,
+                         cfg: LatencyConfig, rounds: int = ROUNDS, natural: bool = False,
                          max_length: int | None = None) -> dict:
     """The baseline's CPU p50 over the artifact's at the fixed shape (`natural`: at the texts' natural lengths, one
     a call), the two timed in turn (`compare_latency`) so that a load on the machine falls on both: what a speedup
