@@ -14,7 +14,6 @@ log says so.
 """
 
 import logging
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Literal
@@ -33,7 +32,6 @@ from edgepress.runtime.latency import LatencyConfig
 
 log = logging.getLogger(__name__)
 
-TIMING_ROUNDS = 3
 Part = Literal["ffn_in", "ffn_out", "attn_out", "words"]
 
 
@@ -115,14 +113,13 @@ def _linear_graph(path: Path, batch: int, sequence: int, in_features: int, out_f
 
 def time_linears(shapes: set[tuple[int, int, int]], cfg: LowRankConfig) -> dict[str, dict]:
     """Per Linear shape (in, out, rank), named "in x out, rank r": the p50 ms of each timing round of the whole
-    Linear and of its two factors (`_linear_graph`, int8-dynamic quantized with `cfg.int8`), every graph once a round
-    in turn (the machine drifts; interleaving spreads the drift over all of them), and whether the factors were
-    faster (their median p50 below the whole's)."""
+    Linear and of its two factors (`_linear_graph`, int8-dynamic quantized with `cfg.int8`), in interleaved rounds
+    (`device.timing.interleaved`), and whether the factors were faster (their median p50 below the whole's)."""
     import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from edgepress.device.sessions import session_options
-    from edgepress.device.timing import time_runner
+    from edgepress.device.timing import interleaved, time_runner
 
     batch, sequence = cfg.latency.batch_size, cfg.latency.sequence_length
     runners, feeds = {}, {}
@@ -139,10 +136,9 @@ def time_linears(shapes: set[tuple[int, int, int]], cfg: LowRankConfig) -> dict[
                 runners[(in_features, out_features, rank, form)] = lambda f, s=session: s.run(None, f)
             x = np.random.default_rng(1).standard_normal((batch, sequence, in_features)).astype(np.float32)
             feeds[in_features] = [{"x": x}]
-        timings = {key: [] for key in runners}
-        for _ in range(TIMING_ROUNDS):
-            for key, run in runners.items():
-                timings[key].append(time_runner(run, feeds[key[0]], cfg.latency.warmup, cfg.latency.runs)["p50_ms"])
+        timings = interleaved({key: lambda run=run, key=key: time_runner(run, feeds[key[0]], cfg.latency.warmup,
+                                                                           cfg.latency.runs)["p50_ms"]
+                               for key, run in runners.items()})
     table = {}
     for in_features, out_features, rank in sorted(shapes):
         whole, factored = (timings[(in_features, out_features, rank, form)] for form in ("whole", "factored"))
@@ -159,36 +155,28 @@ def shape_name(in_features: int, out_features: int, rank: int) -> str:
 def lowrank(src: Path, out: Path, data: DataSplits, cfg: LowRankConfig = LowRankConfig(), task=None) -> dict:
     """Factor the Linears at `cfg.parts` of the model in `src` where that runs faster (all of them without
     `only_where_faster`), recover it by distillation, save to `out`; where none is faster, `src` as it was."""
-    from edgepress.files import artifact_dir
-    from edgepress.tasks import task_of
+    timing, ranks = {}, {}
 
-    task = task or task_of(src)
-    model, _ = task.load_model(src)
-    shapes, table = _to_factor(model, cfg), factorable(encoder_of(model), (WORDS,))
-    del model
-    ranks = ranks_of(shapes, cfg.keep)
-    timing = {}
-    if cfg.only_where_faster:  # the Linears; the word table is factored for size
-        linears = {name: rank for name, rank in ranks.items() if name not in table}
-        timing = time_linears({(*shapes[name], rank) for name, rank in linears.items()}, cfg) if linears else {}
-        ranks = {name: rank for name, rank in ranks.items()
-                 if name in table or timing[shape_name(*shapes[name], rank)]["faster"]}
-        log.info("lowrank: timed whole and factored at b%d x s%d%s (median p50 ms): %s", cfg.latency.batch_size,
-                 cfg.latency.sequence_length, ", int8" if cfg.int8 else "",
-                 "; ".join(f"{name}: {np.median(t['whole_p50_ms']):.3f} -> {np.median(t['factored_p50_ms']):.3f}"
-                           for name, t in timing.items()))
-    if not ranks:
-        log.info("lowrank: no Linear at %s runs faster factored at this shape; the model is kept whole",
-                 ", ".join(cfg.parts))
-        with artifact_dir(Path(out)) as tmp:
-            shutil.copytree(src, tmp, dirs_exist_ok=True)
-        return {"factored": {}, "timing": timing}
+    def plan(model, src: Path) -> bool:
+        shapes, table = _to_factor(model, cfg), factorable(encoder_of(model), (WORDS,))
+        ranks.update(ranks_of(shapes, cfg.keep))
+        if cfg.only_where_faster:  # the Linears; the word table is factored for size
+            linears = {name: rank for name, rank in ranks.items() if name not in table}
+            timing.update(time_linears({(*shapes[name], rank) for name, rank in linears.items()}, cfg)
+                          if linears else {})
+            for name in linears:
+                if not timing[shape_name(*shapes[name], linears[name])]["faster"]:
+                    del ranks[name]
+            log.info("lowrank: timed whole and factored at b%d x s%d%s (median p50 ms): %s", cfg.latency.batch_size,
+                     cfg.latency.sequence_length, ", int8" if cfg.int8 else "",
+                     "; ".join(f"{name}: {np.median(t['whole_p50_ms']):.3f} -> {np.median(t['factored_p50_ms']):.3f}"
+                               for name, t in timing.items()))
+        if not ranks:
+            log.info("lowrank: no Linear at %s runs faster factored at this shape", ", ".join(cfg.parts))
+        return bool(ranks)
 
     def apply(model, tokenizer, data: DataSplits, cfg: LowRankConfig, loss_of) -> dict:
         factorize(encoder_of(model), ranks)
         return {"factored": ranks}
 
-    # nothing to refuse: `factorable` read the layers, and a Linear factored before is not factored again
-    cut = Cut("lowrank", lambda encoder, src: None, apply)
-    return {**recover(src, out, data, cfg, cut, task), "timing": timing}
-
+    return {"factored": {}, **recover(src, out, data, cfg, Cut("lowrank", plan, apply), task), "timing": timing}

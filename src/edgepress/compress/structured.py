@@ -21,6 +21,7 @@ recovery, which keeps the epoch whose validation vectors find most of the teache
 
 import copy
 import logging
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -99,11 +100,11 @@ def fill_teacher(params: dict, run) -> dict:
     return {**params, "teacher": str(run.baseline)} if params.get("teacher") == BASELINE else params
 
 
-def check_structured(model, tokenizer, cfg: _Pruning, task) -> None:
-    """The pre-run check of `heads` and `ffn`: the model's layers are ones they can prune, and a `teacher` dir
-    exists and is one whose outputs can teach the model of `task` (`task.check_teacher`: a classifier's with its
-    labels, a sentence encoder's), and a recovery the task's models take (`task.check_recovery`: its hidden-state
-    loss)."""
+def check_structured(model, tokenizer, cfg: Recovery, task) -> None:
+    """The pre-run check of the methods that cut and recover (heads, ffn, width, lowrank): the model's layers are
+    ones they can cut, a `teacher` dir exists and is one whose outputs can teach the model of `task`
+    (`task.check_teacher`: a classifier's with its labels, a sentence encoder's), and a recovery the task's models
+    take (`task.check_recovery`: its hidden-state loss)."""
     arch_of(encoder_of(model))
     task.check_recovery(cfg)
     if cfg.teacher is None or str(cfg.teacher) == BASELINE:
@@ -226,23 +227,38 @@ def prune_ffn(model, keep: list[list[int]]) -> int:
 
 
 class Cut(NamedTuple):
-    """What a method that cuts a model and recovers it removes (`recover`): its name; `refuse(encoder, src)`, which
-    raises, before any work, what it cannot cut; `apply(model, tokenizer, data, cfg, loss_of)`, which cuts the model
-    of the task (a sentence encoder: its Transformer, judging by `loss_of`, the vector loss) and returns the record of
-    what it removed."""
+    """What a method that cuts a model and recovers it removes (`recover`): its name; `plan(model, src)`, which raises,
+    before any work, what it cannot cut in the model of the task, and says whether there is anything to cut (False:
+    the model goes through as it was, not recovered); `apply(model, tokenizer, data, cfg, loss_of)`, which cuts it (a
+    sentence encoder: its Transformer, judging by `loss_of`, the vector loss) and returns the record of what it
+    removed."""
 
     what: str
-    refuse: Callable[..., None]
+    plan: Callable[..., bool]
     apply: Callable[..., dict]
 
 
 def importance_cut(what: str) -> Cut:
     """`heads`, `ffn` or `width`: the units of the lowest importance removed."""
+    def plan(model, src: Path) -> bool:
+        _prunable(encoder_of(model), src, what)
+        return True
+
     def apply(model, tokenizer, data: DataSplits, cfg: _Pruning, loss_of) -> dict:
         scores = _gated_importance(model, tokenizer, data, cfg, what, loss_of)
         return {"pruned": _prune(encoder_of(model), scores, cfg.keep, what), "importance": scores.round(6).tolist()}
 
-    return Cut(what, lambda encoder, src: _prunable(encoder, src, what), apply)
+    return Cut(what, plan, apply)
+
+
+def _unchanged(src: Path, out: Path, what: str) -> dict:
+    """`src` copied to `out` as it was: a cut that found nothing to cut (`Cut.plan`)."""
+    from edgepress.files import artifact_dir
+
+    log.info("%s: nothing to cut; the model goes through as it was, not recovered", what)
+    with artifact_dir(Path(out)) as tmp:
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
+    return {}
 
 
 def recover(src: Path, out: Path, data: DataSplits, cfg: Recovery, cut: Cut, task) -> dict:
@@ -259,24 +275,19 @@ def recover(src: Path, out: Path, data: DataSplits, cfg: Recovery, cut: Cut, tas
     from edgepress.models.train import train_classifier
 
     model, tokenizer = task.load_model(src)
-    cut.refuse(model, src)
+    if not cut.plan(model, src):
+        return _unchanged(src, out, cut.what)
     before = param_counts(model)["params"]
     # the uncut model's logits (or the teacher's) are the distillation targets of the recovery fine-tune
     # (with its own tokenizer: a vocab stage before this one renumbered the student's tokens, not the teacher's)
     teacher, words = task.load_model(cfg.teacher) if cfg.teacher else (model, tokenizer)
-    if cfg.hidden_weight:  # its hidden states are compared where both tokenizers cut out the same characters
-        check_offsets(tokenizer, words)
+    hidden = _hidden_state_loss(model, tokenizer, teacher, words, cfg) if cfg.hidden_weight else None
     recovery, loss = kd_training(cfg.teacher or src, teacher, words, data, cfg)
-    if not cfg.hidden_weight:
-        del teacher, words
-    elif teacher is model:  # the hidden states to learn are the model's before the cut
-        teacher = copy.deepcopy(model)
+    del teacher, words
     removed = cut.apply(model, tokenizer, data, cfg, None)
     save = None
-    if cfg.hidden_weight:  # and the teacher's hidden states, through a projection trained with the model
-        loss = projected_hidden_loss(teacher.eval(), words, tokenizer, recovery.train.texts, loss,
-                                     attach_projection(model, teacher), cfg)
-        model.config.output_hidden_states, save = True, save_without_projection
+    if hidden:  # and the teacher's hidden states, through a projection trained with the model
+        loss, save = hidden(recovery.train.texts, loss), save_without_projection
     with artifact_dir(Path(out)) as tmp:
         result = train_classifier(model, tokenizer, recovery.train, cfg, tmp, loss_fn=loss, save=save,
                                   score=task.training_score(tokenizer, data.validation, cfg.max_length))
@@ -284,6 +295,22 @@ def recover(src: Path, out: Path, data: DataSplits, cfg: Recovery, cut: Cut, tas
              param_counts(model)["params"], result.score, result.best_val_accuracy)
     return {**removed, "recovered_from": str(cfg.teacher or src), **result.details(),
             "transfer_examples": len(recovery.train) - len(data.train)}
+
+
+def _hidden_state_loss(model, tokenizer, teacher, words, cfg: Recovery) -> Callable:
+    """`hidden_weight`'s loss, made before the cut: (texts, soft loss) -> the loss with the teacher's hidden states
+    learnt through a projection trained with the model (`compress.projected`; the teacher `model` itself: a copy of
+    it before the cut), the model set to give its hidden states. They are compared where both tokenizers cut out the
+    same characters."""
+    check_offsets(tokenizer, words)
+    teacher = copy.deepcopy(model) if teacher is model else teacher
+
+    def loss(texts, soft_loss):
+        model.config.output_hidden_states = True
+        return projected_hidden_loss(teacher.eval(), words, tokenizer, texts, soft_loss,
+                                     attach_projection(model, teacher), cfg)
+
+    return loss
 
 
 def _prunable(model, src: Path | str, what: str) -> None:
@@ -320,7 +347,8 @@ def _recover_embedder(src: Path, out: Path, data: DataSplits, cfg: Recovery, cut
     from edgepress.models.sentence import load_sentence_encoder
 
     model, tokenizer = load_sentence_encoder(src)
-    cut.refuse(model.transformer, src)
+    if not cut.plan(model, src):
+        return _unchanged(src, out, cut.what)
     before = param_counts(model)["params"]
     teacher, words = load_sentence_encoder(cfg.teacher) if cfg.teacher else (model, tokenizer)
     train, targets = transfer_set(cfg.teacher or src, teacher, words, data, cfg)  # the vectors to keep

@@ -248,10 +248,10 @@ def shrink_embeddings(model, kept: list[int]) -> None:
     new_id = {old: new for new, old in enumerate(kept)}
     old = model.get_input_embeddings()
     padding = new_id[old.padding_idx] if old.padding_idx is not None else None
-    rows = old.table if is_factored_table(old) else old  # a factored table (lowrank) keeps rows of its left factor
-    weight = rows.weight.detach()[torch.tensor(kept)].clone()
+    factored = is_factored_table(old)  # a factored table (lowrank) keeps rows of its left factor
+    weight = (old.table if factored else old).weight.detach()[torch.tensor(kept)].clone()
     new = torch.nn.Embedding.from_pretrained(weight, freeze=False, padding_idx=padding)
-    if is_factored_table(old):
+    if factored:
         old.table, old.num_embeddings, old.padding_idx = new, len(kept), padding
     else:
         model.set_input_embeddings(new)
