@@ -24,7 +24,7 @@ from edgepress.pipeline.config import (
     Strict,
     read_yaml,
 )
-from edgepress.search.shapes import Shape
+from edgepress.search.shapes import CUTS, Shape
 
 # What each quantization choice ships, after the trained torch model: the stages that make it
 QUANTIZATIONS: dict[str, list[dict]] = {
@@ -271,11 +271,11 @@ def pipeline_for(cfg: SearchConfig, depth: int, point: dict) -> PipelineConfig:
     elif point["layers"] < depth:
         stages.append({"name": "distill", "method": "distill",
                        "params": {"student_layers": point["layers"], **training, **DISTILL}})
-    for name, key, own in (("heads", "heads_keep", {}), ("ffn", "ffn_keep", {}), ("width", "width_keep", {}),
-                           ("lowrank", "rank_keep", {"only_where_faster": False})):  # as the shape table timed it
-        if point.get(key, 1.0) < 1:
-            stages.append({"name": name, "method": name,  # recovered from the teacher: its labels are kept better
-                           "params": {"keep": point[key], "teacher": BASELINE, **training, **own}})
+    for key, method in CUTS.items():
+        if point.get(key, 1.0) < 1:  # recovered from the teacher: its labels are kept better
+            stages.append({"name": method, "method": method, "params": {
+                "keep": point[key], "teacher": BASELINE, **training,
+                **({"only_where_faster": False} if method == "lowrank" else {})}})  # as the shape table timed it
     if point["vocab"]:
         stages.append({"name": "vocab", "method": "vocab"})
     stages += [dict(s) for s in QUANTIZATIONS[point["quantization"]]]

@@ -25,6 +25,10 @@ from edgepress.models.width import hidden_size, narrow
 from edgepress.pipeline.latency import compare_latency
 from edgepress.runtime.latency import LatencyConfig
 
+# the shares a shape keeps, by the method that cuts each, in the order a pipeline runs them; the last two are in a
+# search point only where they are below 1
+CUTS = {"heads_keep": "heads", "ffn_keep": "ffn", "width_keep": "width", "rank_keep": "lowrank"}
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -48,9 +52,9 @@ class Shape:
     def point(self) -> dict:
         """The fields of a search point that this shape sets: layers, heads_keep, ffn_keep; student (a pretrained
         student's dir), width_keep and rank_keep where they are not the default."""
-        return {"layers": self.layers, "heads_keep": self.heads_keep, "ffn_keep": self.ffn_keep,
-                **({"student": self.student} if self.student else {}),
-                **{key: getattr(self, key) for key in ("width_keep", "rank_keep") if getattr(self, key) < 1}}
+        return {"layers": self.layers, **({"student": self.student} if self.student else {}),
+                **{key: getattr(self, key) for key in CUTS
+                   if key in ("heads_keep", "ffn_keep") or getattr(self, key) < 1}}
 
 
 def build_shape(teacher, shape: Shape):
