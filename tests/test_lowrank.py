@@ -182,6 +182,24 @@ def test_a_run_times_its_shapes_as_the_int8_stage_after_it_will_ship_them(tmp_pa
         result.output
 
 
+def test_validate_refuses_a_part_that_two_lowrank_stages_would_factor(tmp_path, tiny_model_dir, movie_data):
+    """A second lowrank stage on a part an earlier one factors is refused before any work, exit 2, naming both
+    stages (fallbacks included); on other parts it is taken."""
+    from tests.test_stagecache import _config, _csv
+    from tests.test_trust import invoke
+
+    data = _csv(tmp_path / "d.csv", movie_data)
+    first = {"name": "rank", "method": "lowrank", "params": {"epochs": 1}}  # the FFN's, by default
+    again = {"name": "again", "method": "int8-dynamic", "on_fail": {"fallback": [
+        {"method": "lowrank", "params": {"parts": ["attn_out", "ffn_out"]}}]}}
+    other = {"name": "other", "method": "lowrank", "params": {"parts": ["attn_out"], "epochs": 1}}
+    result = invoke("validate", _config(tmp_path / "p.yaml", tiny_model_dir, data, [first, again]))
+    assert result.exit_code == 2 and "stage 'again' (lowrank) would factor again ffn_out, which stage 'rank' " \
+        "factors before it. Fix: one lowrank stage for each part" in result.output, result.output
+    result = invoke("validate", _config(tmp_path / "q.yaml", tiny_model_dir, data, [first, other]))
+    assert result.exit_code == 0, result.output
+
+
 def test_a_factored_word_table_is_vocab_pruned_in_its_thin_factor(family_model, small_data, tmp_path):
     """lowrank's word table (for size: not timed), then vocab: the (vocab, rank) factor loses the rows the train
     split never uses, the (rank -> hidden) Linear stays; the train texts' logits do not change, and it exports with

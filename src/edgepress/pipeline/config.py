@@ -257,18 +257,32 @@ def _methods(stage: StageConfig) -> list[str]:
     return [method for method, _ in stage.attempts]
 
 
+def _factored_parts(method: str, params: dict) -> tuple[str, ...]:
+    """The parts of every layer that a method storing Linears as factors (`Method.factors`) factors: its `parts`
+    param, or the default; none for any other method."""
+    if not METHODS[method].factors:
+        return ()
+    named = params.get("parts", METHODS[method].config.model_fields["parts"].default)
+    return tuple(named) if isinstance(named, list | tuple) else ()  # other values: the params' own check refuses
+
+
 def stage_order_problems(stages: list[StageConfig]) -> list[str]:
     """Each stage's method (and every fallback) must take what the stage before gives (registry kinds), and none
     that cuts whole Linears may follow one that factored them (`Method.cuts_whole`, `Method.factors`), and a method
-    that cuts a model once (`Method.once`) is in one stage."""
+    that cuts a model once (`Method.once`) is in one stage, and no part is factored by two stages."""
     from edgepress.registry import KIND_WORDS
 
-    problems, kinds, source, qat, factored, cut = [], {"torch"}, "the model", None, None, {}
+    problems, kinds, source, qat, factored, cut, parts = [], {"torch"}, "the model", None, None, {}, {}
     for stage in stages:
-        for method in _methods(stage):
+        for method, params in stage.attempts:
             if factored and METHODS[method].cuts_whole:
                 problems.append(f"stage '{stage.name}' ({method}) cuts whole Linears, which stage '{factored}' "
                                 f"stored as factors before it. Fix: put stage '{factored}' after it")
+            again = [part for part in _factored_parts(method, params) if parts.get(part, stage.name) != stage.name]
+            if again:
+                problems.append(f"stage '{stage.name}' ({method}) would factor again {', '.join(again)}, which stage "
+                                f"'{parts[again[0]]}' factors before it. Fix: one {method} stage for each part")
+            parts.update({part: parts.get(part, stage.name) for part in _factored_parts(method, params)})
             if cut.get(method, stage.name) != stage.name:
                 problems.append(f"stage '{stage.name}' ({method}) would cut again what stage '{cut[method]}' cut: "
                                 f"{method} takes a model it has not cut. Fix: one {method} stage, with the keep you "
