@@ -181,6 +181,7 @@ def test_failed_gate_tries_fallbacks_then_exits_3_with_the_report(tmp_path, tiny
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert [s["status"] for s in report["stages"]] == ["passed", "failed", "skipped"]
     assert report["status"] == "failed" and report["error"].startswith("stage 'fuse': accuracy.min")
+    assert Path(report["stages"][1]["artifact"], "model.onnx").is_file()  # the model that missed, to inspect
     attempts = report["stages"][1]["details"]["attempts"]
     assert [a["method"] for a in attempts] == ["optimize", "optimize"]
     config = json.loads((tmp_path / "run" / "stages" / "02-fuse" / "config.json").read_text())

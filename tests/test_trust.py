@@ -402,6 +402,7 @@ def test_a_failing_method_leaves_a_complete_record_of_the_new_attempt(monkeypatc
     assert report["status"] == "failed" and "ModelError: no int8 today" in report["error"]
     assert [(s["name"], s["status"]) for s in report["stages"]] == [("export", "passed"), ("fuse", "passed"),
                                                                    ("int8", "failed")]
+    assert report["stages"][-1]["artifact"] is None  # the failed method made none: none is named
     assert {s["run_id"] for s in report["stages"]} == {report["run_id"]}
     assert not (earlier / "final").exists()  # the earlier run's bundle is not handed over as this run's
     assert "stage int8: int8-dynamic failed: no int8 today" in (earlier / "run.log").read_text()

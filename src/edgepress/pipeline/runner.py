@@ -69,8 +69,9 @@ def _run_stage(state: RunState, index: int, stage: StageConfig, key: dict) -> tu
         if outcome.error is None:  # an error was logged where it happened
             log.warning("stage %s: %s missed: %s", stage.name, method, _missed(outcome))
     sha256 = tree_sha256(folder / "model") if outcome.status == "passed" else None
+    made = (folder / "model").exists()  # a method that raised left none; one that missed its gates, its model
     record = {"name": stage.name, "method": outcome.method, "status": outcome.status,
-              "artifact": str(folder / "model"), "artifact_sha256": sha256,
+              "artifact": str(folder / "model") if made else None, "artifact_sha256": sha256,
               "kind": METHODS[outcome.method].output(state.kind), "gates": outcome.gates,
               "details": {**outcome.details, "attempts": attempts}, "run_id": state.run_id}
     config = {"stage": stage.model_dump(mode="json"), "method": outcome.method, "params": outcome.config,
