@@ -52,3 +52,20 @@ def test_plausible_mappings_give_a_config_or_a_config_error(data):
 @given(st.text(max_size=200))
 def test_any_text_gives_a_config_or_a_config_error(text):
     assert isinstance(_load(text), PipelineConfig | ConfigError)
+
+
+@given(st.lists(st.sampled_from(["qkv", "", "ffn", 3, None]), min_size=1, max_size=3))
+@settings(max_examples=20, deadline=None)
+def test_a_list_of_refused_items_says_each_item_once_and_nothing_about_its_length(items):
+    """A list field with a least length (lowrank's parts, here) whose every item is refused: each item's own line,
+    not pydantic's echo that the list, emptied of them, is too short."""
+    from pydantic import ValidationError
+
+    from edgepress.compress.lowrank import LowRankConfig
+    from edgepress.configs import describe_all
+
+    try:
+        LowRankConfig(parts=items)
+    except ValidationError as e:
+        lines = describe_all(e)
+    assert len(lines) == len(items) and all(line.startswith(f"parts.{i}: ") for i, line in enumerate(lines))

@@ -87,7 +87,11 @@ def changed(cfg: BaseModel, names: tuple[str, ...]) -> list[str]:
 
 
 def describe_all(error: ValidationError) -> list[str]:
-    return [describe(e) for e in error.errors()]
+    """`describe`'s lines, less the echoes: a list whose items were refused is also "too short" after validation,
+    without them (pydantic counts what passed), which says nothing the item's own line does not."""
+    errors = error.errors()
+    items = {tuple(e["loc"][:-1]) for e in errors if e["loc"] and isinstance(e["loc"][-1], int)}
+    return [describe(e) for e in errors if not (e["type"] == "too_short" and tuple(e["loc"]) in items)]
 
 
 def _options(annotation: Any) -> tuple:
