@@ -67,20 +67,31 @@ def test_the_demo_corpus_is_read_capped_by_a_seeded_sample_and_drawn_per_epoch(c
         load_data(DataConfig(unlabeled={"source": "demo:imdb-sentences", "max_texts": 300, "per_epoch": 400}))
 
 
-def test_targets_built_in_chunks_equal_those_built_at_once(trained_teacher, small_data, monkeypatch):
+def test_targets_built_in_chunks_equal_those_built_at_once(trained_teacher, small_data, monkeypatch, caplog,
+                                                           tmp_path):
     import dataclasses
+    import logging
 
     import edgepress.compress.kd as kd_module
     from edgepress.cache import built_array
+    from edgepress.logs import Pace
     from edgepress.models.evaluate import predict_outputs
 
     teacher, tokenizer = load_classifier(trained_teacher)
     texts = small_data.train.texts[:150]
     whole = predict_outputs(teacher, tokenizer, texts, 32)
     chunked = built_array("test-targets", {"texts": texts}, len(texts),
-                          lambda a, b: predict_outputs(teacher, tokenizer, texts[a:b], 32), chunk=7)
+                          lambda a, b, progress: predict_outputs(teacher, tokenizer, texts[a:b], 32), chunk=7)
     assert isinstance(chunked, np.memmap) and chunked.shape == whole.shape
     np.testing.assert_allclose(chunked, whole, atol=1e-5)  # other batches, the same logits
+    # one chunk (one call, its batches as they were) still says how far it has come, batch by batch
+    monkeypatch.setattr(Pace, "EVERY", 0.0)
+    with caplog.at_level(logging.INFO, logger="edgepress"):
+        built_array("test-targets", {"texts": texts, "built": str(tmp_path)}, len(texts), lambda a, b, progress:
+                    predict_outputs(teacher, tokenizer, texts[a:b], 32, batch_size=64, progress=progress),
+                    what="teacher targets")
+    assert [r.getMessage().split(",")[0] for r in caplog.records if "teacher targets" in r.getMessage()] == \
+        ["teacher targets: 64 of 150 texts", "teacher targets: 128 of 150 texts"]
     # a transfer set's targets are built so, and found again by the next stage, trial or run
     data = dataclasses.replace(small_data, unlabeled=small_data.test.texts[:40] + ("an unseen text",))
     calls = []

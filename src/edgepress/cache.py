@@ -56,12 +56,13 @@ def built_once(kind: str, key: dict, make: Callable[[], Any]) -> Any:
             return read_json(path)
 
 
-def built_array(kind: str, key: dict, n: int, rows: Callable[[int, int], Any], chunk: int = 65536,
-                what: str = "targets"):
-    """An (n, ...) float32 array of rows `rows(start, stop)` built chunk by chunk into a .npy file in the cache's
-    `kind` folder, once for `key` (content, as `built_once`'s), and read back memory-mapped: no more than one chunk
-    of it is ever in memory, however many rows it has. A progress line says how fast it goes (`what`). A set of up
-    to `chunk` rows is made in one call, as it was before chunks (the same batches: the same float bits)."""
+def built_array(kind: str, key: dict, n: int, rows: Callable[[int, int, Callable[[int], None]], Any],
+                chunk: int = 65536, what: str = "targets"):
+    """An (n, ...) float32 array of rows `rows(start, stop, progress)` built chunk by chunk into a .npy file in the
+    cache's `kind` folder, once for `key` (content, as `built_once`'s), and read back memory-mapped: no more than one
+    chunk of it is ever in memory, however many rows it has. A progress line says how fast it goes (`what`), fed by
+    `progress(rows of the chunk done)` as `rows` goes. A set of up to `chunk` rows is made in one call, as it was
+    before chunks (the same batches: the same float bits)."""
     import numpy as np
 
     from edgepress.logs import Pace
@@ -76,7 +77,8 @@ def built_array(kind: str, key: dict, n: int, rows: Callable[[int, int], Any], c
             with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
                 part = Path(tmp) / path.name
                 for start in range(0, n, chunk):
-                    block = np.asarray(rows(start, min(start + chunk, n)), np.float32)
+                    block = np.asarray(rows(start, min(start + chunk, n), lambda done, at=start: pace.advance(
+                        at + done)), np.float32)
                     if out is None:
                         out = np.lib.format.open_memmap(part, "w+", np.float32, (n, *block.shape[1:]))
                     out[start:start + len(block)] = block

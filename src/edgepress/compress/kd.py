@@ -130,8 +130,8 @@ def transfer_set(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[Te
     key = {"model": model_sha, "texts": texts_sha256(everything), "max_length": cfg.max_length,
            "torch": torch.__version__}
     with on_accelerator(model):
-        targets = built_array("targets", key, len(everything), lambda start, stop: predict_outputs(
-            model, tokenizer, everything[start:stop], cfg.max_length), what="teacher targets")
+        targets = built_array("targets", key, len(everything), lambda start, stop, progress: predict_outputs(
+            model, tokenizer, everything[start:stop], cfg.max_length, progress=progress), what="teacher targets")
     labels = np.concatenate([train.labels, argmax_rows(targets[len(train):])]).astype(np.int64)
     log.info("distillation targets: %d train examples, %d perturbed copies, %d unlabeled texts", len(train),
              len(texts) - len(data.unlabeled), len(data.unlabeled))
@@ -177,9 +177,10 @@ def word_targets(model_sha: str, model, tokenizer, train: TaggedSet, cfg) -> Row
     texts, labels = train.texts, model.config.num_labels
     width = max((len(words) for words in train.words), default=0)
 
-    def rows(start: int, stop: int) -> np.ndarray:
+    def rows(start: int, stop: int, progress) -> np.ndarray:
         out = np.full((stop - start, width, labels), np.nan, np.float32)
-        for i, row in enumerate(predict_word_logits(model, tokenizer, texts[start:stop], cfg.max_length)):
+        for i, row in enumerate(predict_word_logits(model, tokenizer, texts[start:stop], cfg.max_length,
+                                                    progress=progress)):
             out[i, :len(row)] = row.reshape(-1, labels)
         return out
 

@@ -41,9 +41,10 @@ def on_accelerator(model):
         model.to(where)
 
 
-def _batches(model, tokenizer, inputs: list, max_length: int, batch_size: int, **tokenizing):
+def _batches(model, tokenizer, inputs: list, max_length: int, batch_size: int, progress=None, **tokenizing):
     """(indices into `inputs`, the tokenized batch, the model's output as float32 numpy) for `inputs` in batches of
-    similar lengths (little padding), the model in eval mode under inference_mode (its mode restored after)."""
+    similar lengths (little padding), the model in eval mode under inference_mode (its mode restored after);
+    `progress(done)`, if given, after each batch."""
     import torch
 
     order = np.argsort([len(x) for x in inputs], kind="stable")
@@ -58,15 +59,18 @@ def _batches(model, tokenizer, inputs: list, max_length: int, batch_size: int, *
                                   return_tensors="pt", **tokenizing)
                 out = model(**forward_inputs(model, batch.to(device)))
                 yield chunk, batch, getattr(out, "logits", out).float().cpu().numpy()
+                if progress:
+                    progress(start + len(chunk))
     finally:
         model.train(was_training)
 
 
-def predict_outputs(model, tokenizer, texts: tuple[str, ...] | list[str], max_length: int, batch_size: int = 64):
+def predict_outputs(model, tokenizer, texts: tuple[str, ...] | list[str], max_length: int, batch_size: int = 64,
+                    progress=None):
     """The model's output per text as float32, in the order of `texts`: (n, num_labels) logits of a classifier,
-    (n, dim) vectors of a sentence encoder."""
+    (n, dim) vectors of a sentence encoder; `progress(texts done)` after each batch, if given."""
     outputs = None
-    for chunk, _, out in _batches(model, tokenizer, list(texts), max_length, batch_size):
+    for chunk, _, out in _batches(model, tokenizer, list(texts), max_length, batch_size, progress):
         outputs = np.empty((len(texts), out.shape[1]), dtype=np.float32) if outputs is None else outputs
         outputs[chunk] = out
     return np.zeros((0, model.config.num_labels), dtype=np.float32) if outputs is None else outputs
@@ -84,15 +88,16 @@ def evaluate_classifier(model, tokenizer, examples: TextSet, max_length: int) ->
 
 
 def predict_word_logits(model, tokenizer, texts: tuple[str, ...] | list[str], max_length: int,
-                        batch_size: int = 64) -> list[np.ndarray]:
+                        batch_size: int = 64, progress=None) -> list[np.ndarray]:
     """A token classifier's logits per word, (words, num_labels) float32 for each text, its words split on white
     space (a tagged sentence's words joined by spaces come back as they were), each word read at its first
-    sub-word; a word cut off by `max_length` gets NaN."""
+    sub-word; a word cut off by `max_length` gets NaN; `progress(texts done)` after each batch, if given."""
     from edgepress.device.feeds import first_subword_rows
 
     words = [text.split() for text in texts]
     out: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(texts)
-    for chunk, batch, logits in _batches(model, tokenizer, words, max_length, batch_size, is_split_into_words=True):
+    for chunk, batch, logits in _batches(model, tokenizer, words, max_length, batch_size, progress,
+                                         is_split_into_words=True):
         for row, i in enumerate(chunk):  # (batch, sequence, labels) -> (words, labels)
             out[i] = first_subword_rows(batch.word_ids(row), logits[row], len(words[i]), np.nan)
     return out
