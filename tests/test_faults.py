@@ -506,6 +506,47 @@ def _clear(*paths: Path) -> None:
 TEXTS = ("a fine film\u2028 after all", "dull\u2029 and long", "the plot\u0085 holds", "plain")
 
 
+def _field_values(value) -> dict[str, object]:
+    """name -> a value of another type or size for a config.json field holding `value`."""
+    found = {"null": None, "in a list": [value], "in a mapping": {"x": value}}
+    found |= {"as text": str(value)} if not isinstance(value, str) else {"a number": 7}
+    if isinstance(value, int) and not isinstance(value, bool):
+        found |= {"zero": 0, "negative": -1, "one more": value + 1}
+    return found
+
+
+# config.json fields that size a weight: any other value than the weights were saved with must be refused
+SHAPING = {"num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size", "max_position_embeddings",
+           "type_vocab_size"}
+
+
+@pytest.mark.parametrize("kind", ["torch", "onnx", "bundle"])
+def test_every_field_of_a_models_config_meets_its_bad_values_through_what_reads_it(kind, dirs, tmp_path):
+    """Each field of a model dir's config.json (whatever it holds: a classifier's, its ONNX dir's, its bundle's)
+    given values of other types and sizes, read by `evaluate` (the model loader, the label names, the tokenizer's
+    limits): exit 0, 2 or 3, never a traceback; in a torch dir, a field that sizes a weight, given another size, is
+    refused (weights that do not fit their config.json would make a model other than the one saved, silently)."""
+    good = dirs[kind]
+    config = {"id2label": {"0": "negative", "1": "positive"}, "label2id": {"negative": 0, "positive": 1},
+              **json.loads((good / "config.json").read_text())}  # the label names too, where none were saved
+    problems = []
+    for field, value in config.items():
+        for name, bad in _field_values(value).items():
+            case_dir = tmp_path / "case"
+            shutil.copytree(good, case_dir, symlinks=True)
+            (case_dir / "config.json").write_text(json.dumps({**config, field: bad}))
+            before = snapshot(case_dir, dirs["data"])
+            result = invoke("evaluate", case_dir, "--data", dirs["data"], *(("--max-length", 32) if kind != "bundle"
+                                                                            else ()))
+            COUNTS["evaluate", f"{kind} config.json field values"] += 1
+            shaping = kind == "torch" and field in SHAPING and isinstance(bad, int) and bad != value
+            problems.append(judge(result, f"evaluate {kind} config.json {field}: {name}",
+                                  ("config.json", str(case_dir)), refused=shaping, inputs=before))
+            _clear(case_dir)
+    problems = [p for p in problems if p]
+    assert not problems, failed(problems)
+
+
 @pytest.mark.parametrize("end", ["\n", "\r\n", "\r"], ids=["LF", "CRLF", "CR"])
 def test_every_text_reader_ends_a_line_at_a_line_end_only(end, dirs, tmp_path, movie_data):
     """`\\n`, `\\r\\n` and `\\r` end a line; U+2028, U+2029 and U+0085 inside a line are text: the bundle's

@@ -71,7 +71,8 @@ def test_a_head_pruned_dir_reloads_exactly_through_edgepress_and_not_through_pla
         AutoModelForSequenceClassification.from_pretrained(src)
 
 
-@pytest.mark.parametrize("record", [{"2": [0]}, {"0": [0, 1, 2, 3]}, {"0": [7]}, {"0": "all"}, ["0"]])
+@pytest.mark.parametrize("record", [{"2": [0]}, {"0": [0, 1, 2, 3]}, {"0": [7]}, {"0": "all"}, ["0"], {"0": "12"},
+                                    {"0": [1.5]}, {"0": [True]}, {"0": 1}, {"0": None}])
 def test_a_pruned_heads_record_that_does_not_fit_the_model_is_a_model_error(record, tmp_path, tokenizer):
     src = save(tiny_bert(tokenizer, num_attention_heads=4), tokenizer, tmp_path / "m")
     config = json.loads((src / "config.json").read_text())

@@ -63,3 +63,18 @@ def read_bundle(bundle: Path) -> tuple[dict, dict]:
         raise ModelError(f"{bundle} is not a model bundle: missing {', '.join(missing)}. Fix: point at the final/ "
                          f"dir of a run, a dir written by `edgepress bundle`, or one written by `edgepress export`")
     return json_object(bundle / "config.json"), manifest
+
+
+def label_names(config: dict, where: Path) -> dict[int, str]:
+    """config.json's id2label as {output row: label name} (empty where it has none); one that is not a mapping of
+    whole numbers to names is a ModelError naming it."""
+    given = config.get("id2label", {})
+    try:
+        names = {int(row): name for row, name in given.items()} if isinstance(given, dict) else None
+    except ValueError:
+        names = None
+    if names is None or not all(isinstance(name, str) for name in names.values()):
+        raise ModelError(f"{where}/config.json: id2label must map each output row's number to its label's name, e.g. "
+                         f"{{\"0\": \"negative\", \"1\": \"positive\"}}; got {str(given)[:120]}. Fix: export the model "
+                         f"again with `edgepress export` (which writes the names), or correct id2label")
+    return names

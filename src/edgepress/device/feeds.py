@@ -20,15 +20,30 @@ def position_pad(config: dict) -> int | None:
     """The token id a model's positions count from (RoBERTa-style: they start at it + 1 and skip it), or None where
     positions are simply 0, 1, 2, ..."""
     kind = config.get("model_type")
+    if not isinstance(kind, str | None):
+        raise ModelError(f"config.json: model_type must be text, e.g. \"bert\"; got {kind!r}. Fix: restore the "
+                         f"config.json saved with the model")
     if kind in OFFSET_POSITIONS:
-        return int(config.get("pad_token_id", 1))
+        return _whole(config, "pad_token_id", 1, 0)
     return FIXED_POSITION_PAD.get(kind)
 
 
 def position_limit(config: dict) -> int:
-    """The longest token sequence a model's config.json allows."""
+    """The longest token sequence a model's config.json allows (at least one token: a config.json that allows none
+    is a ModelError)."""
     pad = position_pad(config)
-    return int(config.get("max_position_embeddings", 512)) - (0 if pad is None else pad + 1)
+    offset = 0 if pad is None else pad + 1
+    return _whole(config, "max_position_embeddings", 512, offset + 1) - offset
+
+
+def _whole(config: dict, field: str, default: int, least: int) -> int:
+    """config.json's `field` (`default` where it is not given), a whole number of at least `least`, or a ModelError
+    naming it."""
+    value = config.get(field, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ModelError(f"config.json: {field} must be a whole number of at least {least}; got {value!r}. Fix: "
+                         f"restore the config.json saved with the model")
+    return value
 
 
 def _pad_token(directory: Path, tokenizer) -> str:

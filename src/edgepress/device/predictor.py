@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .bundle import model_file, read_bundle
+from .bundle import label_names, model_file, read_bundle
 from .entities import AGGREGATIONS, find_entities
 from .errors import ConfigError, DataError, ModelError
 from .feeds import (
@@ -75,7 +75,7 @@ class Predictor:
         if self.output == "logits" and "id2label" not in config:
             raise ModelError(f"{self.bundle}/config.json has no id2label. Fix: export it again with `edgepress "
                              f"export` (which writes the names), or add id2label to config.json")
-        self.id2label = {int(k): v for k, v in config.get("id2label", {}).items()}
+        self.id2label = label_names(config, self.bundle)
         self.tokenizer = load_tokenizer(self.bundle, self.max_length)
         self.input_names = tuple(i.name for i in self.session.get_inputs())
 

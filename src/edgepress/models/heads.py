@@ -20,8 +20,15 @@ def pruned_heads(config) -> dict[int, list[int]]:
                          f"it knows ({', '.join(sorted(ARCHS))}), not {config.model_type}. Fix: remove "
                          f"pruned_heads from config.json if no head was removed")
     heads, layers = getattr(config, arch.heads_key), getattr(config, arch.depth_key)
+
+    def heads_of(removed) -> list[int]:  # whole numbers in a list, as JSON writes them: no "12" read as 1 and 2
+        if not isinstance(removed, list | tuple) or any(isinstance(h, bool) or not isinstance(h, int)
+                                                        for h in removed):
+            raise TypeError(removed)
+        return sorted(set(removed))
+
     try:
-        pruned = {int(layer): sorted({int(h) for h in removed}) for layer, removed in record.items() if removed}
+        pruned = {int(layer): heads_of(removed) for layer, removed in record.items() if removed not in ([], ())}
     except (AttributeError, TypeError, ValueError):
         pruned = None
     if pruned is None or any(not 0 <= layer < layers or not set(removed) < set(range(heads))

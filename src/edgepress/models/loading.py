@@ -79,12 +79,14 @@ def model_dir_problems(path: Path) -> list[str]:
 
 def check_model_dir(path: Path) -> None:
     """Raise `ModelError` with a line per problem unless `path` is a loadable classifier dir (an AccessDenied for a
-    file in it the system will not let edgepress read)."""
+    file in it the system will not let edgepress read), its config.json a JSON object (before anything, a tokenizer
+    among them, reads it and blames itself)."""
     check_readable(path)
     problems = model_dir_problems(path)
     if problems:
         lines = "\n".join(f"  ✗ {p}" for p in problems)
         raise ModelError(f"{path} is not a Hugging Face model directory:\n{lines}\n{FIX_DIR}")
+    read_model_config(path)
 
 
 def read_model_config(path: Path) -> dict:
@@ -100,7 +102,13 @@ def label2id_of(path: Path, torch_weights: bool = True) -> dict[str, int]:
     config = read_model_config(path)
     if "label2id" not in config:
         return {f"LABEL_{i}": i for i in range(config.get("num_labels", 2))}  # transformers' default naming
-    label2id = {name: int(i) for name, i in config["label2id"].items()}
+    given = config["label2id"]
+    if not isinstance(given, dict) or not all(isinstance(i, int) and not isinstance(i, bool) or
+                                              isinstance(i, str) and i.isdigit() for i in given.values()):
+        raise ModelError(f"{path}/config.json: label2id must map each label name to its id, a whole number; got "
+                         f"{str(given)[:120]}. Fix: write it as {{name: id}} for ids 0 to num_labels - 1, as "
+                         f"id2label has them (or remove label2id: transformers rebuilds it from id2label)")
+    label2id = {str(name): int(i) for name, i in given.items()}
     if sorted(label2id.values()) != list(range(len(label2id))):  # each id is a row of the classifier's output
         raise ModelError(f"{path}/config.json: label2id must number its {len(label2id)} labels 0 to "
                          f"{len(label2id) - 1}, each once; got {label2id}. Fix: renumber label2id and id2label "
@@ -170,18 +178,35 @@ def _load_rebuilt(path: Path, files: list[Path], auto_class, **overrides):
     return model, {"missing_keys": missing}
 
 
+# config.json fields that count something a model has at least one of (BERT's names, DistilBERT's, ALBERT-style
+# embedding_size): 0 or fewer builds a model that fails at its first text, far from the field
+SIZES = ("hidden_size", "intermediate_size", "vocab_size", "num_hidden_layers", "num_attention_heads", "dim",
+         "hidden_dim", "n_layers", "n_heads", "embedding_size")
+
+
+def check_sizes(path: Path, config: dict) -> None:
+    """Each of `SIZES` that config.json gives (as a whole number: transformers checks the types) is at least 1."""
+    for field in SIZES:
+        value = config.get(field)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise ModelError(f"{path}/config.json: {field} must be at least 1; got {value}. Fix: restore the value "
+                             f"the model was saved with")
+
+
 def load_pretrained(path: Path, auto_class: str, **overrides):
     """(model, tokenizer, loading info) of the HF model dir `path`, built by transformers' `auto_class`
     (AutoModelForSequenceClassification, AutoModel): checked whole first, refused when it asks for code from
     outside transformers, safetensors preferred; every failure a ModelError naming the fix. `overrides`: fields set
     over its config.json (a fresh head's num_labels and label names)."""
     import transformers
+    from huggingface_hub.errors import StrictDataclassError
     from safetensors import SafetensorError
 
     path, auto = Path(path), getattr(transformers, auto_class)
     check_model_dir(path)
     config = read_model_config(path)
     check_no_remote_code(path, config)
+    check_sizes(path, config)
     files = safetensors_files(path)  # refuses an index that names weight files outside the dir
     try:
         if config.get("pruned_heads") or config.get(WIDTH_RECORD) is not None or config.get(LOWRANK_RECORD):
@@ -192,12 +217,18 @@ def load_pretrained(path: Path, auto_class: str, **overrides):
     except SafetensorError as e:
         raise ModelError(f"{path}: the weights file is corrupt or truncated ({e}). Fix: copy or save the model "
                          f"again (model.save_pretrained(DIR))") from None
-    except (OSError, ValueError, KeyError, RuntimeError) as e:  # RuntimeError: weights whose shapes do not fit
+    # RuntimeError: weights whose shapes do not fit; the others: config.json values of a type or size transformers
+    # cannot build a model from ("384" for hidden_size, a list for id2label, 0 heads: a division by zero)
+    except (OSError, ValueError, LookupError, RuntimeError, TypeError, AttributeError, ArithmeticError,
+            StrictDataclassError) as e:
         if "ignore_mismatched_sizes" in str(e):  # transformers' words for weights of other shapes than the config's
             raise ModelError(f"{path}: weights of other shapes than its config.json builds. {FIX_RECORDS}") from None
         what = {"AutoModelForSequenceClassification": "a sequence classifier",
                 "AutoModelForTokenClassification": "a token classifier"}.get(auto_class, "an encoder")
-        raise ModelError(f"{path} could not be loaded as {what}: {e}\n{FIX_DIR}") from None
+        fix = FIX_DIR if isinstance(e, OSError | ValueError | KeyError | RuntimeError) else (
+            "Fix: give config.json's fields the values and types the model was saved with (model.save_pretrained(DIR) "
+            "writes them)")
+        raise ModelError(f"{path} could not be loaded as {what}: {e}\n{fix}") from None
     return model, load_hf_tokenizer(path), info
 
 
@@ -243,10 +274,12 @@ def load_classifier(path: str | Path, auto: str | None = None):
                     else "AutoModelForSequenceClassification")
     tokens = auto == "AutoModelForTokenClassification"
     model, tokenizer, info = load_pretrained(path, auto)
-    inside = [name for name in info["missing_keys"] if name.startswith(f"{model.base_model_prefix}.")]
-    if inside:  # the encoder's own weights, not the head's
-        raise ModelError(f"{path}: weights that do not fit its config.json (missing: {', '.join(sorted(inside)[:3])})."
-                         f" {FIX_RECORDS}")
+    prefix = f"{model.base_model_prefix}."  # the encoder's own weights, not the head's (the rebuilt: no unexpected)
+    inside = {kind: sorted(name for name in info.get(f"{kind}_keys", ()) if name.startswith(prefix))
+              for kind in ("missing", "unexpected")}
+    if inside["missing"] or inside["unexpected"]:  # (unexpected: more layers in the weights than config.json has)
+        names = "; ".join(f"{kind}: {', '.join(names[:3])}" for kind, names in inside.items() if names)
+        raise ModelError(f"{path}: weights that do not fit its config.json ({names}). {FIX_RECORDS}")
     if info["missing_keys"]:
         raise ModelError(
             f"{path} has no trained classification head (missing: {', '.join(sorted(info['missing_keys'])[:4])}). "
