@@ -180,6 +180,11 @@ def test_a_run_times_its_shapes_as_the_int8_stage_after_it_will_ship_them(tmp_pa
     result = invoke("validate", _config(tmp_path / "q.yaml", tmp_path / "factored", data, stages[:1]))
     assert result.exit_code == 2 and "no whole Linear at ffn_in, ffn_out left to factor" in result.output, \
         result.output
+    for method in ("heads", "ffn", "width"):  # the cuts of whole Linears refuse it there too, not after training
+        cut = [{"name": "cut", "method": method, "params": {"epochs": 1}}]
+        result = invoke("validate", _config(tmp_path / f"{method}.yaml", tmp_path / "factored", data, cut))
+        assert result.exit_code == 2 and "has Linears factored by lowrank (config.json's lowrank_ranks); " \
+            f"{method} cuts a model whose Linears and word table are whole" in result.output, result.output
 
 
 def test_validate_refuses_a_part_that_two_lowrank_stages_would_factor(tmp_path, tiny_model_dir, movie_data):

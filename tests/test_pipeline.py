@@ -57,8 +57,8 @@ def test_stage_order_and_names_are_checked():
     with pytest.raises(ValueError, match=r"stage names must be unique; repeated: e"):
         PipelineConfig.model_validate({"stages": [{"name": "e", "method": "export"}, {"name": "e", "method": "fp16"}]})
     # a fallback that cuts whole Linears after lowrank's factors: refused before anything trains
-    with pytest.raises(ValueError, match=r"stage 'f' \(width\) cuts whole Linears, which stage 'r' stored as factors "
-                                         r"before it. Fix: put stage 'r' after it"):
+    with pytest.raises(ValueError, match=r"stage 'f' \(width\) cuts a model whose Linears and word table are whole; "
+                                         r"stage 'r' stores some as factors before it. Fix: put stage 'r' after it"):
         PipelineConfig.model_validate({"stages": [
             {"name": "r", "method": "lowrank"},
             {"name": "f", "method": "ffn", "on_fail": {"fallback": [{"method": "width"}]}}]})

@@ -24,7 +24,7 @@ import logging
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -81,15 +81,21 @@ class _Pruning(Recovery):
 class HeadsConfig(_Pruning):
     """The `heads` method: keep the `keep` most important attention heads of every layer."""
 
+    what: ClassVar[str] = "heads"
+
 
 class FfnConfig(_Pruning):
     """The `ffn` method: keep the `keep` most important FFN neurons of every layer (the same number in each)."""
+
+    what: ClassVar[str] = "ffn"
 
 
 class WidthConfig(_Pruning):
     """The `width` method: keep the `keep` most important dimensions of the hidden state (the residual stream:
     embeddings, every layer's input and output projections and norms, the head's input), the heads and FFN as
     they are."""
+
+    what: ClassVar[str] = "width"
 
 
 BASELINE = "baseline"  # `teacher: baseline`: the run's baseline dir goes in its place (`fill_teacher`)
@@ -104,9 +110,12 @@ def check_structured(model, tokenizer, cfg: Recovery, task) -> None:
     """The pre-run check of the methods that cut and recover (heads, ffn, width, lowrank): the model's layers are
     ones they can cut, a `teacher` dir exists and is one whose outputs can teach the model of `task`
     (`task.check_teacher`: a classifier's with its labels, a sentence encoder's), and a recovery the task's models
-    take (`task.check_recovery`: its hidden-state loss)."""
+    take (`task.check_recovery`: its hidden-state loss); for heads, ffn and width, a model they can cut
+    (`_prunable`: its Linears whole, its heads not pruned before)."""
     arch_of(encoder_of(model))
     task.check_recovery(cfg)
+    if isinstance(cfg, _Pruning):
+        _prunable(encoder_of(model), "the model", cfg.what)
     if cfg.teacher is None or str(cfg.teacher) == BASELINE:
         return
     if not cfg.teacher.exists():
@@ -121,7 +130,6 @@ def check_width(model, tokenizer, cfg: WidthConfig, task) -> None:
     from edgepress.models.width import hidden_parts
 
     check_structured(model, tokenizer, cfg, task)
-    _prunable(model, "the model", "width")
     hidden_parts(model)
 
 
@@ -316,12 +324,16 @@ def _hidden_state_loss(model, tokenizer, teacher, words, cfg: Recovery) -> Calla
 def _prunable(model, src: Path | str, what: str) -> None:
     """Refuse, before any work, an architecture edgepress cannot prune, heads pruned twice (a width narrowed twice:
     `models.width.hidden_parts`) and a model whose Linears lowrank factored."""
-    from edgepress.models.lowrank import recorded_ranks
+    from edgepress.models.lowrank import is_factored_table, recorded_ranks
 
     arch_of(model)
-    if recorded_ranks(model.config):
-        raise ConfigError(f"{src} has Linears factored by lowrank; {what} cuts a model whose Linears are whole. Fix: "
-                          f"put lowrank after heads, ffn and width")
+    factored = recorded_ranks(model.config)
+    if factored:
+        which = "its word table" if len(factored) == 1 and is_factored_table(model.get_input_embeddings()) \
+            else "Linears"
+        raise ConfigError(f"{src} has {which} factored by lowrank (config.json's lowrank_ranks); {what} cuts a "
+                          f"model whose Linears and word table are whole. Fix: put lowrank after heads, ffn and "
+                          f"width")
     if what == "heads" and getattr(model.config, "pruned_heads", None):
         raise ConfigError(f"{src} already had heads pruned ({model.config.pruned_heads}); structured pruning "
                           f"takes a model with all its heads. Fix: run heads and ffn once each, on the distilled "

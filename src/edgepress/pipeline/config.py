@@ -276,8 +276,9 @@ def stage_order_problems(stages: list[StageConfig]) -> list[str]:
     for stage in stages:
         for method, params in stage.attempts:
             if factored and METHODS[method].cuts_whole:
-                problems.append(f"stage '{stage.name}' ({method}) cuts whole Linears, which stage '{factored}' "
-                                f"stored as factors before it. Fix: put stage '{factored}' after it")
+                problems.append(f"stage '{stage.name}' ({method}) cuts a model whose Linears and word table are "
+                                f"whole; stage '{factored}' stores some as factors before it. Fix: put stage "
+                                f"'{factored}' after it")
             again = [part for part in _factored_parts(method, params) if parts.get(part, stage.name) != stage.name]
             if again:
                 problems.append(f"stage '{stage.name}' ({method}) would factor again {', '.join(again)}, which stage "
@@ -439,7 +440,8 @@ def load_config(path: str | Path) -> PipelineConfig:
                           f"examples/ and the README)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must be a mapping with model, data, runtime and stages (it holds a "
-                          f"{type(data).__name__}). Fix: write it as `key: value` lines (see examples/demo.yaml)")
+                          f"{type(data).__name__}). Fix: write it as `key: value` lines (`edgepress init` writes one "
+                          f"to start from)")
     if is_search(data):
         sections = ", ".join(key for key in SEARCH_SECTIONS if key in data)
         raise ConfigError(f"{path} is a search config ({sections}, no stages): a search writes the pipelines itself. "
