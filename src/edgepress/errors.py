@@ -22,7 +22,10 @@ __all__ = ["AccessDenied", "ConfigError", "DataError", "EdgepressError", "Export
 
 def missing(path: str | Path) -> str:
     """'X does not exist', and for a relative path where it was looked for: paths (a config's too) are read from
-    the directory edgepress runs in, not from the config's own."""
+    the directory edgepress runs in, not from the config's own. A `demo:` name is no path: it names no demo
+    there."""
+    if str(path).startswith("demo:"):
+        return f"{path} does not exist: no demo of this kind has that name"
     where = "" if Path(path).expanduser().is_absolute() else f" in {Path.cwd()} (a relative path is read from the " \
         "directory edgepress runs in)"
     return f"{path} does not exist{where}"
