@@ -557,6 +557,15 @@ def test_duplicate_yaml_keys_are_an_error(tmp_path):
     assert result.exit_code == 2 and "key 'threads' appears twice in one mapping (first on line 3)" in result.output
 
 
+def test_a_yaml_merge_is_taken_and_the_keys_beside_it_win():
+    from edgepress.pipeline.config import _UniqueKeyLoader
+
+    text = "a: &c {epochs: 1, lr: 2e-5}\nb: {<<: *c, epochs: 2}\nc: {<<: [*c], lr: 1, lr: 2}\n"
+    with pytest.raises(yaml.constructor.ConstructorError, match="key 'lr' appears twice"):  # beside it: still once
+        yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    assert yaml.load(text.rsplit("c:", 1)[0], Loader=_UniqueKeyLoader)["b"] == {"epochs": 2, "lr": 2e-5}  # noqa: S506
+
+
 def test_device_cuda_without_a_gpu_fails_before_anything_runs(tmp_path, tiny_model_dir):
     if has_cuda():
         pytest.skip("this machine has a GPU")

@@ -358,11 +358,14 @@ def check_method(method: str, params: dict[str, Any]) -> None:
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, but a key written twice in one mapping is an error (PyYAML keeps the last)."""
+    """PyYAML's safe loader, but a key written twice in one mapping is an error (PyYAML keeps the last). A merge
+    (`<<: *anchor`) is YAML's own: the keys written beside it win over the merged ones."""
 
     def construct_mapping(self, node, deep=False):
         seen = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # the safe loader's flatten_mapping takes it
+                continue
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, Hashable) and key in seen:
                 raise yaml.constructor.ConstructorError(
