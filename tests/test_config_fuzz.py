@@ -69,3 +69,18 @@ def test_a_list_of_refused_items_says_each_item_once_and_nothing_about_its_lengt
     except ValidationError as e:
         lines = describe_all(e)
     assert len(lines) == len(items) and all(line.startswith(f"parts.{i}: ") for i, line in enumerate(lines))
+
+
+def test_every_true_or_false_field_refuses_numbers_and_text():
+    """Each field of every method's params that takes only true or false (found from the configs, not listed) is
+    refused 1, 0.0, "yes" and "false" (pydantic would read them as booleans), its line naming the fix."""
+    from edgepress.configs import _boolean, validated
+
+    fields = [(method, name) for method, entry in METHODS.items()
+              for name, field in entry.config.model_fields.items() if _boolean(field.annotation)]
+    assert len(fields) >= 5  # only_where_faster, per_channel, ...
+    for method, name in fields:
+        for value in (1, 0.0, "yes", "false"):
+            problems = validated(METHODS[method].config, {name: value})[1]
+            assert f"{name}: should be true or false: got {value!r}. Fix: write true or false, unquoted" in \
+                problems, (method, name, value, problems)

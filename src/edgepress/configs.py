@@ -109,6 +109,12 @@ def _numeric(annotation: Any) -> bool:
     return bool(set(options) & {int, float}) and bool not in options
 
 
+def _boolean(annotation: Any) -> bool:
+    """The field takes true or false, and no number or text."""
+    options = _options(annotation)
+    return bool in options and not set(options) & {int, float, str}
+
+
 def _numeric_items(annotation: Any) -> bool:
     """The field takes a list of numbers."""
     return any(get_origin(o) in (list, tuple) and get_args(o) and _numeric(get_args(o)[0])
@@ -128,7 +134,8 @@ def _list_of_models(annotation: Any) -> type[BaseModel] | None:
 
 def not_numbers(cls: type[BaseModel], data: dict[str, Any], prefix: str = "") -> list[str]:
     """Lines for every true/false or text given where only a number belongs (pydantic reads `epochs: true` as 1
-    epoch and `epochs: "1"` as 1)."""
+    epoch and `epochs: "1"` as 1), and every number or text where only true or false does (it reads `"yes"` and 1
+    as true)."""
     lines = []
     for name, value in data.items():
         field = cls.model_fields.get(name)
@@ -138,6 +145,9 @@ def not_numbers(cls: type[BaseModel], data: dict[str, Any], prefix: str = "") ->
             lines.append(f"{prefix}{name}: should be a number, not true or false: got {str(value).lower()}")
         elif isinstance(value, str) and _numeric(field.annotation) and str not in _options(field.annotation):
             lines.append(f"{prefix}{name}: should be a number, not text: got {value!r}. Fix: write it unquoted")
+        elif isinstance(value, str | int | float) and not isinstance(value, bool) and _boolean(field.annotation):
+            lines.append(f"{prefix}{name}: should be true or false: got {value!r}. Fix: write true or false, "
+                         f"unquoted")
         elif isinstance(value, list) and _numeric_items(field.annotation):
             lines += [f"{prefix}{name}.{i}: should be a number, not "
                       f"{'true or false' if isinstance(item, bool) else 'text'}: got {item!r}"
