@@ -66,9 +66,14 @@ FIX = ("Fix: give each field above a value it takes (docs/reference/ lists every
        "`edgepress schema` gives them to an editor)")
 
 
+# the start of a tagged union's tags: the form a field is written in, which is no key of the YAML and is left out
+# of the place an error names (data.unlabeled.max_texts, not data.unlabeled.form:mapping.max_texts)
+FORM = "form:"
+
+
 def describe(error: dict) -> str:
     """One line for one pydantic error: where, what is wrong, and the value given when it is short."""
-    where = ".".join(str(part) for part in error["loc"])
+    where = ".".join(str(part) for part in error["loc"] if not str(part).startswith(FORM))
     if error["type"] == "extra_forbidden":
         return f"{where}: unknown key (check its spelling; docs/reference/ lists the keys each section takes)"
     message = PLAIN_WORDS.get(error["type"], error["msg"].removeprefix("Value error, "))

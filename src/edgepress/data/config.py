@@ -4,7 +4,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-from edgepress.configs import PathText, Seed, TextCount
+from edgepress.configs import FORM, PathText, Seed, TextCount
 
 DEMO_SOURCE = "demo:movie-snippets"
 # names a fidelity set may not take: the splits, and typos (the test split with typos, measured in every run)
@@ -55,10 +55,10 @@ class UnlabeledConfig(BaseModel):
 def _unlabeled_kind(value) -> str:
     """Which form data.unlabeled is written in: a mapping is the whole config, anything else the source alone (so
     that an error names what is wrong with the form used, not with both)."""
-    return "config" if isinstance(value, dict | UnlabeledConfig) else "source"
+    return f"{FORM}mapping" if isinstance(value, dict | UnlabeledConfig) else f"{FORM}text"
 
 
-Unlabeled = Annotated[Annotated[str, Tag("source")] | Annotated[UnlabeledConfig, Tag("config")],
+Unlabeled = Annotated[Annotated[str, Tag(f"{FORM}text")] | Annotated[UnlabeledConfig, Tag(f"{FORM}mapping")],
                       Discriminator(_unlabeled_kind)]
 
 
