@@ -154,14 +154,17 @@ def _load_rebuilt(path: Path, files: list[Path], auto_class, **overrides):
     config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     for key, value in overrides.items():
         setattr(config, key, value)
-    removed, width, ranks = pruned_heads(config), recorded_width(config), recorded_ranks(config)
-    if width is not None:
-        delattr(config, WIDTH_RECORD)  # set again by `narrow`
-    model = auto_class.from_config(config)
-    remove_heads(model, removed)
-    if width is not None:
-        narrow(model, list(range(width)))  # the shapes; the weights come next
-    rebuild(model, ranks)
+    try:  # the records' own refusals name config.json; here it is said whose
+        removed, width, ranks = pruned_heads(config), recorded_width(config), recorded_ranks(config)
+        if width is not None:
+            delattr(config, WIDTH_RECORD)  # set again by `narrow`
+        model = auto_class.from_config(config)
+        remove_heads(model, removed)
+        if width is not None:
+            narrow(model, list(range(width)))  # the shapes; the weights come next
+        rebuild(model, ranks)
+    except ModelError as e:
+        raise ModelError(f"{path}/{e}" if str(e).startswith("config.json") else str(e)) from None
     state, shapes = {}, {name: tensor.shape for name, tensor in model.state_dict().items()}
     for file in files:
         state.update(load_file(str(file)))
