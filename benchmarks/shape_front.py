@@ -7,9 +7,9 @@ what they keep (that needs each one trained: `edgepress search`).
     .venv/bin/python benchmarks/shape_front.py [--encoder minilm|mpnet] [--threads 2] [--out FILE.json]
 
 minilm: the demo teacher's architecture (all-MiniLM-L6-v2, 6 x 384, FFN 1536), with today's demo search winner
-(4 layers, FFN 1/2, int8) and the hand-made demo (3 layers) among the shapes; mpnet: the base teacher's
-(all-mpnet-base-v2, 12 x 768, FFN 3072). Writes FILE.json and prints the table, fastest first, with each shape's
-speed over the first shape (the reference).
+(4 layers, FFN 1/2, int8) and the hand-made demo's (3 layers, heads 1/2, FFN 1/4) among the shapes; mpnet: the base
+teacher's (all-mpnet-base-v2, 12 x 768, FFN 3072). Writes FILE.json and prints the table, fastest first, with each
+shape's speed over the first shape (the reference).
 """
 
 import argparse
@@ -31,7 +31,14 @@ SHAPES = {
                Shape(4, width_keep=0.75, ffn_keep=0.5), Shape(3, width_keep=0.5), Shape(3, width_keep=0.5,
                ffn_keep=0.5), Shape(6, width_keep=0.5, heads_keep=0.5, ffn_keep=0.5), Shape(6, rank_keep=0.25),
                Shape(4, rank_keep=0.25), Shape(4, ffn_keep=0.5, rank_keep=0.25),
-               Shape(6, width_keep=0.5, rank_keep=0.25)],
+               Shape(6, width_keep=0.5, rank_keep=0.25),
+               # the hand-made demo's shape (vocab pruning aside), and width shapes about as fast
+               Shape(3, heads_keep=0.5, ffn_keep=0.25), Shape(4, width_keep=0.5, ffn_keep=0.25),
+               Shape(4, width_keep=0.5, heads_keep=0.5, ffn_keep=0.5), Shape(3, width_keep=0.5, heads_keep=0.5,
+               ffn_keep=0.5), Shape(6, width_keep=0.5, heads_keep=0.5, ffn_keep=0.25),
+               # the gentler width with the other cuts: what reaches 1.5x without halving the width
+               Shape(4, width_keep=0.75, ffn_keep=0.5, rank_keep=0.25), Shape(4, width_keep=0.75, heads_keep=0.5,
+               ffn_keep=0.5), Shape(4, width_keep=0.75, ffn_keep=0.25), Shape(3, width_keep=0.75, ffn_keep=0.5)],
     "mpnet": [Shape(12), Shape(4), Shape(3), Shape(12, width_keep=0.5), Shape(6, width_keep=0.5),
               Shape(6, width_keep=0.5, ffn_keep=0.5), Shape(4, width_keep=0.5), Shape(6, rank_keep=0.25),
               Shape(4, ffn_keep=0.5, rank_keep=0.25)],
