@@ -147,7 +147,8 @@ def test_every_part_named_is_factored_without_the_timing_and_nothing_cuts_after_
     assert details["timing"] == {} and len(details["factored"]) == 6 and "history" in details
     model, _ = load_classifier(tmp_path / "l")
     assert model.bert.encoder.layer[1].attention.output.dense.rank == 16
-    with pytest.raises(ConfigError, match="factored by lowrank; ffn cuts a model whose Linears are whole"):
+    with pytest.raises(ConfigError, match=r"has Linears factored by lowrank \(config.json's lowrank_ranks\); ffn cuts "
+                                          r"a model whose Linears and word table are whole"):
         ffn(tmp_path / "l", tmp_path / "f", small_data, FfnConfig(epochs=1))
     assert not (tmp_path / "f").exists()
 
