@@ -347,7 +347,9 @@ def render_markdown(report: dict) -> str:
 
 
 def render_html(report: dict) -> str:
-    """A self-contained page: the stage table, the gates, and the plots as inline SVG."""
+    """A self-contained page: the stage table, the gates, and the plots as inline SVG. The plots are drawn once the
+    run has ended: a running run's page, rewritten after every stage, holds the table alone (drawing them took most
+    of a small run's reporting time)."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     from edgepress.pipeline.plots import stage_plots
@@ -362,7 +364,9 @@ def render_html(report: dict) -> str:
         row["speedup"] = speedup(row["m"], base["metrics"])
     sparse = [line.removeprefix("- ").replace("`", "") for line in _sparse_lines(report)]
     primary, second = columns(base["metrics"])
-    return env.get_template("report.html.j2").render(report=report, rows=rows, plots=stage_plots(report),
+    return env.get_template("report.html.j2").render(report=report, rows=rows,
+                                                     plots=stage_plots(report) if report["status"] != "running"
+                                                     else {},
                                                      primary=primary, second=second,
                                                      status=_status_line(report), data=data_line(report),
                                                      machine=machine_line(report), sparse=sparse, gate_text=gate_text,
