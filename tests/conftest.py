@@ -9,6 +9,20 @@ import pytest
 
 
 @pytest.fixture(scope="session", autouse=True)
+def one_click_command():
+    """typer's CliRunner builds the click command from the app on every invoke (a sixth of a `validate`, thousands of
+    times in the fault corpus); the app does not change within a session, so it is built once."""
+    import functools
+
+    import typer.main
+    import typer.testing
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(typer.testing, "_get_command", functools.cache(typer.main.get_command))
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def edgepress_cache(tmp_path_factory) -> Path:
     """A private cache for the session, unless EDGEPRESS_CACHE is set (then the real one is reused)."""
     if not os.environ.get("EDGEPRESS_CACHE"):

@@ -783,8 +783,9 @@ def test_a_search_on_a_sentence_encoder_is_judged_on_neighbour_overlap(sentence_
     body = yaml.safe_load(config.read_text())
     config.write_text(yaml.safe_dump({**body, "space": {**body["space"], "quantization": ["int8-dynamic", "qat"]}}))
     with pytest.raises(ConfigError, match=r"(?s)point\(s\) of the space cannot run:.*these methods are not built for "
-                                          r"embedding models yet"):
+                                          r"embedding models yet") as refused:
         check_search(load_search(config), build_teacher=False)
+    assert "quantization qat" in str(refused.value) and "None" not in str(refused.value)  # a point's fields set
 
 
 def test_vocab_shrinks_a_sentence_encoders_word_table_and_keeps_its_vectors(sentence_dir, movie_data, tmp_path):

@@ -18,7 +18,14 @@ from pydantic import BaseModel
 
 from edgepress.compress.distill import DistillConfig, check_student, distill
 from edgepress.compress.int4 import Int4Config, fill_int4, int4
-from edgepress.compress.lowrank import LowRankConfig, check_lowrank, fill_lowrank, later_int8, lowrank
+from edgepress.compress.lowrank import (
+    LowRankConfig,
+    check_lowrank,
+    factored_parts,
+    fill_lowrank,
+    later_int8,
+    lowrank,
+)
 from edgepress.compress.magnitude import LotteryConfig, MagnitudeConfig, check_sparse, lottery, magnitude
 from edgepress.compress.qat import QatConfig, export_qat, qat
 from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
@@ -96,7 +103,9 @@ class Method:
     # `reads_later(params, run)`: what it takes from the stages after it, part of the stage's reuse key
     reads_later: Callable[[dict, RunContext], dict] | None = None
     takes_task: bool = False  # its functions take the run's task (`task=`, edgepress.tasks): what differs per task
-    factors: bool = False  # it stores Linears as factors (lowrank): a method that cuts whole ones cannot follow it
+    # `factors(params)`: the parts of every layer it stores as factors (lowrank's `parts`); a method that cuts whole
+    # Linears cannot follow it, nor can another stage factor those parts again
+    factors: Callable[[dict], tuple[str, ...]] | None = None
     cuts_whole: bool = False  # it cuts rows and columns of whole Linears (heads, ffn, width)
     once: bool = False  # a model it cut cannot be cut by it again (heads, width): one stage of it per pipeline
 
@@ -112,6 +121,10 @@ class Method:
     def function(self, taken: str) -> Callable[..., dict]:
         """What runs this method on an artifact of kind `taken` (export's of a qat model: `export_qat`)."""
         return dict(self.runs_from).get(taken, self.run)
+
+    def factored(self, params: dict) -> tuple[str, ...]:
+        """The parts of every layer this method, given `params`, stores as factors (none for most)."""
+        return () if self.factors is None else self.factors(params)
 
     def filled(self, params: dict, run: RunContext) -> dict:
         """`params` with what this method takes from the run."""
@@ -172,7 +185,8 @@ METHODS: dict[str, Method] = {
     "lowrank": Method(LowRankConfig, lowrank, ("torch",), "torch",
                       "replace chosen Linears of every layer by the two thin factors of their truncated SVD where "
                       "that runs faster, then recover by distillation", inputs="splits", check=check_lowrank,
-                      fill=fill_lowrank, reads_later=later_int8, takes_task=True, factors=True),
+                      fill=fill_lowrank, reads_later=later_int8, takes_task=True,
+                      factors=factored_parts),
     "vocab": Method(VocabConfig, vocab_prune, ("torch",), "torch",
                     "drop the word-embedding rows of tokens the train split never uses (no training)",
                     inputs="splits", check=check_vocab, reads_test=True, takes_task=True),

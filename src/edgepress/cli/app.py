@@ -211,14 +211,15 @@ def validate(config: Annotated[Path, typer.Argument(parser=path, help="Pipeline 
     """Check a pipeline without running it: the config (every problem listed), then that the model loads, the data
     loads and fits the model's labels, and each provider asked for runs here. A search config: the same, for every
     point of its space. Exit 2 at the first problem."""
-    from edgepress.pipeline.config import is_search, load_config, read_yaml
+    from edgepress.pipeline.config import is_search, pipeline_config, read_yaml
     from edgepress.pipeline.gates import noisy_gates
     from edgepress.pipeline.inputs import check_inputs
 
-    if is_search(_call(read_yaml, config)):
-        _validate_search(config)
+    data = _call(read_yaml, config)
+    if is_search(data):
+        _validate_search(config, data)
         return
-    cfg = _call(load_config, config)
+    cfg = _call(pipeline_config, data, config)
     _, data = _call(check_inputs, cfg, build_teacher=False)
     sizes = ", ".join(f"{name} {n}" for name, n in data.manifest()["sizes"].items())
     out.print(f"{config}: valid ({len(cfg.stages)} stages: {', '.join(s.name for s in cfg.stages) or 'none'}; "
@@ -230,11 +231,11 @@ def validate(config: Annotated[Path, typer.Argument(parser=path, help="Pipeline 
         out.print(f"note: {line}", highlight=False, soft_wrap=True)
 
 
-def _validate_search(config: Path) -> None:
-    from edgepress.search.config import load_search
+def _validate_search(config: Path, data: Any) -> None:
+    from edgepress.search.config import search_config
     from edgepress.search.prepare import check_search, search_noise
 
-    cfg = _call(load_search, config)
+    cfg = _call(search_config, data, config)
     _, _, depth, space, data, task = _call(check_search, cfg, build_teacher=False)
     sizes = ", ".join(f"{name} {n}" for name, n in data.manifest()["sizes"].items())
     out.print(f"{config}: valid search ({len(space.points())} points, {len(space.shapes())} shapes, of a {depth}-layer "

@@ -54,6 +54,13 @@ class LowRankConfig(Recovery):
                                           "stage follows)")
 
 
+def factored_parts(params: dict) -> tuple[str, ...]:
+    """The parts a `lowrank` stage's params name (`parts`, or its default); other values name none here (the params'
+    own check refuses them)."""
+    named = params.get("parts", LowRankConfig.model_fields["parts"].default)
+    return tuple(named) if isinstance(named, list | tuple) else ()
+
+
 def later_int8(params: dict, run) -> dict:
     """What a `lowrank` stage takes from the stages after it (`RunContext.later`): whether an int8 stage follows, so
     that its shapes are timed as they will ship. Part of the stage's reuse key too."""

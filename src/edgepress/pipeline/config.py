@@ -257,15 +257,6 @@ def _methods(stage: StageConfig) -> list[str]:
     return [method for method, _ in stage.attempts]
 
 
-def _factored_parts(method: str, params: dict) -> tuple[str, ...]:
-    """The parts of every layer that a method storing Linears as factors (`Method.factors`) factors: its `parts`
-    param, or the default; none for any other method."""
-    if not METHODS[method].factors:
-        return ()
-    named = params.get("parts", METHODS[method].config.model_fields["parts"].default)
-    return tuple(named) if isinstance(named, list | tuple) else ()  # other values: the params' own check refuses
-
-
 def stage_order_problems(stages: list[StageConfig]) -> list[str]:
     """Each stage's method (and every fallback) must take what the stage before gives (registry kinds), and none
     that cuts whole Linears may follow one that factored them (`Method.cuts_whole`, `Method.factors`), and a method
@@ -279,11 +270,12 @@ def stage_order_problems(stages: list[StageConfig]) -> list[str]:
                 problems.append(f"stage '{stage.name}' ({method}) cuts a model whose Linears and word table are "
                                 f"whole; stage '{factored}' stores some as factors before it. Fix: put stage "
                                 f"'{factored}' after it")
-            again = [part for part in _factored_parts(method, params) if parts.get(part, stage.name) != stage.name]
+            factors = METHODS[method].factored(params)
+            again = [part for part in factors if parts.get(part, stage.name) != stage.name]
             if again:
                 problems.append(f"stage '{stage.name}' ({method}) would factor again {', '.join(again)}, which stage "
                                 f"'{parts[again[0]]}' factors before it. Fix: one {method} stage for each part")
-            parts.update({part: parts.get(part, stage.name) for part in _factored_parts(method, params)})
+            parts.update({part: parts.get(part, stage.name) for part in factors})
             if cut.get(method, stage.name) != stage.name:
                 problems.append(f"stage '{stage.name}' ({method}) would cut again what stage '{cut[method]}' cut: "
                                 f"{method} takes a model it has not cut. Fix: one {method} stage, with the keep you "
@@ -436,8 +428,11 @@ def is_search(data: Any) -> bool:
 
 def load_config(path: str | Path) -> PipelineConfig:
     """Read and check a pipeline YAML; every problem is listed in one ConfigError."""
-    path = Path(path)
-    data = read_yaml(path)
+    return pipeline_config(read_yaml(Path(path)), Path(path))
+
+
+def pipeline_config(data: Any, path: Path) -> PipelineConfig:
+    """Check what `read_yaml(path)` read as a pipeline config; every problem is listed in one ConfigError."""
     if data is None:
         raise ConfigError(f"{path} is empty. Fix: write at least the model, data and stages of a pipeline (see "
                           f"examples/ and the README)")

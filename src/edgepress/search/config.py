@@ -4,7 +4,7 @@ pipeline of the existing methods (`pipeline_for`): the search adds no method of 
 
 import itertools
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -204,6 +204,11 @@ class Space(BaseModel):
         return [{"transfer": n} for n in self.transfer] if self.transfer else [{}]
 
 
+def point_text(point: dict) -> str:
+    """A search point as messages name it: each field it sets, `field value`."""
+    return ", ".join(f"{key} {value}" for key, value in point.items() if value is not None)
+
+
 class SearchConfig(BaseModel):
     """A search: `edgepress search SEARCH.yaml --out SEARCH_DIR`."""
 
@@ -232,7 +237,11 @@ class SearchConfig(BaseModel):
 
 
 def load_search(path: str | Path) -> SearchConfig:
-    data = read_yaml(Path(path))
+    return search_config(read_yaml(Path(path)), Path(path))
+
+
+def search_config(data: Any, path: Path) -> SearchConfig:
+    """Check what `read_yaml(path)` read as a search config; every problem is listed in one ConfigError."""
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must be a mapping with model, data, runtime, constraints, objective and space "
                           f"(it holds {'nothing' if data is None else f'a {type(data).__name__}'}). Fix: write it as "
@@ -286,4 +295,4 @@ def pipeline_for(cfg: SearchConfig, depth: int, point: dict) -> PipelineConfig:
     return build(PipelineConfig, {"model": cfg.model, "data": data.model_dump(mode="json"),
                                   "runtime": cfg.runtime.model_dump(mode="json", exclude_none=True),
                                   "stages": [StageConfig.model_validate(s).model_dump(mode="json") for s in stages]},
-                 where=f"the pipeline of search point {point}")
+                 where=f"the pipeline of search point ({point_text(point)})")

@@ -17,7 +17,7 @@ from edgepress.errors import ConfigError, EdgepressError
 from edgepress.files import check_apart, check_owned, check_writable, read_json, write_json
 from edgepress.models.teacher import demo_depth
 from edgepress.pipeline.gates import drop_noise
-from edgepress.search.config import LAYERS, SearchConfig, Space, pipeline_for
+from edgepress.search.config import LAYERS, SearchConfig, Space, pipeline_for, point_text
 from edgepress.search.shapes import Shape, dominated, time_shapes
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def check_space(cfg: SearchConfig, loaded: tuple | None, depth: int, space, task
                 checked.add(training)
                 check_methods(pipeline, *loaded, task)
         except EdgepressError as e:
-            problems.append(f"point {point}: {e}")
+            problems.append(f"point ({point_text(point)}): {e}")
     if problems:
         shown = "\n".join(f"  ✗ {p}" for p in problems[:5])
         raise ConfigError(f"{len(problems)} point(s) of the space cannot run:\n{shown}\nFix: narrow the space "
