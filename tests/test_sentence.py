@@ -184,6 +184,34 @@ def test_a_config_field_that_loads_code_is_refused_in_a_sentence_dir_too(sentenc
         load_sentence_encoder(bad)
 
 
+def test_an_encoder_kept_in_a_subfolder_is_refused_by_every_command_with_its_fix(sentence_dir, tmp_path):
+    """The older sentence-transformers layout (the encoder's files in 0_Transformer/, not beside modules.json):
+    whatever command reads it says so, exit 2, no traceback."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from edgepress.cli.app import app
+
+    old = tmp_path / "old"
+    shutil.copytree(sentence_dir, old)
+    modules = json.loads((old / "modules.json").read_text())
+    encoder = old / "0_Transformer"
+    encoder.mkdir()
+    for file in old.iterdir():
+        if file.is_file() and file.name != "modules.json":
+            file.rename(encoder / file.name)
+    (old / "modules.json").write_text(json.dumps([{**modules[0], "path": "0_Transformer"}, *modules[1:]]))
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"model": str(old), "stages": [{"name": "e", "method": "export"}]}))
+    for args in (["validate", tmp_path / "p.yaml"], ["export", old, "--out", tmp_path / "onnx"],
+                 ["bench", old, "--runs", 2, "--warmup", 0]):
+        result = CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "400"})
+        assert result.exit_code == 2 and result.exception is None or isinstance(result.exception, SystemExit), \
+            result.output
+        assert "0_Transformer/" in result.output and "beside modules.json" in result.output, result.output
+        assert "Fix: " in result.output, result.output
+    assert not (tmp_path / "onnx").exists()
+
+
 def test_embedding_parity_fails_on_vectors_that_turned(sentence_onnx, movie_data):
     from edgepress.export.parity import ParityConfig, check_parity, input_names, ort_runner, real_feeds
     from edgepress.runtime.session import SessionConfig, open_session

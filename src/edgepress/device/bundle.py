@@ -32,6 +32,21 @@ def json_object(path: Path, fix: str = "Fix: export or bundle the model again") 
     return value
 
 
+def whole(value, least: int = 0) -> bool:
+    """`value` is a whole number of at least `least`, as JSON writes one (true and false are not numbers here)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def whole_field(config: dict, field: str, default: int | None, least: int, where: str = "config.json") -> int:
+    """config.json's `field` (`default` where it is not given), a whole number of at least `least`, or a ModelError
+    naming it (`where`: the file, as the message names it)."""
+    value = config.get(field, default)
+    if not whole(value, least):
+        raise ModelError(f"{where}: {field} must be a whole number of at least {least}; got {value!r}. Fix: restore "
+                         f"the config.json saved with the model")
+    return value
+
+
 def check_readable(directory: Path) -> None:
     """Every file of the model dir `directory` can be opened, and every dir in it listed: what the system refuses is
     an AccessDenied naming it, before a library reads it and reports the refusal as something else (a missing

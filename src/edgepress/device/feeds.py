@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .bundle import json_object
+from .bundle import json_object, whole_field
 from .errors import ConfigError, ModelError, access_denied
 
 PAD_CANDIDATES = ("[PAD]", "<pad>")
@@ -24,7 +24,7 @@ def position_pad(config: dict) -> int | None:
         raise ModelError(f"config.json: model_type must be text, e.g. \"bert\"; got {kind!r}. Fix: restore the "
                          f"config.json saved with the model")
     if kind in OFFSET_POSITIONS:
-        return _whole(config, "pad_token_id", 1, 0)
+        return whole_field(config, "pad_token_id", 1, 0)
     return FIXED_POSITION_PAD.get(kind)
 
 
@@ -33,17 +33,7 @@ def position_limit(config: dict) -> int:
     is a ModelError)."""
     pad = position_pad(config)
     offset = 0 if pad is None else pad + 1
-    return _whole(config, "max_position_embeddings", 512, offset + 1) - offset
-
-
-def _whole(config: dict, field: str, default: int, least: int) -> int:
-    """config.json's `field` (`default` where it is not given), a whole number of at least `least`, or a ModelError
-    naming it."""
-    value = config.get(field, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ModelError(f"config.json: {field} must be a whole number of at least {least}; got {value!r}. Fix: "
-                         f"restore the config.json saved with the model")
-    return value
+    return whole_field(config, "max_position_embeddings", 512, offset + 1) - offset
 
 
 def _pad_token(directory: Path, tokenizer) -> str:

@@ -6,6 +6,7 @@ hold. So edgepress shrinks those matrices itself (`prune_linear_layer`), records
 `config.json` as `pruned_heads` (`{"layer": [head, ...]}`, the original numbering, as transformers 4 wrote it),
 and rebuilds the shapes from that record before loading weights (`models.loading.load_classifier`)."""
 
+from edgepress.device.bundle import whole
 from edgepress.errors import ModelError
 from edgepress.models.arch import ARCHS, arch_for, arch_of, heads_of, keep_heads, layer_list
 
@@ -21,14 +22,13 @@ def pruned_heads(config) -> dict[int, list[int]]:
                          f"pruned_heads from config.json if no head was removed")
     heads, layers = getattr(config, arch.heads_key), getattr(config, arch.depth_key)
 
-    def heads_of(removed) -> list[int]:  # whole numbers in a list, as JSON writes them: no "12" read as 1 and 2
-        if not isinstance(removed, list | tuple) or any(isinstance(h, bool) or not isinstance(h, int)
-                                                        for h in removed):
+    def numbers(removed) -> list[int]:  # whole numbers in a list, as JSON writes them: no "12" read as 1 and 2
+        if not isinstance(removed, list | tuple) or not all(map(whole, removed)):
             raise TypeError(removed)
         return sorted(set(removed))
 
     try:
-        pruned = {int(layer): heads_of(removed) for layer, removed in record.items() if removed not in ([], ())}
+        pruned = {int(layer): numbers(removed) for layer, removed in record.items() if removed not in ([], ())}
     except (AttributeError, TypeError, ValueError):
         pruned = None
     if pruned is None or any(not 0 <= layer < layers or not set(removed) < set(range(heads))

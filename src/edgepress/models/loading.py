@@ -4,7 +4,7 @@ pickles."""
 import json
 from pathlib import Path
 
-from edgepress.device.bundle import check_readable, json_object, json_value
+from edgepress.device.bundle import check_readable, json_object, json_value, whole, whole_field
 from edgepress.errors import ModelError
 from edgepress.models.lowrank import RECORD as LOWRANK_RECORD
 from edgepress.models.width import RECORD as WIDTH_RECORD
@@ -77,34 +77,40 @@ def model_dir_problems(path: Path) -> list[str]:
     return problems
 
 
-def check_model_dir(path: Path) -> None:
+def check_model_dir(path: Path) -> dict:
     """Raise `ModelError` with a line per problem unless `path` is a loadable classifier dir (an AccessDenied for a
     file in it the system will not let edgepress read), its config.json a JSON object (before anything, a tokenizer
-    among them, reads it and blames itself)."""
+    among them, reads it and blames itself); return that object."""
     check_readable(path)
     problems = model_dir_problems(path)
     if problems:
         lines = "\n".join(f"  ✗ {p}" for p in problems)
         raise ModelError(f"{path} is not a Hugging Face model directory:\n{lines}\n{FIX_DIR}")
-    read_model_config(path)
+    return read_model_config(path)
 
 
 def read_model_config(path: Path) -> dict:
-    """The model dir's config.json as a dict; unreadable or not a JSON object is a ModelError."""
-    return json_object(Path(path) / "config.json", FIX_DIR)
+    """The model dir's config.json as a dict; unreadable or not a JSON object is a ModelError. A sentence-transformers
+    dir keeps its encoder's config.json beside modules.json: one that keeps it in a subfolder (as older
+    sentence-transformers saved it, e.g. 0_Transformer/) is refused here, by every command."""
+    path = Path(path)
+    if not (path / "config.json").exists() and (path / "modules.json").is_file():
+        raise ModelError(f"{path} is a sentence-transformers dir without config.json beside its modules.json: its "
+                         f"encoder is in a subfolder (as older sentence-transformers saved it, e.g. "
+                         f"0_Transformer/), which edgepress does not read. Fix: save it again with a current "
+                         f"sentence-transformers, SentenceTransformer(DIR).save(NEW_DIR), which keeps the encoder "
+                         f"beside modules.json")
+    return json_object(path / "config.json", FIX_DIR)
 
 
 def label2id_of(path: Path, torch_weights: bool = True) -> dict[str, int]:
     """The model's label names -> ids, from its config.json (of a torch model dir, checked whole, or with
     `torch_weights` off, of any dir with a config.json: an ONNX model dir, a bundle)."""
-    if torch_weights:
-        check_model_dir(path)
-    config = read_model_config(path)
+    config = check_model_dir(path) if torch_weights else read_model_config(path)
     if "label2id" not in config:
         return {f"LABEL_{i}": i for i in range(config.get("num_labels", 2))}  # transformers' default naming
     given = config["label2id"]
-    if not isinstance(given, dict) or not all(isinstance(i, int) and not isinstance(i, bool) or
-                                              isinstance(i, str) and i.isdigit() for i in given.values()):
+    if not isinstance(given, dict) or not all(whole(i) or isinstance(i, str) and i.isdigit() for i in given.values()):
         raise ModelError(f"{path}/config.json: label2id must map each label name to its id, a whole number; got "
                          f"{str(given)[:120]}. Fix: write it as {{name: id}} for ids 0 to num_labels - 1, as "
                          f"id2label has them (or remove label2id: transformers rebuilds it from id2label)")
@@ -188,12 +194,10 @@ SIZES = ("hidden_size", "intermediate_size", "vocab_size", "num_hidden_layers", 
 
 
 def check_sizes(path: Path, config: dict) -> None:
-    """Each of `SIZES` that config.json gives (as a whole number: transformers checks the types) is at least 1."""
+    """Each of `SIZES` that config.json gives is a whole number of at least 1."""
     for field in SIZES:
-        value = config.get(field)
-        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
-            raise ModelError(f"{path}/config.json: {field} must be at least 1; got {value}. Fix: restore the value "
-                             f"the model was saved with")
+        if config.get(field) is not None:
+            whole_field(config, field, None, 1, f"{path}/config.json")
 
 
 def load_pretrained(path: Path, auto_class: str, **overrides):
@@ -206,8 +210,7 @@ def load_pretrained(path: Path, auto_class: str, **overrides):
     from safetensors import SafetensorError
 
     path, auto = Path(path), getattr(transformers, auto_class)
-    check_model_dir(path)
-    config = read_model_config(path)
+    config = check_model_dir(path)
     check_no_remote_code(path, config)
     check_sizes(path, config)
     files = safetensors_files(path)  # refuses an index that names weight files outside the dir

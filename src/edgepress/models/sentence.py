@@ -1,12 +1,12 @@
 """Sentence-transformers model dirs, read from their own JSON files: no sentence-transformers import, no remote code.
 
-`modules.json` lists the modules run in order: a Transformer (the Hugging Face encoder: the dir itself or a
-subfolder), a Pooling (its config.json says which token vectors make the sentence vector), and optionally a Normalize
-(unit length). `SentenceEncoder` computes what sentence-transformers computes from those three, in one torch module,
-so that the export puts pooling and normalization inside the graph (output `sentence_embedding`; the token vectors
-the pooling reads are the tensor named `token_embeddings`). A module of any other type (Dense, a custom class, a
-Router) is refused with its name: edgepress would otherwise silently compute another vector than the user's model
-does.
+`modules.json` lists the modules run in order: a Transformer (the Hugging Face encoder: the dir itself; one in a
+subfolder, as older sentence-transformers saved it, is refused), a Pooling (its config.json says which token vectors
+make the sentence vector), and optionally a Normalize (unit length). `SentenceEncoder` computes what
+sentence-transformers computes from those three, in one torch module, so that the export puts pooling and normalization
+inside the graph (output `sentence_embedding`; the token vectors the pooling reads are the tensor named
+`token_embeddings`). A module of any other type (Dense, a custom class, a Router) is refused with its name: edgepress
+would otherwise silently compute another vector than the user's model does.
 """
 
 from dataclasses import dataclass
@@ -159,6 +159,9 @@ def read_layout(path: Path) -> SentenceLayout:
                         f"Pooling (-> Normalize)")
     folders = [_folder(path, entry, problems) if isinstance(entry, dict) else None for entry in entries]
     pooling, length = (), None
+    if kinds[:1] == ["Transformer"] and folders[0] not in (None, path):
+        problems.append(f"the Transformer module is in {entries[0]['path']}/, not beside modules.json (as older "
+                        f"sentence-transformers saved it): edgepress reads the encoder's files beside modules.json")
     if kinds[:2] == ["Transformer", "Pooling"] and None not in folders[:2]:
         length = _transformer(folders[0], problems)
         pooling = _pooling(folders[1], problems)
