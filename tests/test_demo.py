@@ -22,22 +22,25 @@ def tiny_stage(stage):
     return stage.model_copy(update={"gates": gates, "params": params})
 
 
-@pytest.fixture
-def tiny_demo(monkeypatch, tiny_model_dir, tmp_path):
+@pytest.fixture(scope="module")
+def demo_run(tiny_model_dir, tmp_path_factory):
     """The demo pipeline with the tiny model standing in for the teacher and few timed runs (the real teacher is
-    in the slow tests)."""
+    in the slow tests): patched in while the module's tests run, and run once, into the dir it returns."""
     cfg = demo.demo_config()
     fast = RuntimeConfig(threads=1, latency=LatencyConfig(warmup=2, runs=10))
     few = cfg.data.transfer.model_copy(update={"max_texts": 300, "per_epoch": 100})  # the demo's transfer texts, few
     tiny = cfg.model_copy(update={"model": str(tiny_model_dir), "runtime": fast,
                                   "data": cfg.data.model_copy(update={"unlabeled": few}),
                                   "stages": [tiny_stage(s) for s in cfg.stages]})
-    monkeypatch.setattr(demo, "demo_config", lambda task="classification": tiny)
-    return tmp_path / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(demo, "demo_config", lambda task="classification": tiny)
+        out = tmp_path_factory.mktemp("demo") / "run"
+        report = demo.run_demo(out, quick=True)
+        yield out, report
 
 
-def test_demo_writes_the_contract_report(tiny_demo):
-    report = demo.run_demo(tiny_demo, quick=True)
+def test_demo_writes_the_contract_report(demo_run):
+    tiny_demo, report = demo_run
     distilled = report["stages"][0]
     assert distilled["method"] == "distill" and distilled["details"]["layer_map"] == [0]
     assert distilled["details"]["transfer_examples"] == 300  # every training stage learns the teacher on them too
@@ -65,8 +68,8 @@ def test_demo_writes_the_contract_report(tiny_demo):
         assert len(stage["metrics"]["accuracy_drop_ci95"]) == 2
 
 
-def test_demo_records_the_split_and_each_stage(tiny_demo):
-    demo.run_demo(tiny_demo, quick=True)
+def test_demo_records_the_split_and_each_stage(demo_run):
+    tiny_demo, _ = demo_run
     split = json.loads((tiny_demo / "data_split.json").read_text())
     assert split["sizes"] == {"train": 8454, "validation": 1057, "test": 1057, "unlabeled": 300}
     baseline = tiny_demo / "stages" / "00-baseline"
@@ -102,11 +105,11 @@ def test_demo_records_the_split_and_each_stage(tiny_demo):
     assert (tiny_demo / "report.html").stat().st_mode & 0o777 == 0o666 & ~mask  # not mkstemp's 0600
 
 
-def test_final_bundle_is_the_gated_model_with_a_manifest(tiny_demo, movie_data):
+def test_final_bundle_is_the_gated_model_with_a_manifest(demo_run, movie_data):
     from edgepress.deploy.targets import detect_target
     from edgepress.device.predictor import Predictor
 
-    demo.run_demo(tiny_demo, quick=True)
+    tiny_demo, _ = demo_run
     final = tiny_demo / "final"
     manifest = json.loads((final / "edgepress.json").read_text())
     assert manifest["stages"] == STAGES and manifest["max_length"] == 128
@@ -120,11 +123,3 @@ def test_final_bundle_is_the_gated_model_with_a_manifest(tiny_demo, movie_data):
     predictor = Predictor(final)  # one text per call, as the run evaluated it
     labels = [predictor.predict([texts[i]])[0] for i in recorded["ids"][:100]]
     assert [p.label for p in labels] == [("negative", "positive")[k] for k in recorded["predictions"][:100]]
-
-
-def test_a_rerun_into_the_same_dir_leaves_nothing_of_the_first(tiny_demo):
-    demo.run_demo(tiny_demo, quick=True)
-    (tiny_demo / "stages" / "09-stale").mkdir()
-    (tiny_demo / "stages" / "09-stale" / "stage.json").write_text("{}")
-    demo.run_demo(tiny_demo, quick=True)
-    assert sorted(p.name for p in (tiny_demo / "stages").iterdir()) == FOLDERS

@@ -29,7 +29,8 @@ PARAMS = {"distill": {"student_layers": 1, "epochs": 1}, "heads": {"keep": 0.5, 
           "lottery": {"sparsity": 0.5, "rounds": 2, "epochs": 1},
           "qat": {"epochs": 1, "learning_rate": 1e-4, "reduce_range": detect_target() == "x86-avx2"},
           "int8-static": {"reduce_range": detect_target() == "x86-avx2"},
-          "fp16": {"providers": ["cpu"]}, "int8-7bit": {"reduce_range": True, "per_channel": True}}
+          "fp16": {"providers": ["cpu"]}, "int8-7bit": {"reduce_range": True, "per_channel": True},
+          "optimize": {"latency": {"warmup": 1, "runs": 5}}}  # auto still times its fusion sets: briefly
 TARGETS = ("x86-vnni", "x86-avx2", "arm64", "cuda", "mobile", "web")
 AGREEMENT = 0.9  # a compressed model's labels against its source's, on 300 validation sentences
 QUANTIZED_OPS = {"int8-dynamic": {"MatMulInteger"}, "int8-static": {"QuantizeLinear", "DequantizeLinear"},

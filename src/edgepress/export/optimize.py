@@ -158,9 +158,9 @@ def _time_side_by_side(graphs: dict[str, Path], texts: tuple[str, ...], cfg: Opt
     lengths, one a call), in interleaved rounds (`device.timing.interleaved`)."""
     any_dir = next(iter(graphs.values())).parent
     limit = position_limit(read_model_config(any_dir))
-    runners = {name: ort_runner(open_session(path, SessionConfig(threads=cfg.threads)))
-               for name, path in graphs.items()}
-    names = tuple(i.name for i in open_session(next(iter(graphs.values())), SessionConfig()).get_inputs())
+    sessions = {name: open_session(path, SessionConfig(threads=cfg.threads)) for name, path in graphs.items()}
+    runners = {name: ort_runner(session) for name, session in sessions.items()}
+    names = tuple(i.name for i in next(iter(sessions.values())).get_inputs())
     tokenizer = load_tokenizer(any_dir, limit)
     if cfg.natural:  # the texts as the run reads them: cut at its max_length
         feeds = natural_feeds(bundle_tokenizer(any_dir, limit, cfg.max_length), texts[:NATURAL_SENTENCES], names)
