@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -226,16 +227,38 @@ def test_device_side_packages_import_without_torch_or_transformers():
     assert {"predictor", "sessions", "cli", "session", "latency", "bundle", "targets"} <= set(done.stdout.split())
 
 
-def test_compare_latency_times_every_candidate_in_each_round(monkeypatch, tiny_onnx_dir, tiny_model_dir, movie_data):
+def test_compare_latency_makes_each_candidate_ready_once_and_times_them_in_turn(monkeypatch, tiny_onnx_dir,
+                                                                               tiny_model_dir, movie_data):
+    """Each candidate's session is opened (a torch model loaded) once; then short rounds, each timing every
+    candidate in turn, and every natural-length sentence timed once in each SHORT_ROUNDS rounds."""
+    import itertools
+
+    import torch
+
     from edgepress.pipeline import latency
 
-    order = []
-    real = latency.measure_latency
-    monkeypatch.setattr(latency, "measure_latency", lambda artifact, *a: order.append(artifact) or real(artifact, *a))
-    result = latency.compare_latency({"onnx": tiny_onnx_dir, "torch": tiny_model_dir}, movie_data.test.texts[:20],
-                                     threads=1, rounds=2, cfg=LatencyConfig(runs=3, warmup=0))
-    assert order == [tiny_onnx_dir, tiny_model_dir] * 2  # interleaved, round by round
+    made, calls = [], []
+    real = latency.prepared
+
+    def recording(artifact, *args):
+        ready = real(artifact, *args)
+        made.append(artifact)
+        return dataclasses.replace(ready, run=lambda feeds: calls.append((artifact, feeds)) or ready.run(feeds))
+
+    monkeypatch.setattr(latency, "prepared", recording)
+    before = torch.get_num_threads()
+    texts = movie_data.test.texts[:20]
+    result = latency.compare_latency({"onnx": tiny_onnx_dir, "torch": tiny_model_dir}, texts, threads=1, rounds=2,
+                                     cfg=LatencyConfig(runs=10, warmup=1))
+    assert made == [tiny_onnx_dir, tiny_model_dir] and torch.get_num_threads() == before
+    turns = [artifact for artifact, _ in itertools.groupby(calls, key=lambda call: call[0])]
+    assert turns == [tiny_onnx_dir, tiny_model_dir] * (1 + 2 * latency.SHORT_ROUNDS)  # warm-ups, then the rounds
+    for artifact in (tiny_onnx_dir, tiny_model_dir):
+        timed = [feeds for who, feeds in calls if who == artifact][1:]  # after the warm-up call (the fixed shape)
+        sentences = [f["input_ids"].shape[1] for f in timed if f["input_ids"].shape[1] != 128]
+        assert len(timed) - len(sentences) == 2 * 10 and len(sentences) == 2 * len(texts)  # each sentence twice
     assert set(result) == {"onnx", "torch"} and result["onnx"]["providers_used"] == ["CPUExecutionProvider"]
+    assert result["torch"]["providers_used"] == ["torch-cpu"]
     assert all(r["fixed_p50_ms"] > 0 and r["natural_p50_ms"] > 0 for r in result.values())
 
 

@@ -628,9 +628,10 @@ def test_a_speedup_gate_times_the_stage_beside_the_baseline(monkeypatch, tmp_pat
     gate = report["stages"][-1]["gates"][0]
     paired, busy = gate["side_by_side"], report["baseline"]["metrics"]["latency"]["cpu"]["p50_ms"]
     assert report["status"] == "failed" and not gate["passed"] and gate["value"] == paired["speedup"] < 1000
-    assert paired["baseline_p50_ms"] < busy / 100 and paired["rounds"] == 3
+    assert paired["baseline_p50_ms"] < busy / 100 and paired["rounds"] == 3 and paired["turns"] == 30
     assert busy / report["stages"][-1]["metrics"]["latency"]["cpu"]["p50_ms"] > 1000  # what the gate judged before
     assert "timed side by side: baseline" in (tmp_path / "run" / "report.md").read_text()
+    assert "ms, p50 of 30 interleaved turns" in (tmp_path / "run" / "report.md").read_text()
 
 
 def test_a_natural_speedup_gate_times_natural_lengths_beside_the_baseline(tmp_path, tiny_model_dir):

@@ -1,17 +1,31 @@
 """Latency of an artifact, ONNX (through runtime/) or torch, on the same real-token inputs and thread count."""
 
+import sys
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgepress.device.bundle import MANIFEST, json_object, model_file
 from edgepress.device.feeds import (
     NATURAL_SENTENCES,
+    Feeds,
     bundle_tokenizer,
     fixed_shape_feeds,
     load_tokenizer,
     natural_feeds,
     position_limit,
 )
-from edgepress.device.timing import ROUNDS, cpu_model, interleaved, time_natural, time_runner
+from edgepress.device.timing import (
+    ROUNDS,
+    cpu_model,
+    interleaved,
+    seconds_of,
+    summarize,
+    time_natural,
+    time_runner,
+)
 from edgepress.errors import ConfigError, ModelError
 from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig
@@ -47,7 +61,8 @@ def model_dir_of(artifact: Path) -> Path:
 
 
 def torch_model_runner(model_dir: Path, threads: int | None):
-    """(runner, input names) of a torch model dir, eager with torch.inference_mode, on `threads` threads."""
+    """(runner, input names) of a torch model dir, eager with torch.inference_mode, on `threads` threads (set here:
+    callers keep torch's own count with `torch_threads_kept`)."""
     import torch
 
     from edgepress.export.onnx import torch_runner
@@ -59,35 +74,47 @@ def torch_model_runner(model_dir: Path, threads: int | None):
     return torch_runner(model), tuple(tokenizer.model_input_names)
 
 
-def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu", threads: int | None = None,
-                    cfg: LatencyConfig = LatencyConfig(), natural: bool = True, max_length: int | None = None) -> dict:
-    """{"fixed": {p50_ms, ...}, "natural": {...}, "providers_used"} of an ONNX artifact or a torch model dir
-    (`natural=False`: the fixed shape alone); natural lengths are the texts as `max_length` cuts them
-    (`natural_cut`)."""
+@contextmanager
+def torch_threads_kept():
+    """torch's thread count as it was before, once the block ends: a torch model is timed on the run's `threads`;
+    training afterwards gets torch's own count back. Nothing is imported when torch is not loaded (a bundle's
+    timing)."""
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    try:
+        yield
+    finally:
+        torch = sys.modules.get("torch")
+        if torch is not None and before is not None:
+            torch.set_num_threads(before)
+
+
+@dataclass(frozen=True)
+class Timeable:
+    """An artifact made ready to time: its runner, the fixed-shape feed, the natural-length feeds (one sentence
+    each; empty when natural lengths are not timed) and the providers it runs on."""
+
+    run: Callable[[Feeds], object]
+    fixed: Feeds
+    lengths: list[Feeds]
+    providers: list[str]
+
+    def mean_tokens(self) -> float:
+        return float(sum(f["input_ids"].shape[1] for f in self.lengths) / len(self.lengths))
+
+
+def prepared(artifact: Path, texts: tuple[str, ...], provider: str, threads: int | None, cfg: LatencyConfig,
+             natural: bool, max_length: int | None) -> Timeable:
+    """An ONNX artifact's session opened (a torch model dir: its model loaded, on `threads`) and its feeds made:
+    what `measure_latency` times once and `compare_latency` times in many short rounds."""
+    from edgepress.export.parity import ort_runner
+
     if not Path(artifact).exists():
         raise ModelError(f"{artifact} does not exist. Fix: check the path")
-    path = onnx_path(artifact)
+    path, model_dir = onnx_path(artifact), model_dir_of(artifact)
     if path is None:
         if provider != "cpu":
             raise ConfigError(f"{artifact} is a torch model; edgepress times torch models on cpu only")
-        import torch
-
-        before = torch.get_num_threads()
-        try:  # timed on `threads`; training afterwards gets torch's own count back
-            return _measure(artifact, None, texts, provider, threads, cfg, natural, max_length)
-        finally:
-            torch.set_num_threads(before)
-    return _measure(artifact, path, texts, provider, threads, cfg, natural, max_length)
-
-
-def _measure(artifact: Path, path: Path | None, texts: tuple[str, ...], provider: str, threads: int | None,
-             cfg: LatencyConfig, natural: bool, max_length: int | None) -> dict:
-    import onnxruntime
-
-    from edgepress.export.parity import ort_runner
-
-    model_dir = model_dir_of(artifact)
-    if path is None:
         run, names = torch_model_runner(model_dir, threads)
         providers = ["torch-cpu"]
     else:
@@ -100,14 +127,26 @@ def _measure(artifact: Path, path: Path | None, texts: tuple[str, ...], provider
                             texts[:NATURAL_SENTENCES], names) if natural else []
     if path is not None:
         run = cuda_iobinding_runner(session, [fixed, *lengths]) if provider == "cuda" else ort_runner(session)
-    timed = {"fixed": {**time_runner(run, [fixed], cfg.warmup, cfg.runs), "batch_size": cfg.batch_size,
-                       "sequence_length": cfg.sequence_length}}
-    if natural:
-        timed["natural"] = {**time_natural(run, lengths, cfg.warmup, cfg.runs),
-                            "mean_tokens": float(sum(f["input_ids"].shape[1] for f in lengths) / len(lengths))}
+    return Timeable(run, fixed, lengths, providers)
+
+
+def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu", threads: int | None = None,
+                    cfg: LatencyConfig = LatencyConfig(), natural: bool = True, max_length: int | None = None) -> dict:
+    """{"fixed": {p50_ms, ...}, "natural": {...}, "providers_used"} of an ONNX artifact or a torch model dir
+    (`natural=False`: the fixed shape alone); natural lengths are the texts as `max_length` cuts them
+    (`natural_cut`)."""
+    import onnxruntime
+
+    with torch_threads_kept():
+        ready = prepared(artifact, texts, provider, threads, cfg, natural, max_length)
+        timed = {"fixed": {**time_runner(ready.run, [ready.fixed], cfg.warmup, cfg.runs),
+                           "batch_size": cfg.batch_size, "sequence_length": cfg.sequence_length}}
+        if natural:
+            timed["natural"] = {**time_natural(ready.run, ready.lengths, cfg.warmup, cfg.runs),
+                                "mean_tokens": ready.mean_tokens()}
     return {
         **timed,
-        "providers_used": providers,
+        "providers_used": ready.providers,
         "threads": threads,
         "cpu": cpu_model(),
         "onnxruntime": onnxruntime.__version__,
@@ -122,29 +161,53 @@ def latency_metrics(artifact: Path, texts: tuple[str, ...], provider: str, threa
             "natural": result["natural"]}
 
 
+SHORT_ROUNDS = 10  # `compare_latency`: each of its rounds is this many short interleaved ones
+TORCH_IDLE_S = 0.05  # after a torch model's turn: libgomp's workers spin 300,000 times (milliseconds) before sleeping
+
+
 def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads: int | None, rounds: int = ROUNDS,
                     cfg: LatencyConfig = LatencyConfig(warmup=20, runs=100), natural: bool = True,
                     max_length: int | None = None) -> dict[str, dict]:
-    """Candidates timed side by side on CPU, in `rounds` interleaved rounds (`device.timing.interleaved`). Per
-    name: the medians over rounds of the fixed-shape p50 and p90 and (unless `natural=False`) the natural-length p50
-    (texts cut at `max_length`: `natural_cut`) and natural_mean_tokens; providers_used."""
-    import numpy as np
+    """Candidates timed side by side on CPU. Each is made ready once (`prepared`: its session opened, its feeds made)
+    and warmed up once; then `rounds` × `SHORT_ROUNDS` short rounds, interleaved (`device.timing.interleaved`), each
+    timing every candidate on a share of `cfg.runs` fixed-shape calls and of the natural-length sentences (texts
+    cut at `max_length`: `natural_cut`), so that the machine's drift falls on all of them alike. A session opened
+    anew for each round strayed up to 16% from itself (benchmarks/session_noise.py). Per name: the fixed-shape p50
+    and p90 and (unless `natural=False`) the natural-length p50 over all its timed calls, natural_mean_tokens;
+    providers_used."""
+    with torch_threads_kept():
+        ready = {name: prepared(Path(artifact), texts, "cpu", threads, cfg, natural, max_length)
+                 for name, artifact in artifacts.items()}
+        for one in ready.values():
+            seconds_of(one.run, [one.fixed, *one.lengths], cfg.warmup, 0)
+        short = rounds * SHORT_ROUNDS
+        fixed_calls = -(-cfg.runs // SHORT_ROUNDS)
 
-    # a pause after each: torch's OpenMP threads spin a while after a run; let them idle before the next one
-    runs = interleaved({name: lambda artifact=artifact: measure_latency(Path(artifact), texts, "cpu", threads, cfg,
-                                                                        natural, max_length)
-                        for name, artifact in artifacts.items()}, rounds, pause_s=0.2)
+        def measure(one: Timeable) -> Callable[[], tuple[list[float], list[float]]]:
+            share, turn = -(-len(one.lengths) // SHORT_ROUNDS), iter(range(short))
 
-    def medians(results: list[dict]) -> dict:
-        figures = {"fixed_p50_ms": float(np.median([r["fixed"]["p50_ms"] for r in results])),
-                   "fixed_p90_ms": float(np.median([r["fixed"]["p90_ms"] for r in results])),
-                   "providers_used": results[0]["providers_used"]}
+            def timed() -> tuple[list[float], list[float]]:
+                start = next(turn) % SHORT_ROUNDS * share  # every sentence once in each SHORT_ROUNDS rounds
+                sentences = one.lengths[start:start + share]
+                seconds = seconds_of(one.run, [one.fixed], 0, fixed_calls), seconds_of(one.run, sentences, 0,
+                                                                                        len(sentences))
+                if one.providers == ["torch-cpu"]:  # ONNX Runtime parks its workers as a run returns; torch's
+                    time.sleep(TORCH_IDLE_S)  # OpenMP threads spin on a while: let them idle before the next one
+                return seconds
+
+            return timed
+
+        runs = interleaved({name: measure(one) for name, one in ready.items()}, short)
+
+    def figures(one: Timeable, results: list[tuple[list[float], list[float]]]) -> dict:
+        fixed = summarize([s for f, _ in results for s in f])
+        out = {"fixed_p50_ms": fixed["p50_ms"], "fixed_p90_ms": fixed["p90_ms"], "providers_used": one.providers}
         if natural:
-            figures.update(natural_p50_ms=float(np.median([r["natural"]["p50_ms"] for r in results])),
-                           natural_mean_tokens=results[0]["natural"]["mean_tokens"])
-        return figures
+            out.update(natural_p50_ms=summarize([s for _, n in results for s in n])["p50_ms"],
+                       natural_mean_tokens=one.mean_tokens())
+        return out
 
-    return {name: medians(results) for name, results in runs.items()}
+    return {name: figures(ready[name], results) for name, results in runs.items()}
 
 
 def side_by_side_speedup(baseline: Path, artifact: Path, texts: tuple[str, ...], threads: int | None,
@@ -158,4 +221,5 @@ def side_by_side_speedup(baseline: Path, artifact: Path, texts: tuple[str, ...],
     key = "natural_p50_ms" if natural else "fixed_p50_ms"
     base, now = timed["baseline"][key], timed["stage"][key]
     return {"speedup": base / now, "baseline_p50_ms": base, "p50_ms": now, "rounds": rounds,
+            "turns": rounds * SHORT_ROUNDS,
             **({"natural": True} if natural else {})}

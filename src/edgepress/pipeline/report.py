@@ -188,8 +188,10 @@ def gate_text(gate: dict) -> str:
         value += f", {end} 95% CI (point estimate {estimate})"
     if paired := gate.get("side_by_side"):
         where = " at natural lengths" if paired.get("natural") else ""
+        how = (f"p50 of {paired['turns']} interleaved turns" if "turns" in paired  # before 2026-11-28: sessions
+               else f"median of {paired['rounds']} rounds")  # opened anew each round, the median of their p50s
         value += (f", timed side by side{where}: baseline {paired['baseline_p50_ms']:.2f} ms, stage "
-                  f"{paired['p50_ms']:.2f} ms, median of {paired['rounds']} rounds")
+                  f"{paired['p50_ms']:.2f} ms, {how}")
     return f"{gate_name(gate)}: {value} (limit {gate['limit']:g})"
 
 

@@ -89,7 +89,7 @@ def shape_source(teacher, tokenizer, student: str | None, task) -> tuple:
 def time_shapes(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...], threads: int | None,
                 latency: LatencyConfig, int8: Int8DynamicConfig | None = Int8DynamicConfig(),
                 max_length: int | None = None, task=None) -> dict[str, dict]:
-    """Per shape (by name): the median fixed-shape and natural p50 over interleaved rounds (`compare_latency`) and
+    """Per shape (by name): the fixed-shape and natural p50 over interleaved rounds (`compare_latency`) and
     the shipped graph's size in MB, each shape exported, fused and (with `int8`) quantized as a run would. `task`:
     the teacher's (None: the model dir's own, `task_of`)."""
     from edgepress.tasks import task_of
