@@ -14,11 +14,13 @@ FOLDERS = [f"{i:02d}-{name}" for i, name in enumerate(["baseline", *STAGES])]
 
 def tiny_stage(stage):
     """A demo stage fit for the 2-layer, untrained tiny model: a 1-layer student; gates against the stage before
-    only (the limits against the baseline, latency and size are for the real teacher; timing is for benchmarks/)."""
+    only (the limits against the baseline, latency and size are for the real teacher; timing is for benchmarks/);
+    every fusion (`auto` picks by timing, and the int8 of the set it picks decides which int8 attempt passes)."""
     accuracy = stage.gates.accuracy and stage.gates.accuracy.max_stage_drop
     accuracy = AccuracyGate(max_stage_drop=accuracy) if accuracy else None
     gates = stage.gates.model_copy(update={"latency": None, "size": None, "accuracy": accuracy})
     params = {**stage.params, "student_layers": 1} if stage.method == "distill" else stage.params
+    params = {**params, "fusions": "all"} if stage.method == "optimize" else params
     return stage.model_copy(update={"gates": gates, "params": params})
 
 
@@ -82,7 +84,11 @@ def test_demo_records_the_split_and_each_stage(demo_run):
     int8 = json.loads((tiny_demo / "stages" / FOLDERS[-1] / "stage.json").read_text())
     assert int8["details"]["quantized_ops"]["MatMulInteger"] > 0
     config = json.loads((tiny_demo / "stages" / FOLDERS[-1] / "config.json").read_text())
-    assert config["params"]["per_channel"] is False
+    # one scale per tensor first; per channel, the fallback, only where that failed (the untrained tiny model's
+    # near-tied logits may fail its parity)
+    first, *fallback = int8["details"]["attempts"]
+    assert first["params"] == {} and config["params"]["per_channel"] is (first["status"] == "failed")
+    assert [a["params"] for a in fallback] == ([{"per_channel": True}] if first["status"] == "failed" else [])
     assert (tiny_demo / "stages" / FOLDERS[-2] / "model" / "model.onnx").is_file()
     final = json.loads((tiny_demo / "stages" / FOLDERS[-1] / "predictions.json").read_text())["predictions"]
     fidelity = json.loads((tiny_demo / "stages" / FOLDERS[-1] / "metrics.json").read_text())
