@@ -158,7 +158,7 @@ def floor_ms(flops: dict, kind: str, peaks: dict) -> float:
 def measured_peaks(threads: int, rounds: int = ROUNDS) -> dict:
     """GOP/s of ORT's fp32 MatMul and u8 x s8 MatMulInteger on a BERT-base FFN shape, interleaved."""
     sessions = {"fp32": gemm_session(False, threads), "int8_u8s8": gemm_session(True, threads)}
-    rates = interleaved({name: lambda sf=sf: giga_ops_per_second(*sf) for name, sf in sessions.items()}, rounds,
+    rates = interleaved({name: lambda _, sf=sf: giga_ops_per_second(*sf) for name, sf in sessions.items()}, rounds,
                         pause_s=PAUSE_S)
     return {name: float(np.median(r)) for name, r in rates.items()}
 

@@ -67,9 +67,9 @@ def time_chains(rounds: int) -> list[dict]:
             sessions = {k: onnxruntime.InferenceSession(chain(k), session_options(threads, "basic"),
                                                         providers=["CPUExecutionProvider"]) for k in kinds}
             outputs = [s.run(None, feed)[0] for s in sessions.values()]
-            micros = interleaved({kind: lambda s=session, x=feed: time_runner(lambda f: s.run(None, f), [x], warmup=50,
-                                                                      runs=300)["p50_ms"] * 1e3 / CHAIN
-                                  for kind, session in sessions.items()}, rounds)
+            micros = interleaved({kind: lambda _, s=session, x=feed: time_runner(lambda f: s.run(None, f), [x],
+                                                                                 warmup=50, runs=300)["p50_ms"]
+                                  * 1e3 / CHAIN for kind, session in sessions.items()}, rounds)
             row = {"tokens": tokens, "threads": threads, "max_abs_diff": float(np.abs(outputs[0] - outputs[1]).max()),
                    **{f"{k}_us": float(np.median(v)) for k, v in micros.items()}}
             row["ratio"] = row[f"{kinds[0]}_us"] / row[f"{kinds[1]}_us"]

@@ -79,7 +79,7 @@ def time_model(graphs: dict[str, Path], texts: tuple[str, ...], threads: int, ro
         runners[precision] = ort_runner(session)
         tokenizer = load_tokenizer(path, 512)
         feeds[precision] = {(b, s): fixed_shape_feeds(tokenizer, texts, b, s, names, 512) for b, s in SHAPES}
-    timed = interleaved({(precision, shape): lambda p=precision, shape=shape: time_one(runners[p], feeds[p][shape])
+    timed = interleaved({(precision, shape): lambda _, p=precision, shape=shape: time_one(runners[p], feeds[p][shape])
                          for shape in SHAPES for precision in graphs}, rounds, pause_s=0.3)
     seconds = {p: {shape: sum(timed[(p, shape)], []) for shape in SHAPES} for p in graphs}
     return {p: {f"b{b}_s{s}": {**summarize(x), "tokens_per_s": b * s / np.median(x)}

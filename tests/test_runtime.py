@@ -230,11 +230,13 @@ def test_device_side_packages_import_without_torch_or_transformers():
 def test_compare_latency_makes_each_candidate_ready_once_and_times_them_in_turn(monkeypatch, tiny_onnx_dir,
                                                                                tiny_model_dir, movie_data):
     """Each candidate's session is opened (a torch model loaded) once; then short rounds, each timing every
-    candidate in turn, and every natural-length sentence timed once in each SHORT_ROUNDS rounds."""
+    candidate in turn, and every natural-length sentence timed once in each SHORT_ROUNDS rounds; the torch model
+    alone idles after its turn."""
     import itertools
 
     import torch
 
+    from edgepress.device import timing
     from edgepress.pipeline import latency
 
     made, calls = [], []
@@ -246,6 +248,8 @@ def test_compare_latency_makes_each_candidate_ready_once_and_times_them_in_turn(
         return dataclasses.replace(ready, run=lambda feeds: calls.append((artifact, feeds)) or ready.run(feeds))
 
     monkeypatch.setattr(latency, "prepared", recording)
+    pauses = []
+    monkeypatch.setattr(timing.time, "sleep", pauses.append)
     before = torch.get_num_threads()
     texts = movie_data.test.texts[:20]
     result = latency.compare_latency({"onnx": tiny_onnx_dir, "torch": tiny_model_dir}, texts, threads=1, rounds=2,
@@ -253,6 +257,7 @@ def test_compare_latency_makes_each_candidate_ready_once_and_times_them_in_turn(
     assert made == [tiny_onnx_dir, tiny_model_dir] and torch.get_num_threads() == before
     turns = [artifact for artifact, _ in itertools.groupby(calls, key=lambda call: call[0])]
     assert turns == [tiny_onnx_dir, tiny_model_dir] * (1 + 2 * latency.SHORT_ROUNDS)  # warm-ups, then the rounds
+    assert pauses == [0.0, latency.TORCH_IDLE_S] * (2 * latency.SHORT_ROUNDS)
     for artifact in (tiny_onnx_dir, tiny_model_dir):
         timed = [feeds for who, feeds in calls if who == artifact][1:]  # after the warm-up call (the fixed shape)
         sentences = [f["input_ids"].shape[1] for f in timed if f["input_ids"].shape[1] != 128]

@@ -210,6 +210,10 @@ def test_an_encoder_kept_in_a_subfolder_is_refused_by_every_command_with_its_fix
         assert "0_Transformer/" in result.output and "beside modules.json" in result.output, result.output
         assert "Fix: " in result.output, result.output
     assert not (tmp_path / "onnx").exists()
+    shutil.copy(encoder / "config.json", old)  # a config.json beside modules.json too: modules.json still says where
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / "p.yaml")], env={"COLUMNS": "400"})
+    assert result.exit_code == 2 and "module is in 0_Transformer/" in result.output, result.output
+    assert "SentenceTransformer(DIR).save(NEW_DIR)" in result.output, result.output
 
 
 def test_embedding_parity_fails_on_vectors_that_turned(sentence_onnx, movie_data):

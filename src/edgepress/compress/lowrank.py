@@ -143,7 +143,7 @@ def time_linears(shapes: set[tuple[int, int, int]], cfg: LowRankConfig) -> dict[
                 runners[(in_features, out_features, rank, form)] = lambda f, s=session: s.run(None, f)
             x = np.random.default_rng(1).standard_normal((batch, sequence, in_features)).astype(np.float32)
             feeds[in_features] = [{"x": x}]
-        timings = interleaved({key: lambda run=run, key=key: time_runner(run, feeds[key[0]], cfg.latency.warmup,
+        timings = interleaved({key: lambda _, run=run, key=key: time_runner(run, feeds[key[0]], cfg.latency.warmup,
                                                                            cfg.latency.runs)["p50_ms"]
                                for key, run in runners.items()})
     table = {}

@@ -65,14 +65,16 @@ def time_natural(run: Callable[[Feeds], object], feeds: list[Feeds], warmup: int
     return time_runner(run, feeds, min(warmup, len(feeds)), max(runs, len(feeds)))
 
 
-def interleaved(measures: dict[Key, Callable[[], Result]], rounds: int = ROUNDS,
-                pause_s: float = 0.0) -> dict[Key, list[Result]]:
-    """Candidates timed side by side: `rounds` rounds, each calling every measure once in turn (the machine drifts;
-    interleaving spreads the drift over all of them), `pause_s` after each call; per key, its results in round
-    order."""
+def interleaved(measures: dict[Key, Callable[[int], Result]], rounds: int = ROUNDS,
+                pause_s: float | dict[Key, float] = 0.0) -> dict[Key, list[Result]]:
+    """Candidates timed side by side: `rounds` rounds, each calling every measure once in turn with the round's index
+    (the machine drifts; interleaving spreads the drift over all of them), then sleeping `pause_s` (one for all, or
+    per key: a runner whose threads spin on after it returns idles before the next one's turn); per key, its results
+    in round order."""
+    pauses = pause_s if isinstance(pause_s, dict) else dict.fromkeys(measures, pause_s)
     results = {key: [] for key in measures}
-    for _ in range(rounds):
+    for index in range(rounds):
         for key, measure in measures.items():
-            results[key].append(measure())
-            time.sleep(pause_s)
+            results[key].append(measure(index))
+            time.sleep(pauses.get(key, 0.0))
     return results

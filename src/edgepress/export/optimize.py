@@ -169,7 +169,7 @@ def _time_side_by_side(graphs: dict[str, Path], texts: tuple[str, ...], cfg: Opt
         feeds = [fixed_shape_feeds(tokenizer, texts, cfg.latency.batch_size, cfg.latency.sequence_length, names,
                                    limit)]
         timed = time_runner
-    return interleaved({name: lambda run=run: timed(run, feeds, cfg.latency.warmup, cfg.latency.runs)["p50_ms"]
+    return interleaved({name: lambda _, run=run: timed(run, feeds, cfg.latency.warmup, cfg.latency.runs)["p50_ms"]
                         for name, run in runners.items()})
 
 

@@ -89,6 +89,13 @@ def check_model_dir(path: Path) -> dict:
     return read_model_config(path)
 
 
+# a sentence-transformers dir whose encoder is in a subfolder: read_model_config and models.sentence.read_layout
+ENCODER_BESIDE_MODULES = ("edgepress reads the encoder's files beside modules.json, not in a subfolder (as older "
+                          "sentence-transformers saved them, e.g. 0_Transformer/). Fix: save the model again with a "
+                          "current sentence-transformers, SentenceTransformer(DIR).save(NEW_DIR), which keeps the "
+                          "encoder beside modules.json")
+
+
 def read_model_config(path: Path) -> dict:
     """The model dir's config.json as a dict; unreadable or not a JSON object is a ModelError. A sentence-transformers
     dir keeps its encoder's config.json beside modules.json: one that keeps it in a subfolder (as older
@@ -96,10 +103,7 @@ def read_model_config(path: Path) -> dict:
     path = Path(path)
     if not (path / "config.json").exists() and (path / "modules.json").is_file():
         raise ModelError(f"{path} is a sentence-transformers dir without config.json beside its modules.json: its "
-                         f"encoder is in a subfolder (as older sentence-transformers saved it, e.g. "
-                         f"0_Transformer/), which edgepress does not read. Fix: save it again with a current "
-                         f"sentence-transformers, SentenceTransformer(DIR).save(NEW_DIR), which keeps the encoder "
-                         f"beside modules.json")
+                         f"encoder is in a subfolder. {ENCODER_BESIDE_MODULES}")
     return json_object(path / "config.json", FIX_DIR)
 
 

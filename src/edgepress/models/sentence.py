@@ -14,7 +14,7 @@ from pathlib import Path
 
 from edgepress.device.bundle import json_value
 from edgepress.errors import ModelError
-from edgepress.models.loading import FIX_DIR
+from edgepress.models.loading import ENCODER_BESIDE_MODULES, FIX_DIR
 
 MODULES_FILE = "modules.json"
 POOLING_FILE = "config.json"  # inside the Pooling module's folder
@@ -160,8 +160,7 @@ def read_layout(path: Path) -> SentenceLayout:
     folders = [_folder(path, entry, problems) if isinstance(entry, dict) else None for entry in entries]
     pooling, length = (), None
     if kinds[:1] == ["Transformer"] and folders[0] not in (None, path):
-        problems.append(f"the Transformer module is in {entries[0]['path']}/, not beside modules.json (as older "
-                        f"sentence-transformers saved it): edgepress reads the encoder's files beside modules.json")
+        problems.append(f"the Transformer module is in {entries[0]['path']}/: {ENCODER_BESIDE_MODULES}")
     if kinds[:2] == ["Transformer", "Pooling"] and None not in folders[:2]:
         length = _transformer(folders[0], problems)
         pooling = _pooling(folders[1], problems)

@@ -1,7 +1,6 @@
 """Latency of an artifact, ONNX (through runtime/) or torch, on the same real-token inputs and thread count."""
 
 import sys
-import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -183,21 +182,20 @@ def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads:
         short = rounds * SHORT_ROUNDS
         fixed_calls = -(-cfg.runs // SHORT_ROUNDS)
 
-        def measure(one: Timeable) -> Callable[[], tuple[list[float], list[float]]]:
-            share, turn = -(-len(one.lengths) // SHORT_ROUNDS), iter(range(short))
+        def measure(one: Timeable) -> Callable[[int], tuple[list[float], list[float]]]:
+            share = -(-len(one.lengths) // SHORT_ROUNDS)
 
-            def timed() -> tuple[list[float], list[float]]:
-                start = next(turn) % SHORT_ROUNDS * share  # every sentence once in each SHORT_ROUNDS rounds
+            def timed(index: int) -> tuple[list[float], list[float]]:
+                start = index % SHORT_ROUNDS * share  # every sentence once in each SHORT_ROUNDS rounds
                 sentences = one.lengths[start:start + share]
-                seconds = seconds_of(one.run, [one.fixed], 0, fixed_calls), seconds_of(one.run, sentences, 0,
-                                                                                        len(sentences))
-                if one.providers == ["torch-cpu"]:  # ONNX Runtime parks its workers as a run returns; torch's
-                    time.sleep(TORCH_IDLE_S)  # OpenMP threads spin on a while: let them idle before the next one
-                return seconds
+                return seconds_of(one.run, [one.fixed], 0, fixed_calls), seconds_of(one.run, sentences, 0,
+                                                                                     len(sentences))
 
             return timed
 
-        runs = interleaved({name: measure(one) for name, one in ready.items()}, short)
+        # ONNX Runtime parks its workers as a run returns; torch's OpenMP threads spin on a while: let them idle
+        idle = {name: TORCH_IDLE_S for name, one in ready.items() if one.providers == ["torch-cpu"]}
+        runs = interleaved({name: measure(one) for name, one in ready.items()}, short, idle)
 
     def figures(one: Timeable, results: list[tuple[list[float], list[float]]]) -> dict:
         fixed = summarize([s for f, _ in results for s in f])
