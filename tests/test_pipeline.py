@@ -56,12 +56,19 @@ def test_stage_order_and_names_are_checked():
         PipelineConfig.model_validate({"stages": [{"name": "q", "method": "int8-dynamic"}]})
     with pytest.raises(ValueError, match=r"stage names must be unique; repeated: e"):
         PipelineConfig.model_validate({"stages": [{"name": "e", "method": "export"}, {"name": "e", "method": "fp16"}]})
-    # a fallback that cuts whole Linears after lowrank's factors: refused before anything trains
-    with pytest.raises(ValueError, match=r"stage 'f' \(width\) cuts a model whose Linears and word table are whole; "
-                                         r"stage 'r' stores some as factors before it. Fix: put stage 'r' after it"):
+    # a cut (a fallback too) of what lowrank factored before it: refused before anything trains
+    with pytest.raises(ValueError, match=r"stage 'f' \(width\) cuts ffn_in, ffn_out whole; stage 'r' stores them as "
+                                         r"factors before it. Fix: put stage 'r' after stage 'f', or leave ffn_in, "
+                                         r"ffn_out out of its parts"):
         PipelineConfig.model_validate({"stages": [
             {"name": "r", "method": "lowrank"},
-            {"name": "f", "method": "ffn", "on_fail": {"fallback": [{"method": "width"}]}}]})
+            {"name": "f", "method": "heads", "on_fail": {"fallback": [{"method": "width"}]}}]})
+    with pytest.raises(ValueError, match=r"stage 'h' \(heads\) cuts attn_out whole; stage 'r' stores it"):
+        PipelineConfig.model_validate({"stages": [{"name": "r", "method": "lowrank", "params": {"parts": ["attn_out"]}},
+                                                  {"name": "f", "method": "ffn"}, {"name": "h", "method": "heads"}]})
+    # what the cuts leave whole may be factored before them: the word table, before heads and ffn
+    PipelineConfig.model_validate({"stages": [{"name": "r", "method": "lowrank", "params": {"parts": ["words"]}},
+                                              {"name": "h", "method": "heads"}, {"name": "f", "method": "ffn"}]})
     with pytest.raises(ConfigError) as refused:  # a second width: each problem names its own fix, and no other
         build(PipelineConfig, {"stages": [{"name": "w", "method": "width"}, {"name": "w2", "method": "width"}]})
     assert str(refused.value).endswith("stage 'w2' (width) would cut again what stage 'w' cut: width takes a model "

@@ -31,6 +31,7 @@ from edgepress.compress.qat import QatConfig, export_qat, qat
 from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
 from edgepress.compress.structured import (
     BASELINE,
+    CUT_PARTS,
     FfnConfig,
     HeadsConfig,
     WidthConfig,
@@ -103,10 +104,10 @@ class Method:
     # `reads_later(params, run)`: what it takes from the stages after it, part of the stage's reuse key
     reads_later: Callable[[dict, RunContext], dict] | None = None
     takes_task: bool = False  # its functions take the run's task (`task=`, edgepress.tasks): what differs per task
-    # `factors(params)`: the parts of every layer it stores as factors (lowrank's `parts`); a method that cuts whole
-    # Linears cannot follow it, nor can another stage factor those parts again
+    # `factors(params)`: the parts of every layer it stores as factors (lowrank's `parts`); a method that `cuts` one
+    # of them cannot follow it, nor can another stage factor those parts again
     factors: Callable[[dict], tuple[str, ...]] | None = None
-    cuts_whole: bool = False  # it cuts rows and columns of whole Linears (heads, ffn, width)
+    cuts: tuple[str, ...] = ()  # the parts lowrank may factor that it reshapes (CUT_PARTS): they must be whole
     once: bool = False  # a model it cut cannot be cut by it again (heads, width): one stage of it per pipeline
 
     def call(self, taken: str, src: Path, out: Path, inputs, cfg, task) -> dict:
@@ -173,15 +174,16 @@ METHODS: dict[str, Method] = {
                       inputs="splits", check=check_student, takes_task=True),
     "heads": Method(HeadsConfig, heads, ("torch",), "torch",
                     "remove the least important attention heads of every layer, then recover by distillation",
-                    inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True, cuts_whole=True,
-                    once=True),
+                    inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True,
+                    cuts=CUT_PARTS["heads"], once=True),
     "ffn": Method(FfnConfig, ffn, ("torch",), "torch",
                   "remove the least important FFN neurons of every layer, then recover by distillation",
-                  inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True, cuts_whole=True),
+                  inputs="splits", check=check_structured, fill=fill_teacher, takes_task=True,
+                  cuts=CUT_PARTS["ffn"]),
     "width": Method(WidthConfig, width, ("torch",), "torch",
                     "narrow the hidden state to its most important dimensions in every layer, then recover by "
                     "distillation", inputs="splits", check=check_width, fill=fill_teacher, takes_task=True,
-                    cuts_whole=True, once=True),
+                    cuts=CUT_PARTS["width"], once=True),
     "lowrank": Method(LowRankConfig, lowrank, ("torch",), "torch",
                       "replace chosen Linears of every layer by the two thin factors of their truncated SVD where "
                       "that runs faster, then recover by distillation", inputs="splits", check=check_lowrank,

@@ -106,6 +106,17 @@ def fill_teacher(params: dict, run) -> dict:
     return {**params, "teacher": str(run.baseline)} if params.get("teacher") == BASELINE else params
 
 
+# the parts lowrank may factor (`models.lowrank.PARTS`, `WORDS`) that each cut reshapes, so takes whole: heads
+# the attention's output projection, ffn the FFN's two, width every one and the word table
+CUT_PARTS = {"heads": ("attn_out",), "ffn": ("ffn_in", "ffn_out"),
+             "width": ("ffn_in", "ffn_out", "attn_out", "words")}
+
+
+def factored_fix(what: str, parts: list[str], stage: str = "lowrank") -> str:
+    """How to let `what` cut a model whose `parts` a lowrank `stage` factored before it."""
+    return f"Fix: put {stage} after {what}, or leave {', '.join(parts)} out of its parts"
+
+
 def check_structured(model, tokenizer, cfg: Recovery, task) -> None:
     """The pre-run check of the methods that cut and recover (heads, ffn, width, lowrank): the model's layers are
     ones they can cut, a `teacher` dir exists and is one whose outputs can teach the model of `task`
@@ -323,17 +334,14 @@ def _hidden_state_loss(model, tokenizer, teacher, words, cfg: Recovery) -> Calla
 
 def _prunable(model, src: Path | str, what: str) -> None:
     """Refuse, before any work, an architecture edgepress cannot prune, heads pruned twice (a width narrowed twice:
-    `models.width.hidden_parts`) and a model whose Linears lowrank factored."""
-    from edgepress.models.lowrank import is_factored_table, recorded_ranks
+    `models.width.hidden_parts`) and a model with a part this cut reshapes (`CUT_PARTS`) stored as factors."""
+    from edgepress.models.lowrank import factored_in
 
     arch_of(model)
-    factored = recorded_ranks(model.config)
+    factored = sorted(set(CUT_PARTS[what]) & factored_in(model))
     if factored:
-        which = "its word table" if len(factored) == 1 and is_factored_table(model.get_input_embeddings()) \
-            else "Linears"
-        raise ConfigError(f"{src} has {which} factored by lowrank (config.json's lowrank_ranks); {what} cuts a "
-                          f"model whose Linears and word table are whole. Fix: put lowrank after heads, ffn and "
-                          f"width")
+        raise ConfigError(f"{src} has {', '.join(factored)} factored by lowrank (config.json's lowrank_ranks), which "
+                          f"{what} cuts whole. {factored_fix(what, factored)}")
     if what == "heads" and getattr(model.config, "pruned_heads", None):
         raise ConfigError(f"{src} already had heads pruned ({model.config.pruned_heads}); structured pruning "
                           f"takes a model with all its heads. Fix: run heads and ffn once each, on the distilled "

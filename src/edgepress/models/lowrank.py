@@ -74,6 +74,15 @@ def is_factored_table(module) -> bool:
     return isinstance(module, _factored_class()[1])
 
 
+def factored_in(model) -> set[str]:
+    """The parts (`PARTS`, `WORDS`) `model` stores as factors in any layer."""
+    arch, factored = arch_of(model), _factored_class()[0]
+    found = {WORDS} if is_factored_table(model.get_input_embeddings()) else set()
+    for layer in layer_list(model):
+        found |= {name for name in PARTS if isinstance(part(layer, getattr(arch, name)), factored)}
+    return found
+
+
 def factorable(model, parts: tuple[str, ...] = PARTS) -> dict[str, tuple[int, int]]:
     """{module name in `model`'s base model: (in_features, out_features)} of the plain Linears at `parts` (`PARTS`'
     names) in every layer, in layer order, and with `WORDS` among `parts`, of the word table, (rows, width) where it

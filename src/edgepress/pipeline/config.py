@@ -9,6 +9,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from edgepress.compress.structured import factored_fix
 from edgepress.configs import Logits, Megabytes, Milliseconds, PathText, Ratio, build, validated
 from edgepress.data.config import DataConfig
 from edgepress.deploy.targets import INT8_METHODS, TARGETS, detect_target, refusals, target_params
@@ -259,17 +260,19 @@ def _methods(stage: StageConfig) -> list[str]:
 
 def stage_order_problems(stages: list[StageConfig]) -> list[str]:
     """Each stage's method (and every fallback) must take what the stage before gives (registry kinds), and none
-    that cuts whole Linears may follow one that factored them (`Method.cuts_whole`, `Method.factors`), and a method
-    that cuts a model once (`Method.once`) is in one stage, and no part is factored by two stages."""
+    may cut a part a stage before it factored (`Method.cuts`, `Method.factors`), and a method that cuts a model once
+    (`Method.once`) is in one stage, and no part is factored by two stages."""
     from edgepress.registry import KIND_WORDS
 
-    problems, kinds, source, qat, factored, cut, parts = [], {"torch"}, "the model", None, None, {}, {}
+    problems, kinds, source, qat, cut, parts = [], {"torch"}, "the model", None, {}, {}
     for stage in stages:
         for method, params in stage.attempts:
-            if factored and METHODS[method].cuts_whole:
-                problems.append(f"stage '{stage.name}' ({method}) cuts a model whose Linears and word table are "
-                                f"whole; stage '{factored}' stores some as factors before it. Fix: put stage "
-                                f"'{factored}' after it")
+            whole = [part for part in METHODS[method].cuts if part in parts]
+            if whole:
+                this, before = f"stage '{stage.name}'", f"stage '{parts[whole[0]]}'"
+                problems.append(f"{this} ({method}) cuts {', '.join(whole)} whole; {before} stores "
+                                f"{'it' if len(whole) == 1 else 'them'} as factors before it. "
+                                f"{factored_fix(this, whole, before)}")
             factors = METHODS[method].factored(params)
             again = [part for part in factors if parts.get(part, stage.name) != stage.name]
             if again:
@@ -293,7 +296,6 @@ def stage_order_problems(stages: list[StageConfig]) -> list[str]:
                                 f"from {source}. Fix: {fix}")
         kinds = {METHODS[m].output(k) for m in _methods(stage) for k in kinds}
         source, qat = f"stage '{stage.name}'", stage.name if "torch-qat" in kinds else qat
-        factored = factored or (stage.name if any(METHODS[m].factors for m in _methods(stage)) else None)
     return problems
 
 
