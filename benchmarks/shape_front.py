@@ -38,7 +38,11 @@ SHAPES = {
                ffn_keep=0.5), Shape(6, width_keep=0.5, heads_keep=0.5, ffn_keep=0.25),
                # the gentler width with the other cuts: what reaches 1.5x without halving the width
                Shape(4, width_keep=0.75, ffn_keep=0.5, rank_keep=0.25), Shape(4, width_keep=0.75, heads_keep=0.5,
-               ffn_keep=0.5), Shape(4, width_keep=0.75, ffn_keep=0.25), Shape(3, width_keep=0.75, ffn_keep=0.5)],
+               ffn_keep=0.5), Shape(4, width_keep=0.75, ffn_keep=0.25), Shape(3, width_keep=0.75, ffn_keep=0.5),
+               # width 3/4 with the demo's own cuts: the width points about as fast as the demo
+               Shape(3, width_keep=0.75, heads_keep=0.5, ffn_keep=0.5), Shape(3, width_keep=0.75, heads_keep=0.5,
+               ffn_keep=0.25), Shape(3, width_keep=0.75, ffn_keep=0.25), Shape(4, width_keep=0.75, heads_keep=0.5,
+               ffn_keep=0.25)],
     "mpnet": [Shape(12), Shape(4), Shape(3), Shape(12, width_keep=0.5), Shape(6, width_keep=0.5),
               Shape(6, width_keep=0.5, ffn_keep=0.5), Shape(4, width_keep=0.5), Shape(6, rank_keep=0.25),
               Shape(4, ffn_keep=0.5, rank_keep=0.25)],
