@@ -81,11 +81,27 @@ def test_the_space_chooses_the_ffn_rank_and_a_factored_point_gets_a_lowrank_stag
     assert SearchConfig.model_validate({"space": SPACE}).space.filled(2).rank_keep == [1.0]
     assert keeps_as_much(Shape(1), Shape(1, rank_keep=0.5)) and not keeps_as_much(Shape(1, rank_keep=0.5), Shape(1))
 
-def test_shapes_are_timed_as_they_ship_and_the_dominated_named(tiny_model_dir, movie_data):
+def test_shapes_are_timed_as_they_ship_and_the_dominated_named(tiny_model_dir, movie_data, monkeypatch):
+    """Each shape exported, fused with the fusions a run's optimize would pick (timed after int8 on the first
+    shape, then used for every one), int8'd, timed side by side; a shape slower and larger than another is named."""
+    from edgepress.search import shapes as shapes_module
+
+    fused, real = [], shapes_module.optimize_onnx
+
+    def recording(src, out, texts, cfg):
+        fused.append(cfg)
+        details = real(src, out, texts, cfg)
+        return {**details, "disabled": ["skip_layer_norm"]} if cfg.fusions == "auto" else details
+
+    monkeypatch.setattr(shapes_module, "optimize_onnx", recording)
     shapes = [Shape(2), Shape(1), Shape(1, heads_keep=0.5, ffn_keep=0.5)]
-    table = time_shapes(tiny_model_dir, shapes, movie_data.validation.texts[:64], threads=1,
-                        latency=LatencyConfig(warmup=2, runs=10))
+    latency = LatencyConfig(warmup=2, runs=10)
+    table = time_shapes(tiny_model_dir, shapes, movie_data.validation.texts[:64], threads=1, latency=latency)
     assert list(table) == [s.name for s in shapes]
+    assert fused[0].fusions == "auto" and fused[0].threads == 1 and fused[0].latency == latency
+    assert fused[0].quantized_with is not None  # timed as the int8 graph it becomes
+    assert all(cfg.fusions == "all" and cfg.disable == ("skip_layer_norm",) for cfg in fused[1:]) and len(fused) == 3
+    assert all(row["fusions_left_out"] == ["skip_layer_norm"] for row in table.values())
     assert all(row["fixed_p50_ms"] > 0 and row["providers_used"] == ["CPUExecutionProvider"] for row in table.values())
     sizes = [table[s.name]["size_mb"] for s in shapes]
     assert sizes[0] > sizes[1] > sizes[2]  # int8 graphs of fewer layers, then fewer heads and neurons

@@ -84,6 +84,7 @@ def shape_table(prepared_dir: Path, model_dir: Path, shapes: list[Shape], cfg: S
     students = {name: tree_sha256(student_dir(Path(name))) for name in sorted({s.student for s in shapes} - {None})}
     key = {"model_sha256": tree_sha256(model_dir), "shapes": [s.name for s in shapes],
            "runtime": cfg.runtime.model_dump(mode="json"), "max_length": cfg.data.max_length, "machine": machine_key(),
+           "fusions": "timed on the first shape",  # an older table fused every shape with every fusion
            **({"students_sha256": students} if students else {})}
     path = prepared_dir / "shapes.json"
     if path.is_file() and read_json(path).get("key") == key:

@@ -86,32 +86,45 @@ def shape_source(teacher, tokenizer, student: str | None, task) -> tuple:
     return with_new_head(student_dir(Path(student)), task.auto_class, teacher.config.id2label, seed=0)
 
 
-def time_shapes(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...], threads: int | None,
-                latency: LatencyConfig, int8: Int8DynamicConfig | None = Int8DynamicConfig(),
-                max_length: int | None = None, task=None) -> dict[str, dict]:
-    """Per shape (by name): the fixed-shape and natural p50 over interleaved rounds (`compare_latency`) and
-    the shipped graph's size in MB, each shape exported, fused and (with `int8`) quantized as a run would. `task`:
-    the teacher's (None: the model dir's own, `task_of`)."""
+def shape_graphs(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...], scratch: Path, threads: int | None,
+                 latency: LatencyConfig, int8: Int8DynamicConfig | None = Int8DynamicConfig(),
+                 task=None) -> tuple[dict[str, Path], list[str]]:
+    """({shape name: its graph dir under `scratch`}, the fusions left out): each shape built from the teacher (or
+    its pretrained student), exported, fused and (with `int8`) quantized as a run would ship it. The fusion set is
+    the one a run's `optimize` would pick here (`fusions: auto`, its candidates timed after `int8` at `latency` on
+    `threads`), picked on the first shape and used for every shape: on an AVX-512 Xeon, ONNX Runtime's
+    SkipLayerNormalization made the demo's int8 graph 1.4x slower, and fusing everything would time every shape so.
+    `task`: the teacher's (None: the model dir's own, `task_of`)."""
     from edgepress.tasks import task_of
 
     task = task or task_of(teacher_dir)
     teacher, tokenizer = task.load_model(teacher_dir)
     sources = {student: shape_source(teacher, tokenizer, student, task) for student in {s.student for s in shapes}}
+    graphs, fuse = {}, OptimizeConfig(threads=threads, latency=latency, quantized_with=int8)
+    for k, shape in enumerate(shapes):
+        step = Path(scratch) / str(k)
+        source, words = sources[shape.student]
+        with quiet("edgepress"):  # a line per shape and step would drown the table
+            export_model_object(build_shape(source, shape), words, step / "onnx", texts, ExportConfig(),
+                                f"shape {shape.name}", task=task)
+            left_out = optimize_onnx(step / "onnx", step / "fused", texts, fuse)["disabled"]
+            fuse = OptimizeConfig(fusions="all", disable=tuple(left_out))
+            if int8 is not None:  # timing only: the graph a run ships is checked by its own stages
+                int8_dynamic(step / "fused", step / "int8", texts, int8.model_copy(update={"parity": UNCHECKED}))
+        graphs[shape.name] = step / ("int8" if int8 is not None else "fused")
+    return graphs, list(fuse.disable)
+
+
+def time_shapes(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...], threads: int | None,
+                latency: LatencyConfig, int8: Int8DynamicConfig | None = Int8DynamicConfig(),
+                max_length: int | None = None, task=None) -> dict[str, dict]:
+    """Per shape (by name): the fixed-shape and natural p50 over interleaved rounds (`compare_latency`), the
+    shipped graph's size in MB and the fusions left out, of `shape_graphs`."""
     with tempfile.TemporaryDirectory(prefix="edgepress-shapes-") as scratch:
-        graphs = {}
-        for k, shape in enumerate(shapes):
-            step = Path(scratch) / str(k)
-            source, words = sources[shape.student]
-            with quiet("edgepress"):  # a line per shape and step would drown the table
-                export_model_object(build_shape(source, shape), words, step / "onnx", texts, ExportConfig(),
-                                    f"shape {shape.name}", task=task)
-                optimize_onnx(step / "onnx", step / "fused", texts, OptimizeConfig(fusions="all"))
-                if int8 is not None:  # timing only: the graph a run ships is checked by its own stages
-                    int8_dynamic(step / "fused", step / "int8", texts, int8.model_copy(update={"parity": UNCHECKED}))
-            graphs[shape.name] = step / ("int8" if int8 is not None else "fused")
+        graphs, left_out = shape_graphs(teacher_dir, shapes, texts, Path(scratch), threads, latency, int8, task)
         timings = compare_latency(graphs, texts, threads, cfg=latency, max_length=max_length)
-        return {name: {**timings[name], "size_mb": (graph / ONNX_FILE).stat().st_size / 1e6}
-                for name, graph in graphs.items()}
+        return {name: {**timings[name], "size_mb": (graph / ONNX_FILE).stat().st_size / 1e6,
+                       "fusions_left_out": left_out} for name, graph in graphs.items()}
 
 
 def keeps_as_much(a: Shape, b: Shape) -> bool:
