@@ -17,14 +17,14 @@ import json
 import tempfile
 from pathlib import Path
 
+from session_noise import THREADS, speeds_over
+
 from edgepress.data import DataConfig, load_data
 from edgepress.files import read_json
 from edgepress.models.teacher import resolve_model
-from edgepress.pipeline.latency import compare_latency
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.search.shapes import Shape, shape_graphs
 
-THREADS = 2
 WINNER, DEMO = Shape(4, ffn_keep=0.5), Shape(3, heads_keep=0.5, ffn_keep=0.25)
 
 
@@ -40,7 +40,7 @@ def main() -> None:
         raise SystemExit(f"the runs distil different teachers ({sorted(models)}): no shape of one teacher to time")
     data = load_data(DataConfig())
     texts = tuple(data.test.texts)
-    result = {"runs": {name: str(path) for name, path in runs.items()}, "threads": THREADS, "repeats": []}
+    result = {"runs": {name: str(path) for name, path in runs.items()}, "threads": THREADS}
     with tempfile.TemporaryDirectory(prefix="edgepress-runs-shapes-") as scratch:
         latency = LatencyConfig(warmup=20, runs=100)
         shapes, left_out = shape_graphs(resolve_model(models.pop()), [WINNER, DEMO], data.validation.texts,
@@ -48,16 +48,7 @@ def main() -> None:
         result["fusions_left_out"] = left_out
         graphs = {**{f"shape: {name}": path for name, path in shapes.items()},
                   **{name: run / "final" for name, run in runs.items()}}
-        reference = f"shape: {WINNER.name}"
-        for repeat in range(args.repeats):
-            timed = compare_latency(graphs, texts, THREADS, cfg=latency)
-            ref = timed[reference]
-            row = {name: {"fixed_ms": t["fixed_p50_ms"], "natural_ms": t["natural_p50_ms"],
-                          "speed_fixed": ref["fixed_p50_ms"] / t["fixed_p50_ms"],
-                          "speed_natural": ref["natural_p50_ms"] / t["natural_p50_ms"]} for name, t in timed.items()}
-            print(f"repeat {repeat}: " + ", ".join(f"{name} {r['speed_fixed']:.2f}/{r['speed_natural']:.2f}"
-                                                   for name, r in row.items()), flush=True)
-            result["repeats"].append(row)
+        result["repeats"] = speeds_over(graphs, f"shape: {WINNER.name}", texts, args.repeats, latency)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
 
 

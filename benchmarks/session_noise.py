@@ -38,17 +38,26 @@ def main() -> None:
     graphs = {reference: Path(named[0][1]), f"{reference} again": Path(named[0][1]),
               **{name: Path(path) for name, path in named[1:]}}
     texts = tuple(load_data(DataConfig()).test.texts)
-    result = {"graphs": {name: str(path) for name, path in graphs.items()}, "threads": THREADS, "repeats": []}
-    for repeat in range(args.repeats):
-        timed = compare_latency(graphs, texts, THREADS, cfg=LatencyConfig(warmup=20, runs=100))
+    result = {"graphs": {name: str(path) for name, path in graphs.items()}, "threads": THREADS,
+              "repeats": speeds_over(graphs, reference, texts, args.repeats, LatencyConfig(warmup=20, runs=100))}
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def speeds_over(graphs: dict[str, Path], reference: str, texts: tuple[str, ...], repeats: int,
+                latency: LatencyConfig) -> list[dict]:
+    """Per repeat (one `compare_latency` of every graph), each graph's p50s and its speed over `reference`, fixed
+    shape and natural lengths; printed as they come."""
+    rows = []
+    for repeat in range(repeats):
+        timed = compare_latency(graphs, texts, THREADS, cfg=latency)
         ref = timed[reference]
         row = {name: {"fixed_ms": t["fixed_p50_ms"], "natural_ms": t["natural_p50_ms"],
                       "speed_fixed": ref["fixed_p50_ms"] / t["fixed_p50_ms"],
                       "speed_natural": ref["natural_p50_ms"] / t["natural_p50_ms"]} for name, t in timed.items()}
         print(f"repeat {repeat}: " + ", ".join(f"{name} {r['speed_fixed']:.2f}/{r['speed_natural']:.2f}"
                                                for name, r in row.items()), flush=True)
-        result["repeats"].append(row)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+        rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":
