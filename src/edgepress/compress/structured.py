@@ -42,6 +42,7 @@ from edgepress.errors import ConfigError, missing
 from edgepress.models.arch import arch_of, keep_neurons, layer_list, neurons_of, part
 from edgepress.models.evaluate import forward_inputs
 from edgepress.models.heads import remove_heads
+from edgepress.models.lowrank import PARTS, WORDS, factored_in
 from edgepress.models.sentence import encoder_of
 from edgepress.models.train import TrainConfig
 from edgepress.models.width import AXIS, RECORD, narrow
@@ -108,8 +109,7 @@ def fill_teacher(params: dict, run) -> dict:
 
 # the parts lowrank may factor (`models.lowrank.PARTS`, `WORDS`) that each cut reshapes, so takes whole: heads
 # the attention's output projection, ffn the FFN's two, width every one and the word table
-CUT_PARTS = {"heads": ("attn_out",), "ffn": ("ffn_in", "ffn_out"),
-             "width": ("ffn_in", "ffn_out", "attn_out", "words")}
+CUT_PARTS = {"heads": ("attn_out",), "ffn": ("ffn_in", "ffn_out"), "width": (*PARTS, WORDS)}
 
 
 def factored_fix(what: str, parts: list[str], stage: str = "lowrank") -> str:
@@ -335,8 +335,6 @@ def _hidden_state_loss(model, tokenizer, teacher, words, cfg: Recovery) -> Calla
 def _prunable(model, src: Path | str, what: str) -> None:
     """Refuse, before any work, an architecture edgepress cannot prune, heads pruned twice (a width narrowed twice:
     `models.width.hidden_parts`) and a model with a part this cut reshapes (`CUT_PARTS`) stored as factors."""
-    from edgepress.models.lowrank import factored_in
-
     arch_of(model)
     factored = sorted(set(CUT_PARTS[what]) & factored_in(model))
     if factored:
