@@ -81,6 +81,32 @@ def test_the_space_chooses_the_ffn_rank_and_a_factored_point_gets_a_lowrank_stag
     assert SearchConfig.model_validate({"space": SPACE}).space.filled(2).rank_keep == [1.0]
     assert keeps_as_much(Shape(1), Shape(1, rank_keep=0.5)) and not keeps_as_much(Shape(1, rank_keep=0.5), Shape(1))
 
+def test_what_the_libraries_said_timing_shapes_is_said_as_the_shape_table_s(tiny_model_dir, tmp_path, monkeypatch):
+    """ONNX Runtime's fusion warnings while the shapes are timed are said under "shape table" there, not carried
+    into the first trial's first stage (where a search's first trial logged a 4-layer distill's "hidden size 192")."""
+    import logging
+
+    from edgepress.logs import LIBRARY_MESSAGES
+    from edgepress.search import prepare as prepare_module
+    from edgepress.search.config import SearchConfig
+
+    def timing(*args, **kwargs):
+        LIBRARY_MESSAGES.emit(logging.LogRecord("onnxruntime", logging.WARNING, "x.py", 1, "fused nothing", None, None))
+        return {Shape(1).name: {"fixed_p50_ms": 1.0, "size_mb": 1.0}}
+
+    monkeypatch.setattr(prepare_module, "time_shapes", timing)
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("edgepress").addHandler(handler)
+    try:
+        cfg = SearchConfig.model_validate({"model": str(tiny_model_dir), "space": SPACE})
+        prepare_module.shape_table(tmp_path, tiny_model_dir, [Shape(1)], cfg, ("a text",), None)
+    finally:
+        logging.getLogger("edgepress").removeHandler(handler)
+    assert "shape table: onnxruntime said: fused nothing" in said and not LIBRARY_MESSAGES.seen
+
+
 def test_shapes_are_timed_as_they_ship_and_the_dominated_named(tiny_model_dir, movie_data, monkeypatch):
     """Each shape exported, fused with the fusions a run's optimize would pick (timed after int8 on the first
     shape, then used for every one), int8'd, timed side by side; a shape slower and larger than another is named."""

@@ -123,6 +123,7 @@ def _baseline(state: RunState, model_dir: Path) -> None:
                   "run_id": state.run_id}
         state.run.write_stage(0, "baseline", record, {"reuse": key}, metrics, state.predictions(preds))
     state.baseline, state.baseline_preds, state.previous = metrics, preds, metrics
+    summarise_library_messages("baseline")  # what loading and measuring the model said, not the first stage's
     primary = state.task.primary
     log.info("baseline: %s (%s CI [%.4f, %.4f])", measured_text(metrics), words(primary),
              *metrics[f"{primary}_ci95"])

@@ -15,6 +15,7 @@ from pathlib import Path
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError, EdgepressError
 from edgepress.files import check_apart, check_owned, check_writable, read_json, write_json
+from edgepress.logs import summarise_library_messages
 from edgepress.models.teacher import demo_depth
 from edgepress.pipeline.gates import drop_noise
 from edgepress.search.config import LAYERS, SearchConfig, Space, pipeline_for, point_text
@@ -94,6 +95,7 @@ def shape_table(prepared_dir: Path, model_dir: Path, shapes: list[Shape], cfg: S
     log.info("timing %d shapes as they would ship (export, fusion, int8), side by side", len(shapes))
     table = time_shapes(model_dir, shapes, texts, cfg.runtime.threads, latency, max_length=cfg.data.max_length,
                         task=task)
+    summarise_library_messages("shape table")  # said here, not in the first trial's first stage
     write_json(path, {"key": key, "table": table})
     return table
 
