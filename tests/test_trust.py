@@ -767,6 +767,15 @@ def test_a_yaml_alias_bomb_is_refused_quickly(tmp_path):
         load_config(tmp_path / "bomb.yaml")
 
 
+@pytest.mark.parametrize("text", ["&a [*a]\n", "model: demo:minilm-movie\nstages: &s [*s]\n", "a: &a {b: *a}\n",
+                                  "stages: [{name: e, method: export, params: &p {x: [*p]}}]\n"])
+def test_a_yaml_alias_inside_the_value_it_names_is_refused(tmp_path, text):
+    """Every node that holds itself through an alias, at the top or deep inside: exit 2, not a RecursionError."""
+    (tmp_path / "p.yaml").write_text(text)
+    result = invoke("validate", tmp_path / "p.yaml")
+    assert result.exit_code == 2 and "uses a YAML alias inside the value it names" in result.output, result.output
+
+
 def test_every_gate_without_a_limit_is_listed_and_counted(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump({"stages": [
         {"name": "e", "method": "export", "gates": {"accuracy": {}, "latency": {}, "size": {}}}]}))

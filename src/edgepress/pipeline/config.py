@@ -383,13 +383,21 @@ _UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float",
 MAX_VALUES = 100_000  # a pipeline has hundreds; more means YAML aliases multiplying (a "billion laughs" file)
 
 
-def _expanded_size(value: Any, sizes: dict[int, int]) -> int:
-    """How many values `value` holds once YAML aliases are expanded (each shared node counted once per use)."""
+class _HoldsItself(ValueError):
+    """A YAML alias used inside the node it names (`&a [*a]`): a value that never ends."""
+
+
+def _expanded_size(value: Any, sizes: dict[int, int | None]) -> int:
+    """How many values `value` holds once YAML aliases are expanded (each shared node counted once per use);
+    `_HoldsItself` where a node holds itself."""
     if not isinstance(value, dict | list):
         return 1
     if id(value) not in sizes:
+        sizes[id(value)] = None  # being counted: met again below it, it holds itself
         children = value.values() if isinstance(value, dict) else value
         sizes[id(value)] = 1 + sum(_expanded_size(child, sizes) for child in children)
+    if sizes[id(value)] is None:
+        raise _HoldsItself
     return sizes[id(value)]
 
 
@@ -414,7 +422,14 @@ def read_yaml(path: Path) -> Any:
                           f"is a mapping of model, data, runtime and stages, as in examples/)") from None
     except RecursionError:
         raise ConfigError(f"{path} nests too deeply to be a pipeline config. Fix: write it flat") from None
-    if _expanded_size(data, {}) > MAX_VALUES:
+    try:
+        size = _expanded_size(data, {})
+    except _HoldsItself:
+        raise ConfigError(f"{path} uses a YAML alias inside the value it names (as in `a: &x [*x]`), a value without "
+                          f"end. Fix: write that value out instead of the alias") from None
+    except RecursionError:
+        raise ConfigError(f"{path} nests too deeply to be a pipeline config. Fix: write it flat") from None
+    if size > MAX_VALUES:
         raise ConfigError(f"{path} expands to more than {MAX_VALUES:,} values (YAML aliases repeating each other?). "
                           f"Fix: write the config without nested aliases")
     return data
