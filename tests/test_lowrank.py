@@ -72,6 +72,32 @@ def test_a_factored_model_loads_back_from_its_record(family_model, movie_data, t
     assert fresh.mpnet.encoder.layer[0].intermediate.dense.rank == 16
 
 
+def test_a_student_cut_from_a_head_pruned_factored_model_carries_its_records_renumbered(family_model, movie_data,
+                                                                                        tmp_path):
+    """distill after heads or lowrank: the layers a student keeps bring what the config records of them (heads
+    removed, Linears factored) under their new numbers, and the student loads back as it was saved; a record of a
+    layer left out is dropped."""
+    from edgepress.compress.distill import keep_layers
+    from edgepress.compress.lowrank import ranks_of
+    from edgepress.compress.structured import prune_heads
+    from edgepress.models.heads import pruned_heads
+    from edgepress.models.loading import load_classifier
+    from edgepress.models.lowrank import factorable, factorize
+
+    texts = movie_data.validation.texts[:40]
+    model, words = load_classifier(family_model("bert"))
+    prune_heads(model, [[0, 1], [1]])  # the heads each layer keeps
+    removed = pruned_heads(model.config)
+    factorize(model, ranks_of(factorable(model, ("ffn_in", "words")), 0.5))
+    keep_layers(model, (1,))
+    assert pruned_heads(model.config) == {0: removed[1]}
+    assert model.config.lowrank_ranks == {"embeddings.word_embeddings": 16, "encoder.layer.0.intermediate.dense": 16}
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    words.save_pretrained(tmp_path)
+    again, _ = load_classifier(tmp_path)
+    np.testing.assert_allclose(_logits(again, words, texts), _logits(model, words, texts), atol=1e-6)
+
+
 @pytest.mark.parametrize("record", [[16], {"encoder.layer.0.intermediate.dense": 0},
                                     {"encoder.layer.0.intermediate.dense": True}, {"embeddings": 4},
                                     {"encoder.layer.0.intermediate.dense": 100000}])

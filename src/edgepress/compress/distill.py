@@ -181,8 +181,16 @@ def make_student(teacher, cfg: DistillConfig):
 
 
 def keep_layers(model, mapping: tuple[int, ...]) -> None:
-    """`model` (a Hugging Face encoder model) cut, in place, to its layers `mapping`, in that order."""
+    """`model` (a Hugging Face encoder model) cut, in place, to its layers `mapping`, in that order, with what its
+    config records per layer (heads removed, Linears factored, ModernBERT's attention kinds) renumbered to match:
+    a student cut from a head-pruned or factored model loads as it was saved."""
+    from edgepress.models.heads import pruned_heads
+    from edgepress.models.lowrank import RECORD as RANKS
+    from edgepress.models.lowrank import recorded_ranks
+
     layers = layer_list(model)
+    removed = pruned_heads(model.config) if getattr(model.config, "pruned_heads", None) else {}
+    factored = {id(part(model.base_model, name)): rank for name, rank in recorded_ranks(model.config).items()}
     kept = [layers[i] for i in mapping]
     for i in reversed(range(len(layers))):
         del layers[i]
@@ -190,6 +198,12 @@ def keep_layers(model, mapping: tuple[int, ...]) -> None:
     setattr(model.config, arch_of(model).depth_key, len(mapping))
     if isinstance(getattr(model.config, "layer_types", None), list):  # ModernBERT: local or global attention
         model.config.layer_types = [model.config.layer_types[i] for i in mapping]
+    if removed:
+        model.config.pruned_heads = {new: removed[old] for new, old in enumerate(mapping) if old in removed}
+    if factored:  # the factored modules kept, by their names in the cut model
+        setattr(model.config, RANKS, {name: factored[id(module)] for name, module
+                                      in model.base_model.named_modules(remove_duplicate=False)
+                                      if id(module) in factored})
 
 
 def _hidden_loss(student_states, teacher_states, mask, cfg: DistillConfig):
