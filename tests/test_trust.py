@@ -776,6 +776,22 @@ def test_a_yaml_alias_inside_the_value_it_names_is_refused(tmp_path, text):
     assert result.exit_code == 2 and "uses a YAML alias inside the value it names" in result.output, result.output
 
 
+def test_validate_runs_every_methods_check_on_a_demo_teacher_without_building_it(tmp_path):
+    """`validate` does not build the demo teacher, but checks each method on its architecture and tokenizer (its
+    encoder with a fresh head), as a run would on the teacher: a student deeper than the teacher, a recovery's
+    teacher that is no model, a search's pretrained student that does not exist are refused there too."""
+    (tmp_path / "p.yaml").write_text("model: demo:minilm-movie\nstages:\n"
+                                     "  - {name: d, method: distill, params: {student_layers: 9}}\n"
+                                     "  - {name: w, method: width, params: {keep: 0.5, teacher: Baseline}}\n")
+    result = invoke("validate", tmp_path / "p.yaml")
+    assert result.exit_code == 2 and "the run would refuse 2 stage(s)" in result.output, result.output
+    assert "a 9-layer student from layers" in result.output and "does not fit a 6-layer teacher" in result.output
+    (tmp_path / "s.yaml").write_text("model: demo:minilm-movie\n"
+                                     "space: {student: [/nonexistent/model], quantization: [int8-dynamic]}\n")
+    result = invoke("validate", tmp_path / "s.yaml")
+    assert result.exit_code == 2 and "the model /nonexistent/model does not exist" in result.output, result.output
+
+
 def test_every_gate_without_a_limit_is_listed_and_counted(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump({"stages": [
         {"name": "e", "method": "export", "gates": {"accuracy": {}, "latency": {}, "size": {}}}]}))

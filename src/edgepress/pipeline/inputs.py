@@ -92,11 +92,14 @@ def check_artifact_out(out: Path, marker: str, what: str, inputs: dict[str, Path
 
 def check_model(spec: str, build_teacher: bool, task=CLASSIFICATION) -> tuple[Path | None, tuple | None]:
     """(the model dir of `spec`, (model, tokenizer)), loaded once to prove it loads (weights, config, tokenizer) as
-    a model of `task`. A demo teacher is built first when `build_teacher` (a run); `validate` only checks that it
-    can be built (returns (None, None))."""
+    a model of `task`. A demo teacher is built first when `build_teacher` (a run); `validate` does not build it:
+    (None, its encoder with a fresh head), the teacher's architecture and tokenizer, which every method's own
+    check reads as it would read the teacher's."""
     if spec in DEMO_TEACHERS and not build_teacher:
-        DEMO_TEACHERS[spec].encoder()  # installed: the teacher can be built
-        return None, None
+        from edgepress.models.loading import with_new_head
+
+        encoder = DEMO_TEACHERS[spec].encoder()  # installed: the teacher can be built
+        return None, with_new_head(encoder, task.auto_class, DEMO_LABELS, seed=0)
     model_dir = resolve_model(spec)
     return model_dir, task.load_model(model_dir)
 
@@ -154,9 +157,9 @@ def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bo
         task.web_pipeline(None if cfg.model in DEMO_TEACHERS else resolve_model(cfg.model))
         web_modules()
     model_dir, loaded = check_model(cfg.model, build_teacher, task)
+    check_methods(cfg, *loaded, task)
     if model_dir is not None:
         check_lengths(model_dir, cfg)
-        check_methods(cfg, *loaded, task)
     if not task.labelled:
         label2id = None  # the data's labels (if any) are the data's own: an embedder has none
     else:

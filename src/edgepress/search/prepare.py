@@ -16,7 +16,6 @@ from edgepress.data import DataSplits
 from edgepress.errors import ConfigError, EdgepressError
 from edgepress.files import check_apart, check_owned, check_writable, read_json, write_json
 from edgepress.logs import summarise_library_messages
-from edgepress.models.teacher import demo_depth
 from edgepress.pipeline.gates import drop_noise
 from edgepress.search.config import LAYERS, SearchConfig, Space, pipeline_for, point_text
 from edgepress.search.shapes import Shape, dominated, time_shapes
@@ -48,9 +47,9 @@ class Prepared:
         return self.task.primary
 
 
-def check_space(cfg: SearchConfig, loaded: tuple | None, depth: int, space, task) -> None:
+def check_space(cfg: SearchConfig, loaded: tuple, depth: int, space, task) -> None:
     """Every point's pipeline is valid, built for `task`, and every method's pre-run check accepts it on the teacher
-    `loaded` ((model, tokenizer); None: a demo teacher, not built yet, is taken on trust); else one ConfigError
+    `loaded` ((model, tokenizer); a demo teacher not built yet: its encoder with a fresh head); else one ConfigError
     naming each point refused (exit 2, before anything is trained)."""
     from edgepress.pipeline.inputs import check_methods
     from edgepress.tasks import check_methods_for
@@ -61,10 +60,10 @@ def check_space(cfg: SearchConfig, loaded: tuple | None, depth: int, space, task
     problems, checked = [], set()
     for point in space.points():
         try:
-            pipeline = pipeline_for(cfg, depth, point)
+            pipeline = pipeline_for(cfg, depth, point, task)
             check_methods_for(task, pipeline.stages)
             training = json.dumps([[s.method, s.params] for s in pipeline.stages], sort_keys=True)
-            if loaded is not None and training not in checked:
+            if training not in checked:
                 checked.add(training)
                 check_methods(pipeline, *loaded, task)
         except EdgepressError as e:
@@ -143,11 +142,11 @@ def check_search(cfg: SearchConfig, build_teacher: bool = True) -> tuple[Path | 
 
     task = task_of(None if cfg.model in DEMO_TEACHERS else resolve_model(cfg.model))
     model_dir, loaded = check_model(cfg.model, build_teacher, task)
-    depth = depth_of(encoder_of(loaded[0])) if loaded else demo_depth(cfg.model)
+    depth = depth_of(encoder_of(loaded[0]))
     space = cfg.space.filled(depth)
     check_space(cfg, loaded, depth, space, task)
     most = max(space.points(), key=lambda point: point.get("transfer", 0))  # the largest draw: it must fit the texts
-    _, data = check_inputs(pipeline_for(cfg, depth, most), build_teacher=build_teacher)
+    _, data = check_inputs(pipeline_for(cfg, depth, most, task), build_teacher=build_teacher)
     return model_dir, loaded, depth, space, data, task
 
 
