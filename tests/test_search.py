@@ -20,6 +20,7 @@ from edgepress.search.shapes import Shape, build_shape, dominated, time_shapes
 from edgepress.search.storage import ask, await_others, open_study, trial_rows, twin_result
 from edgepress.search.study import search_loop
 from edgepress.search.trial import EpochWatch, TrialPruned
+from edgepress.tasks import CLASSIFICATION, EMBEDDING
 from tests.test_stagecache import _csv
 from tests.test_trust import FAST_RUNTIME, invoke
 
@@ -51,8 +52,11 @@ def test_the_space_chooses_the_hidden_width_and_a_narrowed_point_gets_a_width_st
     assert names == ["1 layers, heads 1, ffn 1", "1 layers, heads 1, ffn 1, width 0.5", "1 layers, heads 0.5, ffn 1",
                      "1 layers, heads 0.5, ffn 1, width 0.5"]
     narrowed = next(p for p in filled.points() if p.get("width_keep") == 0.5)
-    stages = [(s.method, s.params) for s in pipeline_for(cfg, 2, narrowed).stages]
-    assert stages[0][0] == "distill" and stages[1] == ("width", {"keep": 0.5, "teacher": "baseline", "epochs": 1})
+    stages = [(s.method, s.params) for s in pipeline_for(cfg, 2, narrowed, CLASSIFICATION).stages]
+    assert stages[0][0] == "distill" and stages[1] == (  # a classifier's width learns the teacher's hidden states
+        "width", {"keep": 0.5, "teacher": "baseline", "epochs": 1, "hidden_weight": 1.0})
+    assert pipeline_for(cfg, 2, narrowed, EMBEDDING).stages[1].params == {"keep": 0.5, "teacher": "baseline",
+                                                                        "epochs": 1}
     assert SearchConfig.model_validate({"space": SPACE}).space.filled(2).width_keep == [1.0]
     assert keeps_as_much(Shape(1), Shape(1, width_keep=0.5)) and not keeps_as_much(Shape(1, width_keep=0.5), Shape(1))
 
@@ -75,7 +79,7 @@ def test_the_space_chooses_the_ffn_rank_and_a_factored_point_gets_a_lowrank_stag
     filled = cfg.space.filled(2)
     assert "1 layers, heads 0.5, ffn 1, width 0.5, rank 0.25" in [s.name for s in filled.shapes()]
     point = next(p for p in filled.points() if p.get("rank_keep") == 0.25 and p.get("width_keep") == 0.5)
-    stages = [(s.method, s.params) for s in pipeline_for(cfg, 2, point).stages]
+    stages = [(s.method, s.params) for s in pipeline_for(cfg, 2, point, CLASSIFICATION).stages]
     assert [m for m, _ in stages[:3]] == ["distill", "width", "lowrank"]
     assert stages[2][1] == {"keep": 0.25, "teacher": "baseline", "epochs": 1, "only_where_faster": False}
     assert SearchConfig.model_validate({"space": SPACE}).space.filled(2).rank_keep == [1.0]
@@ -149,10 +153,11 @@ def test_every_shipped_search_config_makes_valid_pipelines():
     for path in sorted(Path(__file__).resolve().parents[1].glob("examples/search-*.yaml")):
         cfg = load_search(path)
         space = cfg.space.filled(6)  # the demo teacher's depth
-        pipelines = [pipeline_for(cfg, 6, point) for point in space.points()]
+        task = EMBEDDING if cfg.model == "demo:minilm" else CLASSIFICATION  # a token classifier's: no width here
+        pipelines = [pipeline_for(cfg, 6, point, task) for point in space.points()]
         assert len(pipelines) == len(space.shapes()) * len(space.quantization) * len(space.vocab) * len(space.epochs)
         assert all(p.stages[-1].gates.accuracy.max_drop == cfg.constraints.accuracy.max_drop for p in pipelines)
-        smooth = pipeline_for(cfg, 6, {**space.points()[0], "quantization": "int8-dynamic-smooth"})
+        smooth = pipeline_for(cfg, 6, {**space.points()[0], "quantization": "int8-dynamic-smooth"}, task)
         assert [(s.method, s.params) for s in smooth.stages[-3:]] == [
             ("export", {}), ("optimize", {}), ("int8-dynamic", {"per_channel": True, "smooth": 0.85})]
 
@@ -257,7 +262,7 @@ def test_the_space_chooses_how_many_transfer_texts_each_trial_draws(tmp_path, ti
     cfg = load_search(config)
     points = cfg.space.filled(2).points()
     assert [p["transfer"] for p in points] == [0, 64]
-    pipelines = [pipeline_for(cfg, 2, point) for point in points]
+    pipelines = [pipeline_for(cfg, 2, point, CLASSIFICATION) for point in points]
     assert pipelines[0].data.unlabeled is None and pipelines[1].data.transfer.per_epoch == 64
     result = invoke("search", config, "--out", tmp_path / "out", "--trials", 2)
     assert result.exit_code == 0, result.output

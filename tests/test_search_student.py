@@ -12,6 +12,7 @@ import yaml
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.search.config import SearchConfig, pipeline_for
 from edgepress.search.shapes import Shape, build_shape, dominated, shape_source, time_shapes
+from edgepress.tasks import CLASSIFICATION
 from tests.conftest import save, tiny_encoder
 from tests.test_stagecache import _csv
 from tests.test_trust import FAST_RUNTIME, invoke
@@ -36,7 +37,7 @@ def test_the_space_chooses_between_the_teachers_layers_and_pretrained_students(f
     names = [s.name for s in filled.shapes()]
     assert names == ["1 layers, heads 1, ffn 1", "1 layers, heads 0.5, ffn 1", "2 layers, heads 1, ffn 1",
                      "2 layers, heads 0.5, ffn 1", f"{bpe_student}, heads 1, ffn 1", f"{bpe_student}, heads 0.5, ffn 1"]
-    stages = {s.name: [(st.method, st.params) for st in pipeline_for(cfg, 2, p).stages]
+    stages = {s.name: [(st.method, st.params) for st in pipeline_for(cfg, 2, p, CLASSIFICATION).stages]
               for s, p in zip(filled.shapes(), filled.points(), strict=True)}
     student = stages[f"{bpe_student}, heads 0.5, ffn 1"]
     assert student[0][0] == "distill" and student[0][1]["student"] == str(bpe_student)

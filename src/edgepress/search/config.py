@@ -262,12 +262,12 @@ def final_gates(constraints: Constraints, provider: str) -> Gates:
                  latency={"provider": provider, "max_p50_ms": latency.max_p50_ms} if latency else None)
 
 
-def pipeline_for(cfg: SearchConfig, depth: int, point: dict) -> PipelineConfig:
+def pipeline_for(cfg: SearchConfig, depth: int, point: dict, task) -> PipelineConfig:
     """The pipeline of one point ({layers, heads_keep, ffn_keep, vocab, quantization, epochs}; student: a pretrained
     student's dir; width_keep, rank_keep; transfer: the texts each epoch draws from data.unlabeled) of a teacher of
-    `depth` layers: distill (into a cut of the teacher's layers, or into the pretrained student), heads, ffn, width,
-    lowrank, vocab (those the point asks for), then the quantization's stages; the constraints gate the last stage
-    only (a trial is judged by what ships)."""
+    `depth` layers and of `task`: distill (into a cut of the teacher's layers, or into the pretrained student), heads,
+    ffn, width (with the task's `width_params`), lowrank, vocab (those the point asks for), then the quantization's
+    stages; the constraints gate the last stage only (a trial is judged by what ships)."""
     epochs, data = point["epochs"], cfg.data
     if "transfer" in point:  # the point's own draw from data.unlabeled (0: none)
         drawn = data.transfer.model_copy(update={"per_epoch": point["transfer"]}) if point["transfer"] else None
@@ -284,7 +284,8 @@ def pipeline_for(cfg: SearchConfig, depth: int, point: dict) -> PipelineConfig:
         if point.get(key, 1.0) < 1:  # recovered from the teacher: its labels are kept better
             stages.append({"name": method, "method": method, "params": {
                 "keep": point[key], "teacher": BASELINE, **training,
-                **({"only_where_faster": False} if method == "lowrank" else {})}})  # as the shape table timed it
+                **({"only_where_faster": False} if method == "lowrank" else {}),  # as the shape table timed it
+                **(dict(task.width_params) if method == "width" else {})}})
     if point["vocab"]:
         stages.append({"name": "vocab", "method": "vocab"})
     stages += [dict(s) for s in QUANTIZATIONS[point["quantization"]]]

@@ -173,7 +173,7 @@ def finish(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict)
                               f"is in {out / 'report.md'}. Fix: a longer --budget or more --trials, or looser "
                               f"constraints")
     finalists = score_finalists(cfg, prepared, [*front, *([] if winner in front else [winner])])
-    pipeline = with_timed_choices(pipeline_for(cfg, prepared.depth, point_of(prepared, winner.params)),
+    pipeline = with_timed_choices(pipeline_for(cfg, prepared.depth, point_of(prepared, winner.params), prepared.task),
                                   Path(winner.user_attrs["run_dir"]))
     metric = words(prepared.metric)
     header = (f"# The search's winner (trial {winner.number} of {out}): validation {metric} "

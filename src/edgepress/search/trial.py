@@ -132,7 +132,7 @@ def run_trial(cfg: SearchConfig, prepared: Prepared, out: Path, point: dict, num
     from edgepress.models.train import watch_epochs
     from edgepress.pipeline.runner import run_pipeline
 
-    pipeline = pipeline_for(cfg, prepared.depth, point)
+    pipeline = pipeline_for(cfg, prepared.depth, point, prepared.task)
     run_dir = out / "trials" / f"{number:04d}"
     started = time.monotonic()
     before = pruned_before(pipeline, pruned_prefixes(study)) if cfg.pruning else None
@@ -207,6 +207,7 @@ def unsettled_points(cfg: SearchConfig, prepared: Prepared, study) -> list[dict]
         params = {"shape": shape.name, "vocab": vocab, "quantization": quantization, "epochs": epochs, **transfer}
         if json.dumps(params, sort_keys=True) in tried or beaten_by(cfg, prepared, passing, params):
             continue
-        if not (cfg.pruning and pruned_before(pipeline_for(cfg, prepared.depth, point_of(prepared, params)), pruned)):
+        if not cfg.pruning or not pruned_before(
+                pipeline_for(cfg, prepared.depth, point_of(prepared, params), prepared.task), pruned):
             points.append(params)
     return points

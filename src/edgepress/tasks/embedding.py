@@ -28,6 +28,7 @@ class Embedding:
                                        "optimize", "fp16", "int8-dynamic", "int8-static", "int4")
     # smoothing: all-MiniLM-L6-v2's int8 neighbours 0.84 -> 0.91 on a VNNI CPU (benchmarks/embeddings.py)
     int8_params: tuple[tuple[str, object], ...] = (("smooth", 0.85),)
+    width_params: tuple[tuple[str, object], ...] = ()  # its recovery learns the teacher's vectors
     labelled: bool = False  # vectors: no label names
     starter_leaves_out: tuple[tuple[str, str], ...] = ()
 

@@ -32,6 +32,7 @@ class TokenClassification:
     gated: tuple[str, ...] = ("f1",)
     methods: tuple[str, ...] | None = None  # every method: the training ones learn each word's tag
     int8_params: tuple[tuple[str, object], ...] = ()
+    width_params: tuple[tuple[str, object], ...] = ()  # the hidden-state loss is a sequence classifier's
     labelled: bool = True  # tag names (a bundle's manifest lists them as its labels)
     starter_leaves_out: tuple[tuple[str, str], ...] = (
         ("vocab", "vocab left out: a token classifier meets names its train split never had, which a vocabulary cut "
