@@ -276,6 +276,11 @@ def test_the_space_chooses_how_many_transfer_texts_each_trial_draws(tmp_path, ti
     result = invoke("validate", bad)
     assert result.exit_code == 2 and "space.transfer draws transfer texts from data.unlabeled, which is not set" \
         in result.output, result.output
+    more = config.with_name("more.yaml")  # a draw above the texts there are: named as the space's, not per_epoch's
+    more.write_text(config.read_text().replace("- 64", "- 500"))
+    result = invoke("validate", more)
+    assert result.exit_code == 2 and "space.transfer draws up to 500 texts an epoch, more than the 200 " \
+        "data.unlabeled gives" in result.output, result.output
 
 
 def test_validate_checks_a_search_config_and_run_refuses_one(tmp_path, tiny_model_dir, movie_data):
