@@ -792,6 +792,35 @@ def test_validate_runs_every_methods_check_on_a_demo_teacher_without_building_it
     assert result.exit_code == 2 and "the model /nonexistent/model does not exist" in result.output, result.output
 
 
+def test_a_config_that_is_no_regular_file_is_named_so(tmp_path):
+    """A device or a pipe given as the config exists: it is said to be no file, not said to be missing."""
+    import os
+
+    os.mkfifo(tmp_path / "pipe.yaml")
+    for path in (Path(os.devnull), tmp_path / "pipe.yaml"):
+        result = invoke("validate", path)
+        assert result.exit_code == 2 and "is not a file (a device, a pipe or a socket)" in result.output, result.output
+
+
+def test_a_schema_written_under_a_file_names_the_file(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    result = invoke("schema", "search", "--out", tmp_path / "afile" / "x.json")
+    assert result.exit_code == 2 and f"{tmp_path / 'afile'} is a file" in result.output, result.output
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_a_search_space_takes_each_choice_once_and_true_or_false_unquoted():
+    from edgepress.configs import build
+    from edgepress.search.config import SearchConfig
+
+    space = SearchConfig.model_validate({"space": {"vocab": [True, True, False], "quantization": [
+        "int8-dynamic", "int8-dynamic", "int4"]}}).space
+    assert space.vocab == [True, False] and space.quantization == ["int8-dynamic", "int4"]
+    with pytest.raises(ConfigError, match=r"space.vocab.0: should be true or false: got 'no'. Fix: write true or "
+                                          r"false, unquoted"):
+        build(SearchConfig, {"space": {"vocab": ["no", True]}}, where="s.yaml")
+
+
 def test_every_gate_without_a_limit_is_listed_and_counted(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump({"stages": [
         {"name": "e", "method": "export", "gates": {"accuracy": {}, "latency": {}, "size": {}}}]}))

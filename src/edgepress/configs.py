@@ -34,7 +34,7 @@ def names_something(value):
     if not isinstance(value, str | Path):
         return value  # the field's type says what it should be
     if not str(value).strip():
-        raise ValueError("should name a file or directory (or a demo: name), not be empty")
+        raise ValueError("should name a file or directory, not be empty")
     if "\x00" in str(value):
         raise ValueError("holds a NUL character, which no path can")
     return value
@@ -126,6 +126,12 @@ def _numeric_items(annotation: Any) -> bool:
                for o in _options(annotation))
 
 
+def _boolean_items(annotation: Any) -> bool:
+    """The field takes a list of true or false."""
+    return any(get_origin(o) in (list, tuple) and get_args(o) and _boolean(get_args(o)[0])
+               for o in _options(annotation))
+
+
 def _model(annotation: Any) -> type[BaseModel] | None:
     options = _options(annotation)
     return next((o for o in options if isinstance(o, type) and issubclass(o, BaseModel)), None)
@@ -157,6 +163,9 @@ def not_numbers(cls: type[BaseModel], data: dict[str, Any], prefix: str = "") ->
             lines += [f"{prefix}{name}.{i}: should be a number, not "
                       f"{'true or false' if isinstance(item, bool) else 'text'}: got {item!r}"
                       for i, item in enumerate(value) if isinstance(item, bool | str)]
+        elif isinstance(value, list) and _boolean_items(field.annotation):
+            lines += [f"{prefix}{name}.{i}: should be true or false: got {item!r}. Fix: write true or false, unquoted"
+                      for i, item in enumerate(value) if not isinstance(item, bool)]
         elif isinstance(value, dict) and (nested := _model(field.annotation)) is not None:
             lines += not_numbers(nested, value, f"{prefix}{name}.")
         elif isinstance(value, list) and (nested := _list_of_models(field.annotation)) is not None:

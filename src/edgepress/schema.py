@@ -47,6 +47,10 @@ def write_schema(kind: str, out: Path | None) -> str:
         from edgepress.errors import ConfigError
         from edgepress.files import write_text
 
+        above = next(p for p in out.parents if p.exists())
+        if not above.is_dir():
+            raise ConfigError(f"--out {out} cannot be written: {above} is a file. Fix: the path of a file in a "
+                              f"directory (missing directories are created)")
         if out.is_dir():
             raise ConfigError(f"--out {out} is a directory. Fix: give the path of a file (it is replaced if it "
                               f"exists)")

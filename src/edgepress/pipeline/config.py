@@ -405,6 +405,9 @@ def read_yaml(path: Path) -> Any:
     """The parsed YAML file at `path`; every way it can be unreadable is a ConfigError naming the fix."""
     if path.is_dir():
         raise ConfigError(f"config {path} is a directory. Fix: give the path of a pipeline YAML file inside it")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"config {path} is not a file (a device, a pipe or a socket). Fix: give the path of a "
+                          f"pipeline YAML file")
     if not path.is_file():
         raise ConfigError(f"config {path} does not exist. Fix: give the path of a pipeline YAML (see README)")
     try:

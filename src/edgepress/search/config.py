@@ -148,9 +148,9 @@ class Space(BaseModel):
             raise ValueError("every choice must be 1 or more")
         return None if values is None else sorted(set(values))
 
-    @field_validator("student")
+    @field_validator("student", "vocab", "quantization")
     @classmethod
-    def _once_each(cls, values: list[str] | None) -> list[str] | None:
+    def _once_each(cls, values: list | None) -> list | None:
         return None if values is None else list(dict.fromkeys(values))
 
     @model_validator(mode="after")
