@@ -100,6 +100,22 @@ def test_min_count_drops_the_tokens_seen_fewer_times(pruned, tmp_path, small_dat
     assert twice["test_token_coverage"] < once["test_token_coverage"]
 
 
+def test_the_runs_unlabeled_texts_keep_their_tokens_too_unless_asked_not_to(pruned, tmp_path, small_data, tokenizer):
+    """data.unlabeled's texts are the user's in-domain text: their tokens are kept beside the train split's (on the
+    demo, +0.5 points of validation accuracy, benchmarks/vocab_unlabeled.py); `unlabeled: false` keeps the train
+    split's alone, as a run without unlabeled texts does."""
+    import dataclasses
+
+    src, _, alone = pruned
+    data = dataclasses.replace(small_data, unlabeled=(RARE,))
+    both = vocab_prune(src, tmp_path / "both", data)
+    _, words = load_classifier(tmp_path / "both")
+    assert "spectators" in words.get_vocab() and both["unlabeled_texts"] == 1
+    assert both["rows_after"] > alone["rows_after"] and alone["unlabeled_texts"] == 0
+    train_only = vocab_prune(src, tmp_path / "train", data, VocabConfig(unlabeled=False))
+    assert train_only["rows_after"] == alone["rows_after"] and train_only["unlabeled_texts"] == 0
+
+
 @pytest.mark.parametrize(("family", "vocabulary"), [(f, v) for f, v in FAMILY_TOKENIZERS if v != "tokenizer"])
 def test_a_text_with_dropped_pieces_keeps_its_characters_and_gets_no_unknown(family, vocabulary, request, tmp_path,
                                                                              small_data):

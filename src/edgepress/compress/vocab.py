@@ -3,7 +3,8 @@ vocabulary has 30,522 rows, XLM-R's 250,002 and DeBERTa-v3's 128,100; a small en
 there (MiniLM-L6: 11.7M of 22.7M; XLM-R base: 192M of 278M), and a narrow domain or one language uses a few
 thousand of them.
 
-Kept, for every tokenizer: every token the train split tokenizes to (at least `min_count` times, untruncated),
+Kept, for every tokenizer: every token the train split (and the run's unlabeled texts, data.unlabeled: in-domain text
+never judged on) tokenizes to (at least `min_count` times, untruncated),
 every special and added token, every token the config or the tokenizer names by id (pad, post-processor), and
 where a model numbers positions from pad_token_id + 1 (RoBERTa, XLM-R) every id up to the pad id. Kept tokens keep
 their relative order; their ids are renumbered 0..n-1, in the model and in tokenizer.json alike. Then, per
@@ -51,12 +52,16 @@ log = logging.getLogger(__name__)
 
 
 class VocabConfig(BaseModel):
-    """The `vocab` method: keep the tokens seen at least `min_count` times in the train split (plus the special
-    tokens and every single character), drop every other word-embedding row."""
+    """The `vocab` method: keep the tokens seen at least `min_count` times in the train split and the run's
+    unlabeled texts (plus the special tokens and every single character), drop every other word-embedding row."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    min_count: TextCount = Field(1, description="times a token must occur in the train split to keep its row")
+    min_count: TextCount = Field(1, description="times a token must occur in the train split (and the unlabeled "
+                                                "texts) to keep its row")
+    unlabeled: bool = Field(True, description="count data.unlabeled's texts too (in-domain text the run has, "
+                                              "never judged on): fewer words of new texts split into smaller pieces; "
+                                              "false: the train split alone")
 
 
 PRUNABLE = ("WordPiece", "BPE", "Unigram")  # tokenizers' model types whose vocabularies edgepress prunes
@@ -347,7 +352,7 @@ def vocab_prune(src: Path, out: Path, data: DataSplits, cfg: VocabConfig = Vocab
     rows, before = model.get_input_embeddings().num_embeddings, param_counts(model)["params"]
     tokens = tokens_by_id(spec)
     check_ids(model, tokens, src)
-    train = encode_ids(spec, data.train.texts)
+    train = encode_ids(spec, data.train.texts + (data.unlabeled if cfg.unlabeled else ()))
     counts = Counter(i for ids in train for i in ids)
     chars = {c for ids in train + encode_ids(spec, data.validation.texts) for i in ids for c in tokens[i]}
     kept = kept_ids(spec, tokenizer, model, counts, cfg, chars)
@@ -357,7 +362,8 @@ def vocab_prune(src: Path, out: Path, data: DataSplits, cfg: VocabConfig = Vocab
         write_tokenizer(tokenizer, tmp, [tokens[i] for i in kept])
         check_tokenizers(tmp, spec, data.validation.texts, position_limit(model.config.to_dict()))
     details = {"rows_before": rows, "rows_after": len(kept), "rows_removed_share": round(1 - len(kept) / rows, 6),
-               "min_count": cfg.min_count, **coverage(encode_ids(spec, data.test.texts), set(kept)),
+               "min_count": cfg.min_count, "unlabeled_texts": len(data.unlabeled) if cfg.unlabeled else 0,
+               **coverage(encode_ids(spec, data.test.texts), set(kept)),
                "params_before": before, "params_after": param_counts(model)["params"]}
     log.info("vocab: kept %d of %d embedding rows (min_count %d), %d -> %d params, test token coverage %.4f",
              len(kept), rows, cfg.min_count, before, details["params_after"], details["test_token_coverage"] or 0)
