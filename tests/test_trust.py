@@ -802,6 +802,12 @@ def test_a_config_that_is_no_regular_file_is_named_so(tmp_path):
         assert result.exit_code == 2 and "is not a file (a device, a pipe or a socket)" in result.output, result.output
 
 
+def test_a_config_with_stages_and_a_search_space_is_named_both(tmp_path):
+    (tmp_path / "p.yaml").write_text("model: demo:minilm-movie\nstages: []\nspace: {layers: [3]}\nobjective: size\n")
+    result = invoke("validate", tmp_path / "p.yaml")
+    assert result.exit_code == 2 and "holds a pipeline's stages and a search's objective, space" in result.output
+
+
 def test_a_schema_written_under_a_file_names_the_file(tmp_path):
     (tmp_path / "afile").write_text("mine")
     result = invoke("schema", "search", "--out", tmp_path / "afile" / "x.json")

@@ -465,6 +465,10 @@ def pipeline_config(data: Any, path: Path) -> PipelineConfig:
         raise ConfigError(f"{path} is a search config ({sections}, no stages): a search writes the pipelines itself. "
                           f"Fix: `edgepress search {path} --out SEARCH_DIR`, or a pipeline config with stages "
                           f"(see examples/)")
+    if sections := ", ".join(key for key in SEARCH_SECTIONS if key in data):
+        raise ConfigError(f"{path} holds a pipeline's stages and a search's {sections}: one config is one or the "
+                          f"other. Fix: keep the stages for `edgepress run`, or the search's sections without "
+                          f"stages for `edgepress search`")
     return build(PipelineConfig, data, where=str(path))
 
 
