@@ -163,15 +163,18 @@ def tree_sha256(path: Path) -> str:
 SHOWN_FILES = 3  # foreign files named in a refusal
 
 
+def nearest_existing(path: Path) -> Path:
+    """`path` itself if it exists, else the nearest of its parents that does (what creating it would write into)."""
+    return next(p for p in (path, *path.parents) if p.exists())
+
+
 def check_writable(out: Path) -> None:
     """`out` is, or can become, a directory this process may write."""
     from edgepress.errors import ConfigError
 
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file. Fix: give the path of a directory (it is created if missing)")
-    ancestor = out
-    while not ancestor.exists():
-        ancestor = ancestor.parent
+    ancestor = nearest_existing(out)
     if not ancestor.is_dir():
         raise ConfigError(f"--out {out} cannot be created: {ancestor} is a file. Fix: give a directory path")
     if not os.access(ancestor, os.W_OK | os.X_OK):

@@ -45,9 +45,9 @@ def write_schema(kind: str, out: Path | None) -> str:
     text = json.dumps(schema(kind), indent=2, sort_keys=True) + "\n"
     if out is not None:
         from edgepress.errors import ConfigError
-        from edgepress.files import write_text
+        from edgepress.files import nearest_existing, write_text
 
-        above = next(p for p in out.parents if p.exists())
+        above = nearest_existing(out.parent)
         if not above.is_dir():
             raise ConfigError(f"--out {out} cannot be written: {above} is a file. Fix: the path of a file in a "
                               f"directory (missing directories are created)")

@@ -419,14 +419,11 @@ def read_yaml(path: Path) -> Any:
         raise ConfigError(f"config {path} cannot be read: {e.strerror}. Fix: check its permissions") from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        size = _expanded_size(data, {})
     except yaml.YAMLError as e:
         where = str(e).replace('"<unicode string>"', str(path))
         raise ConfigError(f"{path} is not valid YAML: {where}\nFix: correct the YAML at that line (a pipeline config "
                           f"is a mapping of model, data, runtime and stages, as in examples/)") from None
-    except RecursionError:
-        raise ConfigError(f"{path} nests too deeply to be a pipeline config. Fix: write it flat") from None
-    try:
-        size = _expanded_size(data, {})
     except _HoldsItself:
         raise ConfigError(f"{path} uses a YAML alias inside the value it names (as in `a: &x [*x]`), a value without "
                           f"end. Fix: write that value out instead of the alias") from None

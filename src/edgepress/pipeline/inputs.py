@@ -145,8 +145,9 @@ def local_inputs(model: str, data: str | DataConfig, config: Path | None = None)
 
 
 def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bool = True,
-                 config_file: Path | None = None) -> tuple[Path | None, DataSplits]:
-    """(model dir, data splits) of `cfg` after every check that needs no run; raises the first EdgepressError."""
+                 config_file: Path | None = None, model: tuple | None = None) -> tuple[Path | None, DataSplits]:
+    """(model dir, data splits) of `cfg` after every check that needs no run; raises the first EdgepressError.
+    `model`: what `check_model` gave a caller that has loaded the model already (a search), not loaded again."""
     if out is not None:
         check_run_dir(out, local_inputs(cfg.model, cfg.data, config_file))
     check_providers(cfg.runtime.providers)
@@ -156,7 +157,7 @@ def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bo
     if cfg.runtime.target == "web":  # a sentence encoder's pooling, which transformers.js computes in a web bundle
         task.web_pipeline(None if cfg.model in DEMO_TEACHERS else resolve_model(cfg.model))
         web_modules()
-    model_dir, loaded = check_model(cfg.model, build_teacher, task)
+    model_dir, loaded = model or check_model(cfg.model, build_teacher, task)
     check_methods(cfg, *loaded, task)
     if model_dir is not None:
         check_lengths(model_dir, cfg)

@@ -148,7 +148,7 @@ def check_search(cfg: SearchConfig, build_teacher: bool = True) -> tuple[Path | 
     most = max(space.points(), key=lambda point: point.get("transfer", 0))  # the largest draw: it must fit the texts
     drawn = most.get("transfer")  # the data config's own draw stands for it here: the texts are counted below
     _, data = check_inputs(pipeline_for(cfg, depth, {k: v for k, v in most.items() if k != "transfer"}, task),
-                           build_teacher=build_teacher)
+                           build_teacher=build_teacher, model=(model_dir, loaded))
     if drawn and drawn > len(data.unlabeled):
         raise ConfigError(f"space.transfer draws up to {drawn:,} texts an epoch, more than the {len(data.unlabeled):,} "
                           f"data.unlabeled gives. Fix: space.transfer choices of at most {len(data.unlabeled)}, or "
