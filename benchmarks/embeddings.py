@@ -9,6 +9,14 @@ the same encoder (benchmarks/embedding_peers.py): sentence-transformers' own ONN
     make peer-env m2v-env
     .venv/bin/python benchmarks/embeddings.py [--work runs/embeddings] [--rounds 5]
     # writes benchmarks/results/embeddings.{json,md}; about 30 minutes on 2 cores (what is built is kept in --work)
+    make base-model peer-env
+    .venv/bin/edgepress run examples/embedding-base.yaml --out runs/embedding-base
+    .venv/bin/python benchmarks/embeddings.py --encoder demo:mpnet --work runs/embeddings-base --keep-float \
+        --smooth-keep 0 --smooth 0.8 --no-student --no-m2v --also runs/embedding-base/final \
+        --out benchmarks/results/embeddings-base.json
+    # the same for the base-size encoder all-mpnet-base-v2 (plain int8 of it fails its parity check, so none):
+    # smoothed, smoothed and GPTQ-rounded, that with its lookup tables float, and the pipeline's bundle (--also),
+    # beside sentence-transformers' own int8 of it
 
 int8 weights are 7-bit (`reduce_range`) where the CPU has no VNNI, as a pipeline's x86-avx2 target sets them.
 
@@ -33,14 +41,15 @@ from embedding_peers import built, st_runner  # noqa: E402
 TORCH = "torch-fp32"
 STUDENT = {"student_layers": 3, "epochs": 3, "learning_rate": 1e-4, "max_length": 128}
 SMOOTH = 0.85
-WORD_TABLE = "EmbedLayerNormalization_0"  # the fused embeddings: quantize_dynamic gives the word table one scale
+TABLES = ("Gather", "EmbedLayerNormalization")  # lookup tables: quantize_dynamic gives each table one scale
 ST_INT8, M2V = "sentence-transformers-int8", "model2vec-256d"
 
 
 def onnx_chain(source: Path, work: Path, texts: tuple[str, ...], keep_float: tuple[int, ...], prefix: str = "",
-               smooth_keep: tuple[int, ...] = (), reduce_range: bool = False) -> dict[str, Path]:
+               smooth_keep: tuple[int, ...] = (), reduce_range: bool = False, smooth: float = SMOOTH
+               ) -> dict[str, Path]:
     """{candidate: its dir}: `source` (a sentence-transformers dir) exported, fused, and int8 per channel with each
-    of `keep_float` nodes left float, and smoothed (SMOOTH) with each of `smooth_keep`, each made once into `work`
+    of `keep_float` nodes left float, and smoothed (`smooth`) with each of `smooth_keep`, each made once into `work`
     (work/kept.json remembers what each left float)."""
     from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
     from edgepress.export.onnx import export_onnx
@@ -56,11 +65,11 @@ def onnx_chain(source: Path, work: Path, texts: tuple[str, ...], keep_float: tup
                                                              quantized_with=Int8DynamicConfig(per_channel=True)))
     kept = read_json(work / "kept.json") if (work / "kept.json").is_file() else {}
     variants = {f"int8{f'-keep{keep}' if keep else ''}": {"keep_float": keep} for keep in keep_float}
-    variants |= {f"int8-smooth{f'-keep{keep}' if keep else ''}": {"smooth": SMOOTH, "keep_float": keep}
+    variants |= {f"int8-smooth{f'-keep{keep}' if keep else ''}": {"smooth": smooth, "keep_float": keep}
                  for keep in smooth_keep}
-    if smooth_keep:  # the embedding demo's int8 stage, and the step before it
-        variants |= {"int8-smooth-gptq": {"smooth": SMOOTH, "gptq": True},
-                     "int8-smooth-gptq-table": {"smooth": SMOOTH, "gptq": True, "keep_float": (WORD_TABLE,)}}
+    if smooth_keep:  # the embedding demo's int8 stage (its lookup tables left float), and the step before it
+        variants |= {"int8-smooth-gptq": {"smooth": smooth, "gptq": True},
+                     "int8-smooth-gptq-table": {"smooth": smooth, "gptq": True, "keep_float": lookup_tables(fused)}}
     for short, params in variants.items():
         name = prefix + short
         made[name] = work / name
@@ -69,6 +78,18 @@ def onnx_chain(source: Path, work: Path, texts: tuple[str, ...], keep_float: tup
             kept[name] = int8_dynamic(fused, made[name], texts, cfg)["kept_float"]
             write_json(work / "kept.json", kept)
     return made
+
+
+def lookup_tables(fused: Path) -> tuple[str, ...]:
+    """The lookup tables int8-dynamic would quantize in the graph in `fused`: the fused embeddings
+    (EmbedLayerNormalization: words, positions, token types) where ONNX Runtime fused them, else each table's Gather
+    (MPNet's words, positions and relative-attention bias)."""
+    from edgepress.compress.quantize import int8_dynamic_nodes
+    from edgepress.files import read_onnx
+
+    quantized = set(int8_dynamic_nodes(fused / "model.onnx"))
+    return tuple(node.name for node in read_onnx(fused / "model.onnx", external_data=False).graph.node
+                 if node.name in quantized and node.op_type in TABLES)
 
 
 def left_out(fused: Path) -> list[str]:
@@ -151,7 +172,8 @@ def quality(vectors: dict[str, object]) -> dict[str, dict]:
 def markdown(result: dict) -> str:
     rows = result["candidates"]
     base = rows[TORCH]
-    lines = [f"CPU: {result['cpu']}, 2 threads, onnxruntime {result['environment']['onnxruntime']}, torch "
+    lines = [f"Encoder: {result.get('encoder', 'demo:minilm')}. CPU: {result['cpu']}, 2 threads, onnxruntime "
+             f"{result['environment']['onnxruntime']}, torch "
              f"{result['environment']['torch']}; {result['rounds']} interleaved rounds; {result['n_test']:,} test "
              f"texts of {result['data']}. Command: `{result['command']}`.", "",
              "| candidate | neighbour overlap top-10 [95% CI] | cosine to torch [95% CI] | MB | p50 ms b1×s128 "
@@ -168,11 +190,12 @@ def markdown(result: dict) -> str:
                      f"{base['natural']['p50_ms'] / natural['p50_ms']:.1f}x | "
                      f"{c['batch32']['sentences_per_s']:.0f} |")
     kept, taught = result["kept_float"], result["student"]
-    lines += ["", f"Student: {taught['student_layers']} layers from the teacher's {taught['layer_map']}, "
-                  f"{taught['epochs']} epochs at learning rate {taught['learning_rate']:g} on the train texts "
-                  f"(cosine + MSE to the teacher's vectors); epoch {taught['best_epoch']} kept (validation "
-                  f"neighbour overlap {taught['val_neighbour_overlap']:.4f}).",
-              "", "Nodes left float: " + "; ".join(f"{name}: {', '.join(nodes)}" for name, nodes in kept.items()
+    if taught:
+        lines += ["", f"Student: {taught['student_layers']} layers from the teacher's {taught['layer_map']}, "
+                      f"{taught['epochs']} epochs at learning rate {taught['learning_rate']:g} on the train texts "
+                      f"(cosine + MSE to the teacher's vectors); epoch {taught['best_epoch']} kept (validation "
+                      f"neighbour overlap {taught['val_neighbour_overlap']:.4f})."]
+    lines += ["", "Nodes left float: " + "; ".join(f"{name}: {', '.join(nodes)}" for name, nodes in kept.items()
                                                   if nodes),
               "", f"Fusions left out (chosen by optimize timing the int8 candidates): "
                   f"{', '.join(result['fusions_left_out']) or 'none'}. "
@@ -190,7 +213,7 @@ def main() -> None:
     from edgepress.device.timing import cpu_model
     from edgepress.files import read_json, write_json
     from edgepress.models.introspect import size_metrics
-    from edgepress.models.teacher import encoder_dir
+    from edgepress.models.teacher import BASE_ENCODER, ENCODER, resolve_model
     from edgepress.pipeline.environment import environment
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -199,19 +222,35 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results" / "embeddings.json")
     parser.add_argument("--peer-python", type=Path, default=Path(".venv-peer/bin/python"))
     parser.add_argument("--m2v-python", type=Path, default=Path(".venv-m2v/bin/python"))
+    parser.add_argument("--encoder", choices=[ENCODER, BASE_ENCODER], default=ENCODER,
+                        help="the sentence encoder compressed: all-MiniLM-L6-v2 or all-mpnet-base-v2")
+    parser.add_argument("--keep-float", type=int, nargs="*", default=[0, 6, 10],
+                        help="int8 candidates: each with this many of its most sensitive nodes left float")
+    parser.add_argument("--smooth-keep", type=int, nargs="*", default=[0, 3],
+                        help="smoothed int8 candidates (and the GPTQ-rounded ones, when any): nodes left float")
+    parser.add_argument("--smooth", type=float, default=SMOOTH, help="SmoothQuant's α for the smoothed candidates")
+    parser.add_argument("--no-student", dest="student", action="store_false", help="no distilled 3-layer student")
+    parser.add_argument("--no-m2v", dest="m2v", action="store_false", help="no model2vec peer")
+    parser.add_argument("--also", type=Path, nargs="*", default=[],
+                        help="ONNX dirs of the same encoder timed beside the rest (e.g. a run's final/), named by dir")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")  # progress, to stderr
-    data, encoder = load_data(DataConfig()), encoder_dir()
+    data, encoder = load_data(DataConfig()), resolve_model(args.encoder)
     texts = data.validation.texts  # parity, sensitivity, smoothing, fusion timing: never the test split
     reduce_range = detect_target() == "x86-avx2"
-    made = onnx_chain(encoder, args.work, texts, (0, 6, 10), smooth_keep=(0, 3), reduce_range=reduce_range)
-    distilled = student(encoder, args.work, data)
-    made |= {"student-torch": distilled,
-             **onnx_chain(distilled, args.work, texts, (0,), "student-", reduce_range=reduce_range)}
+    made = onnx_chain(encoder, args.work, texts, tuple(args.keep_float), smooth_keep=tuple(args.smooth_keep),
+                      reduce_range=reduce_range, smooth=args.smooth)
+    if args.student:
+        distilled = student(encoder, args.work, data)
+        made |= {"student-torch": distilled,
+                 **onnx_chain(distilled, args.work, texts, (0,), "student-", reduce_range=reduce_range)}
+    made |= {f"run-{path.name}": path for path in args.also}
     preset = "avx2" if reduce_range else "avx512_vnni"
-    peers = {ST_INT8: built("st", args.peer_python, encoder, args.work / "st-int8", "--preset", preset),
-             M2V: built("m2v", args.m2v_python, encoder, args.work / "m2v")}
-    made |= {ST_INT8: args.work / "st-int8", M2V: args.work / "m2v"}
+    peers = {ST_INT8: built("st", args.peer_python, encoder, args.work / "st-int8", "--preset", preset)}
+    made[ST_INT8] = args.work / "st-int8"
+    if args.m2v:
+        peers[M2V] = built("m2v", args.m2v_python, encoder, args.work / "m2v")
+        made[M2V] = args.work / "m2v"
     candidates = [Candidate(TORCH, encoder, False),
                   *(Candidate(name, path, (path / "model.onnx").is_file()) for name, path in made.items())]
     vectors = {}
@@ -226,7 +265,8 @@ def main() -> None:
         rows[candidate.name].update(**size_metrics(graph), **latency_row(candidate))
     result = {"cpu": cpu_model(), "rounds": args.rounds, "environment": environment(2), "data": data.source,
               "n_test": len(data.test), "command": "python benchmarks/embeddings.py " + " ".join(sys.argv[1:]),
-              "student": {**STUDENT, **read_json(args.work / "student.json")}, "reduce_range": reduce_range,
+              "encoder": args.encoder, "reduce_range": reduce_range,
+              "student": {**STUDENT, **read_json(args.work / "student.json")} if args.student else None,
               "peers": peers, "kept_float": read_json(args.work / "kept.json"), "candidates": rows,
               "fusions_left_out": left_out(args.work / "fuse")}
     write_json(args.out, result)
