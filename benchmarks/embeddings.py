@@ -197,7 +197,8 @@ def markdown(result: dict) -> str:
                       f"neighbour overlap {taught['val_neighbour_overlap']:.4f})."]
     lines += ["", "Nodes left float: " + "; ".join(f"{name}: {', '.join(nodes)}" for name, nodes in kept.items()
                                                   if nodes),
-              "", f"Fusions left out (chosen by optimize timing the int8 candidates): "
+              "", f"Fusions left out of the fused graph (its ort_session.json; when this script made work/fuse, "
+                  f"chosen by timing the int8 candidates): "
                   f"{', '.join(result['fusions_left_out']) or 'none'}. "
                   f"int8 weights 7-bit (reduce_range): {result['reduce_range']}. Peers: " + "; ".join(
                   f"{name}: {', '.join(f'{k} {v}' for k, v in said.items())}"
