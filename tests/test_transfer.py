@@ -105,6 +105,28 @@ def test_targets_built_in_chunks_equal_those_built_at_once(trained_teacher, smal
     assert targets[np.array([3, 0])].shape == (2, 2) and str(targets[np.array([0])].dtype) == "torch.float32"
 
 
+
+def test_targets_in_bf16_are_kept_apart_from_fp32_and_come_back_as_float32(trained_teacher, small_data, monkeypatch):
+    import dataclasses
+
+    import edgepress.compress.kd as kd_module
+
+    teacher, tokenizer = load_classifier(trained_teacher)
+    data = dataclasses.replace(small_data, unlabeled=small_data.test.texts[:60])
+    keys = []
+    real = kd_module.built_array
+    monkeypatch.setattr(kd_module, "built_array", lambda *a, **k: keys.append(a[1]) or real(*a, **k))
+    _, full = transfer_set(trained_teacher, teacher, tokenizer, data, DistillConfig(max_length=32))
+    _, half = transfer_set(trained_teacher, teacher, tokenizer, data, DistillConfig(max_length=32,
+                                                                                    targets_precision="bf16"))
+    assert "precision" not in keys[0] and keys[1] == keys[0] | {"precision": "bf16"}  # fp32's key as it was
+    assert half.array.dtype == np.float32 and half.array.shape == full.array.shape
+    assert not np.array_equal(half.array, full.array)  # computed in bf16: not fp32's bits
+    np.testing.assert_allclose(half.array, full.array, atol=0.1)  # ... and close to them
+    assert (half.array.argmax(1) == full.array.argmax(1)).mean() >= 0.97
+    assert next(teacher.parameters()).dtype == teacher.dtype == __import__("torch").float32  # the model untouched
+
+
 def test_each_epoch_draws_its_transfer_texts_afresh_seeded_in_batches_of_like_lengths():
     from edgepress.models.train import DrawnBatches, drawn_per_epoch
 

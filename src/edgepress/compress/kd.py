@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,6 +32,10 @@ from edgepress.files import tree_sha256
 from edgepress.tasks import NEIGHBOURS, ONLY_TAGGED_WORDS
 
 log = logging.getLogger(__name__)
+TARGETS_PRECISION = ("the precision the teacher computes its targets in (its outputs on the train split and the "
+                     "transfer texts, once, kept in the cache): bf16 (torch's autocast) is several times faster where "
+                     "the hardware computes bf16 (a CPU with AMX or AVX-512 BF16, a recent GPU) and slower on other "
+                     "CPUs; its logits differ from fp32's in the third significant digit")
 
 
 class KdLoss(BaseModel):
@@ -44,6 +49,7 @@ class KdLoss(BaseModel):
                                                      "(transfer examples have the soft loss alone)")
     augment: AugmentConfig | None = Field(None, description="transfer data: perturbed copies of the train texts, "
                                           "labelled by the teacher's soft logits, trained on beside the train split")
+    targets_precision: Literal["fp32", "bf16"] = Field("fp32", description=TARGETS_PRECISION)
 
 
 def hinton(student_logits, teacher_logits, labels, cfg: KdLoss, labelled=None):
@@ -128,8 +134,8 @@ def transfer_set(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[Te
     texts += data.unlabeled
     everything = train.texts + tuple(texts)
     key = {"model": model_sha, "texts": texts_sha256(everything), "max_length": cfg.max_length,
-           "torch": torch.__version__}
-    with on_accelerator(model):
+           "torch": torch.__version__} | precision_key(cfg)
+    with on_accelerator(model, cfg.targets_precision):
         targets = built_array("targets", key, len(everything), lambda start, stop, progress: predict_outputs(
             model, tokenizer, everything[start:stop], cfg.max_length, progress=progress), what="teacher targets")
     labels = np.concatenate([train.labels, argmax_rows(targets[len(train):])]).astype(np.int64)
@@ -137,6 +143,11 @@ def transfer_set(src: Path, model, tokenizer, data: DataSplits, cfg) -> tuple[Te
              len(texts) - len(data.unlabeled), len(data.unlabeled))
     draw = EpochDraw(len(train), data.per_epoch) if data.unlabeled else None
     return TextSet(train.ids + tuple(ids), everything, labels, draw=draw), Rows(targets)
+
+
+def precision_key(cfg) -> dict:
+    """What a targets' cache key says of their precision: nothing for fp32 (the key targets had before bf16)."""
+    return {} if cfg.targets_precision == "fp32" else {"precision": cfg.targets_precision}
 
 
 def argmax_rows(rows: np.ndarray, chunk: int = 65536) -> np.ndarray:
@@ -185,8 +196,8 @@ def word_targets(model_sha: str, model, tokenizer, train: TaggedSet, cfg) -> Row
         return out
 
     key = {"model": model_sha, "texts": texts_sha256(texts), "max_length": cfg.max_length, "per": "word",
-           "torch": torch.__version__}
-    with on_accelerator(model):
+           "torch": torch.__version__} | precision_key(cfg)
+    with on_accelerator(model, cfg.targets_precision):
         targets = built_array("targets", key, len(texts), rows, what="teacher targets")
     log.info("distillation targets: the logits of %d words of %d sentences", sum(map(len, train.words)), len(texts))
     return Rows(targets)

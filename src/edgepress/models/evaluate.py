@@ -25,18 +25,22 @@ def forward_inputs(model, batch) -> dict:
 
 
 @contextlib.contextmanager
-def on_accelerator(model):
+def on_accelerator(model, precision: str = "fp32"):
     """Inside, `model` is on the device training would use (accelerate's: a GPU where there is one, this process's
-    under a launcher), and back where it was after: how a teacher labels many transfer texts fast."""
+    under a launcher), and back where it was after: how a teacher labels many transfer texts fast. `precision`
+    bf16 runs it under torch's bf16 autocast there (its outputs come back as float32 all the same)."""
+    import torch
     from accelerate import PartialState
     from accelerate.utils import parse_flag_from_env
 
     where = next(model.parameters()).device
     # the process state the training's Accelerator will share: ACCELERATE_USE_CPU read as it reads it (a state made
     # without it would take launched CPU processes for one each, which training refuses)
-    model.to(PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU")).device)
+    device = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU")).device
+    model.to(device)
     try:
-        yield model
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            yield model
     finally:
         model.to(where)
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from edgepress.compress.kd import TARGETS_PRECISION
 from edgepress.compress.structured import BASELINE
 from edgepress.configs import Epochs, Layers, Megabytes, Milliseconds, PathText, Seed, Share, build
 from edgepress.data.augment import AugmentConfig
@@ -225,6 +226,8 @@ class SearchConfig(BaseModel):
     augment: AugmentConfig | None = Field(None, description="transfer data for every training stage of every trial "
                                           "(distill, heads, ffn, qat): perturbed copies of the train texts that the "
                                           "stage's teacher labels; each epoch is then (1 + factor) times as long")
+    targets_precision: Literal["fp32", "bf16"] = Field("fp32", description="every training stage of every trial: "
+                                                       + TARGETS_PRECISION)
     pruning: Pruning | None = Field(Pruning(), description="null: every trial trains all its epochs")
     seed: Seed = Field(13, description="the sampler's seed")
 
@@ -272,7 +275,8 @@ def pipeline_for(cfg: SearchConfig, depth: int, point: dict, task) -> PipelineCo
     if "transfer" in point:  # the point's own draw from data.unlabeled (0: none)
         drawn = data.transfer.model_copy(update={"per_epoch": point["transfer"]}) if point["transfer"] else None
         data = data.model_copy(update={"unlabeled": drawn})
-    training = {"epochs": epochs, **({"augment": cfg.augment.model_dump(mode="json")} if cfg.augment else {})}
+    training = {"epochs": epochs, **({"augment": cfg.augment.model_dump(mode="json")} if cfg.augment else {}),
+                **({"targets_precision": cfg.targets_precision} if cfg.targets_precision != "fp32" else {})}
     stages = []
     if point.get("student"):
         stages.append({"name": "distill", "method": "distill",
