@@ -140,7 +140,7 @@ def test_unlabeled_texts_are_read_and_the_splits_judged_on_left_out(tmp_path, mo
 
 
 @pytest.mark.parametrize(("content", "suffix", "message"), [
-    (["a fine film", "", "a dull one"], ".txt", r"lines 2 are empty. Fix: one text per line, no empty lines"),
+    (["a fine film", "", "a dull one"], ".txt", r"line 2 is empty. Fix: one text per line, no empty lines"),
     (["1", "0", "1"], ".txt", r"holds labels, not texts \(every line is one of: 0, 1\)\. Fix: point data.unlabeled at "
                               r"texts"),
     (['{"body": "a fine film"}'], ".jsonl", r"has no text column 'text'; its columns are: body\. Fix: set "

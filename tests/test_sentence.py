@@ -415,7 +415,7 @@ def test_scored_pairs_that_cannot_be_read_or_gated_are_refused_with_their_fix(tm
     assert "has no score column; its columns are: sentence1, sentence2, similarity. Fix: name the columns " \
         "sentence1, sentence2, score" in refused(write_csv(tmp_path / "col.csv", rows))
     rows = [{"sentence1": f"a {i}", "sentence2": "b", "score": "high" if i == 3 else i} for i in range(30)]
-    assert "column 'score' must hold a number; rows 4 do not (first: 'high')" in refused(
+    assert "column 'score' must hold a number; row 4 does not (first: 'high')" in refused(
         write_csv(tmp_path / "nan.csv", rows))
     assert "has too few pairs (5)" in refused(sts_csv(tmp_path / "few.csv", 5)) and "at least 20" in refused(
         sts_csv(tmp_path / "few.csv", 5))

@@ -238,8 +238,10 @@ def _validate_search(config: Path, data: Any) -> None:
     cfg = _call(search_config, data, config)
     _, _, depth, space, data, task = _call(check_search, cfg, build_teacher=False)
     sizes = ", ".join(f"{name} {n}" for name, n in data.manifest()["sizes"].items())
-    out.print(f"{config}: valid search ({len(space.points())} points, {len(space.shapes())} shapes, of a {depth}-layer "
-              f"{task.name} teacher; model {cfg.model}; data {sizes}; objective {cfg.objective}; providers "
+    points, shapes = len(space.points()), len(space.shapes())
+    out.print(f"{config}: valid search ({points} point{'s' * (points != 1)}, {shapes} shape{'s' * (shapes != 1)}, "
+              f"of a {depth}-layer {task.name} teacher; model {cfg.model}; data {sizes}; objective {cfg.objective}; "
+              f"providers "
               f"{', '.join(cfg.runtime.providers)})", highlight=False, soft_wrap=True)
     if (line := search_noise(cfg, len(data.validation))) is not None:
         out.print(f"note: {line}", highlight=False, soft_wrap=True)

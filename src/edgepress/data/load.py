@@ -59,8 +59,8 @@ def _keys(raw: RawSource, cfg: DataConfig) -> dict[str, list[str]]:
         if bad:
             first = rows[bad[0]].get(cfg.label_column)
             raise DataError(
-                f"{cfg.source} ({split}): column '{cfg.label_column}' must hold a class name or id; rows "
-                f"{row_numbers(bad)} do not (first: {first!r}). Fix: drop or fill those rows"
+                f"{cfg.source} ({split}): column '{cfg.label_column}' must hold a class name or id; "
+                f"{row_numbers(bad)} (first: {first!r}). Fix: drop or fill those rows"
             )
         keys[split] = split_keys
     return keys
@@ -157,7 +157,8 @@ def _text_lines(path) -> tuple[str, ...]:
     lines = text_lines(read_text(path))
     empty = [i for i, line in enumerate(lines) if not line.strip()]
     if empty:
-        raise DataError(f"{path}: lines {row_numbers(empty)} are empty. Fix: one text per line, no empty lines")
+        raise DataError(f"{path}: {row_numbers(empty, 'line', ('are empty', 'is empty'))}. Fix: one text per line, "
+                        f"no empty lines")
     return tuple(line.strip() for line in lines)
 
 

@@ -42,7 +42,7 @@ def _file_rows(source: str) -> list[tuple[str, str, float]]:
     scores = [_score(row.get("score")) for row in rows]
     bad = [i for i, s in enumerate(scores) if s is None]
     if bad:
-        raise DataError(f"{where}: column 'score' must hold a number; rows {row_numbers(bad)} do not (first: "
+        raise DataError(f"{where}: column 'score' must hold a number; {row_numbers(bad)} (first: "
                         f"{rows[bad[0]].get('score')!r}). Fix: drop or fill those rows")
     return list(zip(first, second, scores, strict=True))
 

@@ -19,10 +19,12 @@ FIX_SOURCE = (
 )
 
 
-def row_numbers(indices: list[int]) -> str:
-    """Rows `indices` (0-based) as an error names them: 1-based, the first SHOWN, and how many more."""
+def row_numbers(indices: list[int], noun: str = "row", verb: tuple[str, str] = ("do not", "does not")) -> str:
+    """Rows `indices` (0-based) as an error names them, with what they do: 1-based, the first SHOWN, and how many
+    more; one row in the singular ("row 4 does not"), more in the plural ("rows 4, 8 do not")."""
     more = f" and {len(indices) - SHOWN} more" if len(indices) > SHOWN else ""
-    return ", ".join(str(i + 1) for i in indices[:SHOWN]) + more
+    numbers = ", ".join(str(i + 1) for i in indices[:SHOWN]) + more
+    return f"{noun} {numbers} {verb[1]}" if len(indices) == 1 else f"{noun}s {numbers} {verb[0]}"
 
 
 def column_texts(rows: list[dict], column: str, where: str) -> tuple[str, ...]:
@@ -31,7 +33,7 @@ def column_texts(rows: list[dict], column: str, where: str) -> tuple[str, ...]:
     bad = [i for i, v in enumerate(values) if not isinstance(v, str) or not v.strip()]
     if bad:
         raise DataError(
-            f"{where}: column '{column}' must hold non-empty text; rows {row_numbers(bad)} do not "
+            f"{where}: column '{column}' must hold non-empty text; {row_numbers(bad)} "
             f"(first: {values[bad[0]]!r}). Fix: drop or fill those rows"
         )
     return tuple(v.strip() for v in values)
