@@ -57,6 +57,11 @@ def test_the_projected_hidden_loss_adds_to_the_soft_loss_and_trains_the_projecti
         outputs, batch) for w in (0.0, 1.0)}
     assert float(losses[0.0]) == pytest.approx(float(soft(outputs, batch)))
     assert float(losses[1.0]) > float(losses[0.0])
+    half = projected_hidden_loss(teacher, words, student_words, texts, soft, projection, DistillConfig(
+        student="x", style="tinybert", max_length=32, targets_precision="bf16"))(outputs, batch)
+    assert half.dtype == torch.float32 and float(half) != float(losses[1.0])  # the teacher ran in bf16
+    assert float(half) == pytest.approx(float(losses[1.0]), rel=0.05)
+    assert next(teacher.parameters()).dtype == torch.float32
     losses[1.0].backward()
     assert projection["layers"].weight.grad.abs().sum() > 0 and projection["embeddings"].weight.grad.abs().sum() > 0
 

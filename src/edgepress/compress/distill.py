@@ -43,7 +43,7 @@ from edgepress.configs import Epochs, LayerIndex, Layers, PathName, changed
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError
 from edgepress.models.arch import arch_of, depth, head_size, layer_list, part
-from edgepress.models.evaluate import forward_inputs
+from edgepress.models.evaluate import forward_inputs, in_precision
 from edgepress.models.train import EPOCHS, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -236,7 +236,7 @@ class AttentionScores:
     def scores(self) -> list:
         result = []
         for k, (_, _, size) in enumerate(self.layers):
-            q, key = (self.outputs[(k, w)].unflatten(-1, (-1, size)).transpose(1, 2) for w in ("q", "k"))
+            q, key = (self.outputs[(k, w)].float().unflatten(-1, (-1, size)).transpose(1, 2) for w in ("q", "k"))
             result.append(q @ key.transpose(-1, -2) * size ** -0.5)  # (batch, heads, seq, seq)
         return result
 
@@ -309,10 +309,11 @@ def distillation_loss(teacher, train_logits, cfg: DistillConfig, scores: tuple |
         gold = (batch["index"] < labelled).to(labels.device) if labelled else None
         inputs = {k: v for k, v in batch.items() if k not in ("labels", "index", "word_index")}
         teacher.to(labels.device)  # a no-op after the first step; the loop moved the student, not the teacher
-        with torch.no_grad():
+        with torch.no_grad(), in_precision(labels.device, cfg.targets_precision):
             taught = teacher(**forward_inputs(teacher, inputs), output_hidden_states=True)
-        hidden = _hidden_loss(outputs.hidden_states, taught.hidden_states, inputs["attention_mask"], cfg)
-        total = hinton(outputs.logits, taught.logits, labels, cfg, gold) + cfg.hidden_weight * hidden
+        states = [state.float() for state in taught.hidden_states]
+        hidden = _hidden_loss(outputs.hidden_states, states, inputs["attention_mask"], cfg)
+        total = hinton(outputs.logits, taught.logits.float(), labels, cfg, gold) + cfg.hidden_weight * hidden
         if scores is not None:
             student, teacher_scores = (s.scores() for s in scores)
             total = total + cfg.attention_weight * _attention_loss(student, teacher_scores, inputs["attention_mask"])

@@ -13,7 +13,7 @@ when it is saved: the student ships as it is."""
 from pathlib import Path
 
 from edgepress.errors import ConfigError
-from edgepress.models.evaluate import forward_inputs
+from edgepress.models.evaluate import forward_inputs, in_precision
 
 PROJECTION = "edgepress_projection"  # the student's submodule while it trains (its parameters join the optimizer's)
 
@@ -88,9 +88,10 @@ def projected_hidden_loss(teacher, teacher_words, student_words, texts, soft_los
             raise ConfigError("the student's tokenizer cut the batch's texts unlike its training batch")
         offsets = {name: encoded.pop("offset_mapping") for name, encoded in (("student", ours), ("teacher", theirs))}
         teacher.to(device)  # a no-op after the first step; the loop moved the student, not the teacher
-        with torch.no_grad():
+        with torch.no_grad(), in_precision(device, cfg.targets_precision):
             taught = teacher(**forward_inputs(teacher, {k: v.to(device) for k, v in theirs.items()}),
                              output_hidden_states=True).hidden_states
+        taught = [state.float() for state in taught]
         rows, mine, their = (torch.tensor(v, device=device) for v in aligned(
             offsets["student"].tolist(), offsets["teacher"].tolist(), ours["attention_mask"].tolist(),
             theirs["attention_mask"].tolist()))

@@ -24,12 +24,19 @@ def forward_inputs(model, batch) -> dict:
     return {k: v for k, v in batch.items() if k in accepted}
 
 
+def in_precision(device, precision: str):
+    """A context in which torch computes in `precision` on `device`: bf16 under torch's autocast (matrix products
+    in bf16, reductions and norms in float32), fp32 as it is."""
+    import torch
+
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 @contextlib.contextmanager
 def on_accelerator(model, precision: str = "fp32"):
     """Inside, `model` is on the device training would use (accelerate's: a GPU where there is one, this process's
     under a launcher), and back where it was after: how a teacher labels many transfer texts fast. `precision`
-    bf16 runs it under torch's bf16 autocast there (its outputs come back as float32 all the same)."""
-    import torch
+    bf16 runs it under torch's bf16 autocast there (`in_precision`)."""
     from accelerate import PartialState
     from accelerate.utils import parse_flag_from_env
 
@@ -39,7 +46,7 @@ def on_accelerator(model, precision: str = "fp32"):
     device = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU")).device
     model.to(device)
     try:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with in_precision(device, precision):
             yield model
     finally:
         model.to(where)
