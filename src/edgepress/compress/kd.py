@@ -34,9 +34,9 @@ from edgepress.tasks import NEIGHBOURS, ONLY_TAGGED_WORDS
 log = logging.getLogger(__name__)
 TARGETS_PRECISION = ("the precision the teacher computes its targets in (its outputs on the train split and the "
                      "transfer texts, once, kept in the cache; with a hidden-state style, its hidden states alongside "
-                     "the student at every step): bf16 (torch's autocast) is several times faster where "
-                     "the hardware computes bf16 (a CPU with AMX or AVX-512 BF16, a recent GPU) and slower on other "
-                     "CPUs; its logits differ from fp32's in the third significant digit")
+                     "the student at every step): bf16 (torch's autocast) labelled 3x as fast as fp32 on a CPU with "
+                     "AMX; it needs hardware that computes bf16 (AMX or AVX-512 BF16, a recent GPU) and may be slower "
+                     "than fp32 elsewhere; its logits differ from fp32's by a few hundredths")
 
 
 class KdLoss(BaseModel):
