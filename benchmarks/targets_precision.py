@@ -12,7 +12,6 @@ recorded beside the figures.
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -20,15 +19,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
-
-
-def cpu_flags() -> list[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return sorted(f for f in flags if f.startswith("amx") or f in ("avx512_bf16", "avx512_vnni", "avx512f"))
 
 
 def measure(spec: str, texts: list[str], rounds: int, max_length: int, temperature: float) -> dict:
@@ -65,6 +55,7 @@ def main() -> None:
     import torch
 
     from edgepress.data.imdb import imdb_sentences
+    from edgepress.device.timing import cpu_flags, cpu_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="demo:mpnet-movie")
@@ -84,7 +75,8 @@ def main() -> None:
               f"({row['speedup']:.2f}x); argmax agreement {row['argmax_agreement']:.4f}, max |diff| "
               f"{row['max_abs_diff']:.3f}, mean KL(T=2) {row['mean_kl']:.2e}", flush=True)
         rows.append(row)
-    args.out.write_text(json.dumps({"cpu": platform.processor() or platform.machine(), "cpu_flags": cpu_flags(),
+    bf16 = sorted(f for f in cpu_flags() if f.startswith("amx") or f in ("avx512_bf16", "avx512_vnni", "avx512f"))
+    args.out.write_text(json.dumps({"cpu": cpu_model(), "cpu_flags": bf16,
                                     "threads": args.threads, "torch": torch.__version__, "rows": rows}, indent=1))
 
 

@@ -276,6 +276,7 @@ def pipeline_for(cfg: SearchConfig, depth: int, point: dict, task) -> PipelineCo
         drawn = data.transfer.model_copy(update={"per_epoch": point["transfer"]}) if point["transfer"] else None
         data = data.model_copy(update={"unlabeled": drawn})
     training = {"epochs": epochs, **({"augment": cfg.augment.model_dump(mode="json")} if cfg.augment else {}),
+                # fp32 left unsaid: a trial's stages (its cache key) stay what they were before the field
                 **({"targets_precision": cfg.targets_precision} if cfg.targets_precision != "fp32" else {})}
     stages = []
     if point.get("student"):
