@@ -48,7 +48,7 @@ from edgepress.data.fidelity import demo_registers, with_typos
 from edgepress.data.metrics import accuracy_drop_ci95, classification_metrics
 from edgepress.deploy.targets import CPU_INTEGER_OPS
 from edgepress.device.feeds import bundle_tokenizer, fixed_shape_feeds, load_tokenizer, natural_feeds, position_limit
-from edgepress.device.timing import ROUNDS, cpu_flags, cpu_model, interleaved, seconds_of, summarize
+from edgepress.device.timing import ROUNDS, cpu_model, interleaved, isa_flags, seconds_of, summarize
 from edgepress.errors import ConfigError
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import OptimizeConfig, optimize_onnx
@@ -329,7 +329,7 @@ def compare(run: Path, threads: int, rounds: int, peer_python: Path, work: Path,
         row["fraction_of_peak"] = row["floor_ms"] / row["fixed"]["p50_ms"]
     return {"run": str(run), "run_id": report["run_id"], "environment": environment(threads),
             "machine": platform.node(), "cpu": cpu_model(),
-            "isa": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma")) or "vnni" in f),
+            "isa": isa_flags(),
             "threads": threads, "rounds": rounds, "peer_preset": preset, "peaks_gops": peaks,
             "sets": {s: {"n": len(v["texts"]), "how": v["how"]} for s, v in sets.items()},
             "candidates": rows, "targets": targets, "headline": headline(rows, TARGETS[targets])}

@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from edgepress.device.timing import cpu_flags, cpu_model
+from edgepress.device.timing import cpu_model, isa_flags
 
 M, K, N = 512, 768, 3072  # 4 sentences x 128 tokens through BERT-base's first FFN matrix
 
@@ -64,7 +64,7 @@ def main() -> None:
             rates[name].append(giga_ops_per_second(sess, feed))
             time.sleep(0.2)  # let ORT's worker threads go idle before the next candidate
     result = {"machine": platform.node(), "cpu": cpu_model(),
-              "isa": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma")) or "vnni" in f),
+              "isa": isa_flags(),
               "threads": args.threads, "shape": [M, K, N], "onnxruntime": ort.__version__,
               "gops": {name: round(float(np.median(r)), 1) for name, r in rates.items()}}
     result["int8_over_fp32"] = round(result["gops"]["int8_u8s8"] / result["gops"]["fp32"], 2)

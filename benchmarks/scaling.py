@@ -22,7 +22,7 @@ from edgepress.compress.int4 import Int4Config, int4
 from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
 from edgepress.data import DataConfig, load_data
 from edgepress.device.feeds import fixed_shape_feeds, load_tokenizer
-from edgepress.device.timing import cpu_flags, cpu_model, interleaved, summarize
+from edgepress.device.timing import cpu_model, interleaved, isa_flags, summarize
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import UNCHECKED, OptimizeConfig, optimize_onnx
 from edgepress.export.parity import ort_runner
@@ -109,7 +109,7 @@ def main() -> None:
     data = load_data(DataConfig())
     texts = data.test.texts
     result = {"environment": environment(args.threads), "cpu": cpu_model(),
-              "isa": sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma")) or "vnni" in f),
+              "isa": isa_flags(),
               "threads": args.threads, "rounds": args.rounds, "weights": "random (seed 0): latency only",
               "models": {}}
     with tempfile.TemporaryDirectory(prefix="edgepress-scaling-") as work:

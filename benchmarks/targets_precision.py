@@ -55,7 +55,7 @@ def main() -> None:
     import torch
 
     from edgepress.data.imdb import imdb_sentences
-    from edgepress.device.timing import cpu_flags, cpu_model
+    from edgepress.device.timing import cpu_model, isa_flags
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="demo:mpnet-movie")
@@ -75,8 +75,7 @@ def main() -> None:
               f"({row['speedup']:.2f}x); argmax agreement {row['argmax_agreement']:.4f}, max |diff| "
               f"{row['max_abs_diff']:.3f}, mean KL(T=2) {row['mean_kl']:.2e}", flush=True)
         rows.append(row)
-    bf16 = sorted(f for f in cpu_flags() if f.startswith("amx") or f in ("avx512_bf16", "avx512_vnni", "avx512f"))
-    args.out.write_text(json.dumps({"cpu": cpu_model(), "cpu_flags": bf16,
+    args.out.write_text(json.dumps({"cpu": cpu_model(), "cpu_flags": isa_flags(),
                                     "threads": args.threads, "torch": torch.__version__, "rows": rows}, indent=1))
 
 

@@ -82,7 +82,8 @@ def test_hinton_student_keeps_what_the_teacher_learned(trained_teacher, tmp_path
 @pytest.mark.parametrize("style,precision", [("distilbert", "fp32"), ("tinybert", "fp32"), ("tinybert", "bf16")])
 def test_hidden_state_styles_train_and_save(style, precision, trained_teacher, tmp_path, movie_data):
     details = distill(trained_teacher, tmp_path / "s", small(movie_data), DistillConfig(
-        student_layers=1, style=style, epochs=1, max_length=32, targets_precision=precision))
+        student_layers=1, style=style, epochs=1, max_length=32, targets_precision=precision,
+        train_precision=precision))
     assert all(torch.isfinite(torch.tensor(h["train_loss"])) for h in details["history"])
     assert load_classifier(tmp_path / "s")[0].config.num_hidden_layers == 1
 

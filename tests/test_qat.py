@@ -98,3 +98,12 @@ def test_only_export_may_follow_qat():
                                          r"as its method or a fallback\), and its export is the int8 graph already: "
                                          r"remove optimize or the qat"):
         PipelineConfig.model_validate({"stages": stages})
+
+
+def test_qat_trains_in_bf16(tiny_model_dir, small_data, tmp_path):
+    """train_precision bf16: the fake-quantized forward runs under bf16 autocast and the ranges it learns stay
+    finite."""
+    qat(tiny_model_dir, tmp_path / "qat", small_data, QatConfig(epochs=1, learning_rate=1e-4, max_length=64,
+                                                                train_precision="bf16"))
+    ranges = json.loads((tmp_path / "qat" / QAT_FILE).read_text())["input_ranges"]
+    assert len(ranges) == 2 * 6 and all(np.isfinite([lo, hi]).all() and lo < 0 < hi for lo, hi in ranges.values())

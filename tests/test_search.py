@@ -83,9 +83,11 @@ def test_the_space_chooses_the_ffn_rank_and_a_factored_point_gets_a_lowrank_stag
     assert [m for m, _ in stages[:3]] == ["distill", "width", "lowrank"]
     assert stages[2][1] == {"keep": 0.25, "teacher": "baseline", "epochs": 1, "only_where_faster": False}
     half = SearchConfig.model_validate({"model": str(tiny_model_dir), "targets_precision": "bf16",
+                                        "train_precision": "bf16",
                                         "space": {**SPACE, "width_keep": [0.5, 1.0], "rank_keep": [1.0, 0.25]}})
     trained = [s for s in pipeline_for(half, 2, point, CLASSIFICATION).stages if "epochs" in s.params]
-    assert len(trained) == 3 and all(s.params["targets_precision"] == "bf16" for s in trained)  # every training stage
+    assert len(trained) == 3 and all(s.params["targets_precision"] == s.params["train_precision"] == "bf16"
+                                     for s in trained)  # every training stage
     assert SearchConfig.model_validate({"space": SPACE}).space.filled(2).rank_keep == [1.0]
     assert keeps_as_much(Shape(1), Shape(1, rank_keep=0.5)) and not keeps_as_much(Shape(1, rank_keep=0.5), Shape(1))
 

@@ -91,6 +91,15 @@ def changed(cfg: BaseModel, names: tuple[str, ...]) -> list[str]:
     return [n for n in names if getattr(cfg, n) != fields[n].default]
 
 
+def recorded_is(recorded: Any, current: BaseModel) -> bool:
+    """`recorded` (a config an earlier run wrote to disk) is `current`: read as `current`'s class, a field added
+    since taking its default; a record that no longer validates (a field gone, not a mapping) is not."""
+    try:
+        return type(current).model_validate(recorded) == current
+    except ValidationError:
+        return False
+
+
 def describe_all(error: ValidationError) -> list[str]:
     """`describe`'s lines, less the echoes: a list whose items were refused is also "too short" after validation,
     without them (pydantic counts what passed), which says nothing the item's own line does not."""

@@ -36,6 +36,12 @@ def cpu_flags() -> set[str]:
     return set((_cpuinfo("flags") or "").split())
 
 
+def isa_flags() -> list[str]:
+    """The flags that say what a benchmark's figures were computed with: the vector, matrix (AMX) and dot-product
+    (VNNI) instruction sets, bf16's among them."""
+    return sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma")) or "vnni" in f)
+
+
 def summarize(seconds: list[float]) -> dict:
     ms = np.asarray(seconds) * 1e3
     return {"p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgepress.cache import cache_dir, cache_lock
+from edgepress.configs import recorded_is
 from edgepress.data import DataConfig, DataSplits, load_data
 from edgepress.errors import ModelError, missing
 from edgepress.files import atomic_dir, listed_files, read_json, write_json
@@ -144,12 +145,13 @@ def build_teacher(out: Path, data: DataSplits | None = None, recipe: TrainConfig
 
 
 def _built(path: Path, teacher: DemoTeacher) -> bool:
-    """The teacher in `path` was built by this version's recipe (a teacher of another recipe is built again)."""
+    """The teacher in `path` was built by this version's recipe (a teacher of another recipe is built again). The
+    recorded recipe is read as a TrainConfig: a field added to it since was built at the default it takes."""
     manifest = path / MANIFEST
     if not manifest.is_file():
         return False
     made = read_json(manifest)
-    return made.get("recipe_version") == RECIPE_VERSION and made.get("recipe") == teacher.recipe.model_dump()
+    return made.get("recipe_version") == RECIPE_VERSION and recorded_is(made.get("recipe"), teacher.recipe)
 
 
 def teacher_dir(spec: str = TEACHER) -> Path:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,10 +32,16 @@ from edgepress.data.tagged import IGNORED
 from edgepress.errors import ConfigError, ModelError
 from edgepress.interrupt import check as check_interrupt
 from edgepress.logs import Pace, words
-from edgepress.models.evaluate import forward_inputs
+from edgepress.models.evaluate import forward_inputs, in_precision
 
 EPOCHS = "passes over the train split; the epoch with the best validation accuracy is kept"
 MAX_LENGTH = "tokens per example after truncation (in a pipeline: data.max_length unless set)"
+TRAIN_PRECISION = ("the precision the model being trained computes its forward pass and loss in: bf16 runs them under "
+                   "torch's bf16 autocast (the weights, their gradients, the optimizer and every validation stay "
+                   "float32): MPNet-base cut to 6 layers trained twice as fast as in fp32 on a CPU with AMX "
+                   "(benchmarks/train_precision.py); it needs hardware that computes bf16 (AMX or AVX-512 BF16, a "
+                   "recent GPU) and may be slower than fp32 elsewhere; the trained model differs from fp32's within "
+                   "the noise (docs/methods.md)")
 
 
 class TrainConfig(BaseModel):
@@ -52,6 +59,7 @@ class TrainConfig(BaseModel):
                                                                 "over, linearly, before it decays to 0")
     max_length: int = Field(64, ge=8, le=8192, description=MAX_LENGTH)
     seed: Seed = Field(13, description="seeds the initialisation, the batch order and dropout")
+    train_precision: Literal["fp32", "bf16"] = Field("fp32", description=TRAIN_PRECISION)
 
 
 @dataclass
@@ -213,7 +221,8 @@ def train_classifier(model, tokenizer, train: TextSet, cfg: TrainConfig, out_dir
                   transient=True) as progress:
         for epoch in range(1, cfg.epochs + 1):
             pace = Pace(f"epoch {epoch}/{cfg.epochs}", len(loader) * cfg.batch_size)
-            loss = _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn, progress, epoch, counter, pace)
+            loss = _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn, progress, epoch, counter, pace,
+                          cfg.train_precision)
             rate = pace.rate(len(loader) * cfg.batch_size)
             name, value = score[0], float(score[1](accelerator.unwrap_model(model)))
             history.append({"epoch": epoch, "train_loss": loss, f"val_{name}": value})
@@ -277,9 +286,12 @@ class _Steps:
 
 
 def _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn: LossFn, progress, epoch: int,
-           counter: _Steps, pace: Pace) -> float:
-    """One pass over `loader`; returns the mean training loss. `pace` says how far it is, in the log."""
+           counter: _Steps, pace: Pace, precision: str) -> float:
+    """One pass over `loader`; returns the mean training loss. `pace` says how far it is, in the log. The forward
+    pass and the loss are computed in `precision` (`in_precision`), the model's outputs handed to the loss as float32
+    (as accelerate's mixed precision hands them); the backward pass and the step as the weights are."""
     import torch
+    from accelerate.utils import convert_to_fp32
 
     model.train()
     task = progress.add_task(f"epoch {epoch}", total=len(loader))
@@ -287,8 +299,9 @@ def _epoch(model, loader, optimizer, scheduler, accelerator, loss_fn: LossFn, pr
     for batch in loader:
         check_interrupt()
         index = batch.pop("index")
-        outputs = model(**forward_inputs(accelerator.unwrap_model(model), batch))  # DDP hides the signature
-        loss = loss_fn(outputs, {**batch, "index": index})
+        with in_precision(accelerator.device, precision):
+            outputs = model(**forward_inputs(accelerator.unwrap_model(model), batch))  # DDP hides the signature
+            loss = loss_fn(convert_to_fp32(outputs), {**batch, "index": index})
         if not torch.isfinite(loss.detach()).all():  # one NaN step fills every weight with NaN through the optimizer
             raise ModelError(f"training diverged: the loss is {float(loss.detach())} at step {counter.done + 1} "
                              f"(epoch {epoch}). Fix: a lower learning_rate or weight_decay, or check the input "

@@ -14,6 +14,7 @@ from edgepress.configs import Epochs, Layers, Megabytes, Milliseconds, PathText,
 from edgepress.data.augment import AugmentConfig
 from edgepress.data.config import DataConfig
 from edgepress.errors import ConfigError
+from edgepress.models.train import TRAIN_PRECISION
 from edgepress.pipeline.config import (
     MODEL,
     AccuracyGate,
@@ -228,6 +229,8 @@ class SearchConfig(BaseModel):
                                           "stage's teacher labels; each epoch is then (1 + factor) times as long")
     targets_precision: Literal["fp32", "bf16"] = Field("fp32", description="every training stage of every trial: "
                                                        + TARGETS_PRECISION)
+    train_precision: Literal["fp32", "bf16"] = Field("fp32", description="every training stage of every trial: "
+                                                     + TRAIN_PRECISION)
     pruning: Pruning | None = Field(Pruning(), description="null: every trial trains all its epochs")
     seed: Seed = Field(13, description="the sampler's seed")
 
@@ -277,7 +280,8 @@ def pipeline_for(cfg: SearchConfig, depth: int, point: dict, task) -> PipelineCo
         data = data.model_copy(update={"unlabeled": drawn})
     training = {"epochs": epochs, **({"augment": cfg.augment.model_dump(mode="json")} if cfg.augment else {}),
                 # fp32 left unsaid: a trial's stages (its cache key) stay what they were before the field
-                **({"targets_precision": cfg.targets_precision} if cfg.targets_precision != "fp32" else {})}
+                **{k: v for k, v in (("targets_precision", cfg.targets_precision),
+                                     ("train_precision", cfg.train_precision)) if v != "fp32"}}
     stages = []
     if point.get("student"):
         stages.append({"name": "distill", "method": "distill",

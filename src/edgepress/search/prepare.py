@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgepress.configs import recorded_is
 from edgepress.data import DataSplits
 from edgepress.errors import ConfigError, EdgepressError
 from edgepress.files import check_apart, check_owned, check_writable, read_json, write_json
@@ -166,7 +167,7 @@ def prepare(cfg: SearchConfig, out: Path, resume: bool, config_file: Path | None
     if (out / MARKER).is_file() and not resume:
         raise ConfigError(f"{out} holds a search. Fix: add --resume to continue it, or choose another --out")
     check_owned(out, MARKER, "search")
-    if (out / MARKER).is_file() and not _same_config(read_json(out / MARKER)["config"], cfg):
+    if (out / MARKER).is_file() and not recorded_is(read_json(out / MARKER)["config"], cfg):
         raise ConfigError(f"{out} holds a search of another config ({out / MARKER}): its trials would mix with "
                           f"this one's. Fix: choose another --out, or resume with the config it was started with")
     model_dir, (model, tokenizer), depth, space, data, task = check_search(cfg)
@@ -192,16 +193,6 @@ def validation_score(task, model, tokenizer, data: DataSplits, max_length: int) 
     what the baseline adds: a sentence encoder's neighbour overlap with itself, 1)."""
     preds = task.torch_predictions(model, tokenizer, data.validation.texts, max_length)
     return {**task.scores(data.validation, preds), **task.baseline(data.validation, preds)}[task.primary]
-
-
-def _same_config(recorded: dict, cfg: SearchConfig) -> bool:
-    """`recorded` (search.json's) is `cfg`, fields added since it was written taking their defaults."""
-    from pydantic import ValidationError
-
-    try:
-        return SearchConfig.model_validate(recorded) == cfg
-    except ValidationError:
-        return False
 
 
 def distributions(prepared: Prepared) -> dict:
