@@ -551,6 +551,28 @@ def test_validate_says_when_an_accuracy_gate_is_inside_the_test_splits_noise(tmp
     assert "'fuse'" not in result.output and "'int8'" not in result.output  # judged on its CI; wide enough
 
 
+def test_validate_and_run_say_what_the_config_leaves_unused(tmp_path, tiny_model_dir):
+    """data.unlabeled with no stage that trains (they alone read it), and a config with no stages at all: valid, with
+    a note that names the fix; a training stage, even as a fallback, reads the texts."""
+    (tmp_path / "texts.txt").write_text("a fine film\na dull one\n")
+    data = {"source": "demo:movie-snippets", "unlabeled": {"source": str(tmp_path / "texts.txt")}}
+    result = invoke("validate", write_config(tmp_path / "p.yaml", tiny_model_dir, STAGES[:1], data=data))
+    assert result.exit_code == 0 and "valid (1 stage: export;" in result.output
+    assert ("note: data.unlabeled is read only by stages that train (distill, heads, ffn, width, lowrank, magnitude, "
+            "lottery, qat); no stage here trains, so its texts are not used. Fix: remove data.unlabeled, or add a "
+            "training stage") in result.output
+    vocab = {"name": "vocab", "method": "vocab", "on_fail": {"fallback": [{"method": "heads",
+                                                                            "params": {"keep": 0.5}}]}}
+    result = invoke("validate", write_config(tmp_path / "p.yaml", tiny_model_dir, [vocab], data=data))
+    assert result.exit_code == 0 and "note:" not in result.output
+    result = invoke("validate", write_config(tmp_path / "p.yaml", tiny_model_dir, []))
+    assert result.exit_code == 0 and "valid (0 stages: none;" in result.output
+    assert "note: the config has no stages: the run measures the model as it is (its baseline) and makes no bundle. " \
+           "Fix: add stages" in result.output
+    result = invoke("run", write_config(tmp_path / "p.yaml", tiny_model_dir, []), "--out", tmp_path / "run")
+    assert result.exit_code == 0 and "the config has no stages" in (tmp_path / "run" / "run.log").read_text()
+
+
 def test_duplicate_yaml_keys_are_an_error(tmp_path):
     (tmp_path / "p.yaml").write_text("model: demo:minilm-movie\nruntime:\n  threads: 2\n  threads: 4\n")
     result = invoke("validate", tmp_path / "p.yaml")

@@ -213,7 +213,7 @@ def validate(config: Annotated[Path, typer.Argument(parser=path, help="Pipeline 
     point of its space. Exit 2 at the first problem."""
     from edgepress.pipeline.config import is_search, pipeline_config, read_yaml
     from edgepress.pipeline.gates import noisy_gates
-    from edgepress.pipeline.inputs import check_inputs
+    from edgepress.pipeline.inputs import check_inputs, idle_notes
 
     data = _call(read_yaml, config)
     if is_search(data):
@@ -222,12 +222,13 @@ def validate(config: Annotated[Path, typer.Argument(parser=path, help="Pipeline 
     cfg = _call(pipeline_config, data, config)
     _, data = _call(check_inputs, cfg, build_teacher=False)
     sizes = ", ".join(f"{name} {n}" for name, n in data.manifest()["sizes"].items())
-    out.print(f"{config}: valid ({len(cfg.stages)} stages: {', '.join(s.name for s in cfg.stages) or 'none'}; "
+    n = len(cfg.stages)
+    out.print(f"{config}: valid ({n} stage{'s' * (n != 1)}: {', '.join(s.name for s in cfg.stages) or 'none'}; "
               f"model {cfg.model}; data {sizes}; providers {', '.join(cfg.runtime.providers)}"
               f"{f'; training stages launched with: {cfg.runtime.launch}' if cfg.runtime.launch else ''})",
               highlight=False,
               soft_wrap=True)
-    for line in noisy_gates(cfg, len(data.test)):
+    for line in [*idle_notes(cfg), *noisy_gates(cfg, len(data.test))]:
         out.print(f"note: {line}", highlight=False, soft_wrap=True)
 
 

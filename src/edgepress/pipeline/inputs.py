@@ -130,6 +130,19 @@ def check_methods(cfg: PipelineConfig, model, tokenizer, task) -> None:
         raise ConfigError(f"the run would refuse {len(problems)} stage(s):\n{lines}")
 
 
+def idle_notes(cfg: PipelineConfig) -> list[str]:
+    """A line for each part of `cfg` the run would not use: no stages at all, or data.unlabeled with no stage that
+    trains (training stages alone read its texts: they learn the teacher's outputs on them)."""
+    if not cfg.stages:
+        return ["the config has no stages: the run measures the model as it is (its baseline) and makes no bundle. "
+                "Fix: add stages (`edgepress init` writes a pipeline for your model)"]
+    if cfg.data.unlabeled is None or any(METHODS[m].trains for stage in cfg.stages for m, _ in stage.attempts):
+        return []
+    trainers = ", ".join(name for name, method in METHODS.items() if method.trains)
+    return [f"data.unlabeled is read only by stages that train ({trainers}); no stage here trains, so its texts are "
+            f"not used. Fix: remove data.unlabeled, or add a training stage"]
+
+
 def local_inputs(model: str, data: str | DataConfig, config: Path | None = None) -> dict[str, Path]:
     """{what: path} of the inputs that are files or dirs here (not demo names): what --out must keep apart from;
     a data config names its unlabeled texts and fidelity sets too."""
