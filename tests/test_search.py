@@ -89,6 +89,9 @@ def test_the_space_chooses_the_ffn_rank_and_a_factored_point_gets_a_lowrank_stag
     assert len(trained) == 3 and all(s.params["targets_precision"] == s.params["train_precision"] == "bf16"
                                      for s in trained)  # every training stage
     assert SearchConfig.model_validate({"space": SPACE}).space.filled(2).rank_keep == [1.0]
+    alike = SearchConfig.model_validate({"space": {**SPACE, "width_keep": [0.5, 0.50000001, 1.0]}}).space.filled(2)
+    assert alike.width_keep == [1.0, 0.5]  # shares that a shape's name shows alike are one choice, one shape
+    assert len({s.name for s in alike.shapes()}) == len(alike.shapes())
     assert keeps_as_much(Shape(1), Shape(1, rank_keep=0.5)) and not keeps_as_much(Shape(1, rank_keep=0.5), Shape(1))
 
 def test_what_the_libraries_said_timing_shapes_is_said_as_the_shape_table_s(tiny_model_dir, tmp_path, monkeypatch):

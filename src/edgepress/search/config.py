@@ -172,9 +172,10 @@ class Space(BaseModel):
     @field_validator("heads_keep", "ffn_keep", "width_keep", "rank_keep")
     @classmethod
     def _shares(cls, values: list[float] | None) -> list[float] | None:
+        """Each share as a shape's name shows it (6 significant digits): 0.5 and 0.50000001 are one choice."""
         if values is not None and not all(0 < v <= 1 for v in values):
             raise ValueError("every choice must be a share in (0, 1]")
-        return None if values is None else sorted(set(values), reverse=True)
+        return None if values is None else sorted({float(f"{v:g}") for v in values}, reverse=True)
 
     def filled(self, depth: int) -> "Space":
         """Every unset choice at its default for a teacher of `depth` layers: students of 2 to depth/2 + 1 layers
