@@ -212,8 +212,7 @@ def validate(config: Annotated[Path, typer.Argument(parser=path, help="Pipeline 
     loads and fits the model's labels, and each provider asked for runs here. A search config: the same, for every
     point of its space. Exit 2 at the first problem."""
     from edgepress.pipeline.config import is_search, pipeline_config, read_yaml
-    from edgepress.pipeline.gates import noisy_gates
-    from edgepress.pipeline.inputs import check_inputs, idle_notes
+    from edgepress.pipeline.inputs import check_inputs, config_notes
 
     data = _call(read_yaml, config)
     if is_search(data):
@@ -228,7 +227,7 @@ def validate(config: Annotated[Path, typer.Argument(parser=path, help="Pipeline 
               f"{f'; training stages launched with: {cfg.runtime.launch}' if cfg.runtime.launch else ''})",
               highlight=False,
               soft_wrap=True)
-    for line in [*idle_notes(cfg), *noisy_gates(cfg, len(data.test))]:
+    for line in config_notes(cfg, len(data.test)):
         out.print(f"note: {line}", highlight=False, soft_wrap=True)
 
 

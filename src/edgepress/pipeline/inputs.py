@@ -16,6 +16,7 @@ from edgepress.files import check_apart, check_owned, check_writable
 from edgepress.models.loading import label2id_of, read_model_config
 from edgepress.models.teacher import DEMO_TEACHERS, resolve_model
 from edgepress.pipeline.config import PipelineConfig
+from edgepress.pipeline.gates import noisy_gates
 from edgepress.pipeline.rundir import RUN_FILES
 from edgepress.registry import METHODS
 from edgepress.runtime.session import check_providers
@@ -130,7 +131,13 @@ def check_methods(cfg: PipelineConfig, model, tokenizer, task) -> None:
         raise ConfigError(f"the run would refuse {len(problems)} stage(s):\n{lines}")
 
 
-def idle_notes(cfg: PipelineConfig) -> list[str]:
+def config_notes(cfg: PipelineConfig, n_test: int) -> list[str]:
+    """What `validate` notes and `run` warns of in a valid config: the parts it leaves unused (`_idle`), and every
+    accuracy gate tighter than `n_test` test texts can resolve (`noisy_gates`)."""
+    return [*_idle(cfg), *noisy_gates(cfg, n_test)]
+
+
+def _idle(cfg: PipelineConfig) -> list[str]:
     """A line for each part of `cfg` the run would not use: no stages at all, or data.unlabeled with no stage that
     trains (training stages alone read its texts: they learn the teacher's outputs on them)."""
     if not cfg.stages:

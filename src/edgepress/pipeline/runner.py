@@ -26,8 +26,8 @@ from edgepress.logs import summarise_library_messages, words
 from edgepress.pipeline.attempt import Outcome, attempt, cached, measured_text, time_speedup
 from edgepress.pipeline.config import PipelineConfig, StageConfig
 from edgepress.pipeline.environment import environment
-from edgepress.pipeline.gates import evaluate_gates, gate_name, noisy_gates
-from edgepress.pipeline.inputs import check_inputs, idle_notes, local_inputs, run_task
+from edgepress.pipeline.gates import evaluate_gates, gate_name
+from edgepress.pipeline.inputs import check_inputs, config_notes, local_inputs, run_task
 from edgepress.pipeline.latency import onnx_path
 from edgepress.pipeline.measure import ONNX_EVALUATION
 from edgepress.pipeline.report import write_report
@@ -211,7 +211,7 @@ def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_fi
     `evaluate_on="validation"` (a search trial) measures and gates every stage on the validation split, which then
     stands in for the test split everywhere (the methods' own details included, the data's digest and so every
     cache and resume key too): a trial never reads the test split. `noise_note=False`: no warning for an accuracy
-    gate inside the test split's noise nor for a part of the config left unused (`idle_notes`): a search's winner,
+    gate inside the test split's noise nor for a part of the config left unused (`config_notes`): a search's winner,
     whose report speaks of its constraint and whose config the search wrote."""
     run = RunDir(Path(out))
     model_dir, data = check_inputs(cfg, run.root, config_file=config_file)
@@ -243,8 +243,7 @@ def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_fi
         run.write_split(data)
         for line in missing_classes(data.class_counts()):
             log.warning("data: %s (the report says so too)", line)
-        notes = [*idle_notes(cfg), *noisy_gates(cfg, len(data.test))] if evaluate_on == "test" and noise_note else []
-        for line in notes:
+        for line in config_notes(cfg, len(data.test)) if evaluate_on == "test" and noise_note else ():
             log.warning("%s", line)
         _baseline(state, model_dir)
         write_report(run)
