@@ -490,6 +490,11 @@ def test_a_trial_that_cannot_meet_the_constraint_is_pruned_and_no_prefix_is_trai
     assert again["same_as"] == teacher_depth[0].number and again["seconds"] == 0 and again["stop"] == "passed"
     assert again["accuracy"] == teacher_depth[0].values[0] and again["p50_ms"] == teacher_depth[0].user_attrs["p50_ms"]
     assert f"{2 * len(trained)} training epoch(s) run in all" in (out / "report.md").read_text()
+    # the shape table says each shape is settled, and by which trials: none would train if drawn again
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in (out / "report.md").read_text().splitlines()}
+    for name, counts in _report(out)["shape_points"].items():
+        assert counts["left"] == 0 and "settled: none of its" in rows[name]
+        assert ("not drawn" if not any(t.params["shape"] == name for t in study.trials) else "trial") in rows[name]
 
 
 def test_a_search_dir_from_before_a_new_field_resumes_when_the_field_is_at_its_default(

@@ -3,6 +3,7 @@ finalists on test and the winner's run; built from report.json's dict alone."""
 
 from edgepress.logs import words
 from edgepress.pipeline.plots import svg_of
+from edgepress.pipeline.report import html_template
 
 
 def _f(value, spec: str) -> str:
@@ -89,8 +90,22 @@ def pruning_line(report: dict) -> str:
 
 
 def shape_rows(report: dict) -> list[list[str]]:
-    return [[name, f"{row['fixed_p50_ms']:.2f}", f"{row['size_mb']:.1f}", row.get("excluded", "trained if drawn")]
-            for name, row in report["shapes"].items()]
+    return [[name, f"{row['fixed_p50_ms']:.2f}", f"{row['size_mb']:.1f}",
+             row.get("excluded") or shape_status(report, name)] for name, row in report["shapes"].items()]
+
+
+def shape_status(report: dict, name: str) -> str:
+    """What the search did with an allowed shape: the trials that drew it, and how many of its points are left to
+    try (the others were tried, start with a pruned trial's stages, or are beaten by a passing trial)."""
+    tried = [str(r["number"]) for r in first_draws(report["trials"]) if r["params"].get("shape") == name]
+    counts = report.get("shape_points", {}).get(name)
+    drawn = f"trial{'s' if len(tried) > 1 else ''} {', '.join(tried)}" if tried else "not drawn"
+    if counts is None:
+        return drawn
+    if not counts["left"]:
+        return f"{drawn}; settled: none of its {counts['points']} point(s) is left to try (tried, starting with a " \
+               f"pruned trial's stages, or beaten by a passing trial)"
+    return f"{drawn}; {counts['left']} of its {counts['points']} point(s) left to try"
 
 
 def trial_table(report: dict) -> list[list[str]]:
@@ -162,10 +177,7 @@ def front_plot(report: dict) -> str | None:
 
 
 def render_html(report: dict) -> str:
-    from jinja2 import Environment, PackageLoader, select_autoescape
-
-    env = Environment(loader=PackageLoader("edgepress.search", "."), autoescape=select_autoescape(["html", "j2"]))
-    return env.get_template("report.html.j2").render(
+    return html_template("edgepress.search").render(
         report=report, status=status_line(report), constraints=constraints_text(report["config"]["constraints"]),
         spent=spent_lines(report), shapes=shape_rows(report),
         trials=trial_table(report), trial_header=trial_header(report), finalists=finalist_rows(report),

@@ -24,6 +24,7 @@ This module is the search's loop and its end (`run_search`, `search_loop`, `fini
 in `prepare.py`, the study kept in `storage.py`, one trial run and read in `trial.py`, and which trials count and
 which points are not worth running decided in `policy.py`."""
 
+import collections
 import logging
 import math
 import os
@@ -129,6 +130,15 @@ def primary_figures(task, metrics: dict) -> dict:
             "drop_ci95": metrics.get(f"{primary}_drop_ci95")}
 
 
+def shape_points(cfg: SearchConfig, prepared: Prepared, study) -> dict[str, dict]:
+    """Per allowed shape: {points: how many points of the space have it, left: how many of them are still to try
+    (`unsettled_points`: not tried, not starting with a pruned trial's stages, not beaten by a passing trial)}."""
+    space = prepared.space
+    points = len(space.vocab) * len(space.quantization) * len(space.epochs) * len(space.transfers())
+    left = collections.Counter(params["shape"] for params in unsettled_points(cfg, prepared, study))
+    return {shape.name: {"points": points, "left": left[shape.name]} for shape in prepared.shapes}
+
+
 def write_search_report(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict,
                         finalists: dict | None = None, best: dict | None = None) -> dict:
     from edgepress.search.report import render_html, render_markdown
@@ -136,7 +146,7 @@ def write_search_report(cfg: SearchConfig, prepared: Prepared, out: Path, study,
     front = validation_front(study)
     winner = best_passing(study, cfg.objective)
     report = {"config": cfg.model_dump(mode="json"), "objective": cfg.objective, "metric": prepared.metric,
-              "shapes": prepared.table,
+              "shapes": prepared.table, "shape_points": shape_points(cfg, prepared, study),
               "required_accuracy": prepared.required,
               "trials": trial_rows(study), "front": [t.number for t in front],
               "winner": winner.number if winner else None, "finalists": finalists, "best": best, "spent": spent}
