@@ -7,6 +7,16 @@ from edgepress.logs import words
 from edgepress.tasks import recorded_task
 
 
+def axes(width: float, height: float):
+    """(figure, axes) of a matplotlib Figure made on its own, outside pyplot: no backend is chosen and no figure is
+    registered or closed in the caller's process (a library that called pyplot.close("all") closed its user's
+    figures), and a figure is freed with its last reference."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height))
+    return figure, figure.subplots()
+
+
 def svg_of(figure) -> str:
     """A matplotlib figure as inline SVG text."""
     buffer = io.StringIO()
@@ -24,17 +34,12 @@ def _measured(report: dict) -> list[tuple[str, dict]]:
 
 def stage_plots(report: dict) -> dict[str, str]:
     """{"accuracy": svg, "latency": svg, "size": svg} for the measured stages of `report`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = _measured(report)
     names = [name for name, _ in rows]
     x = range(len(rows))
     plots = {}
 
-    fig, ax = plt.subplots(figsize=(6, 3))
+    fig, ax = axes(6, 3)
     primary = recorded_task(report["baseline"]["metrics"]).primary  # an embedder's neighbour_overlap
     label = f"test {words(primary)} (95% CI)"
     acc = [m[primary] for _, m in rows]
@@ -44,7 +49,7 @@ def stage_plots(report: dict) -> dict[str, str]:
     ax.set(xticks=list(x), xticklabels=names, ylabel=label)
     plots["accuracy"] = svg_of(fig)
 
-    fig, ax = plt.subplots(figsize=(6, 3))
+    fig, ax = axes(6, 3)
     cpu = [m.get("latency", {}).get("cpu") for _, m in rows]
     fixed = [c["p50_ms"] if c else 0 for c in cpu]
     natural = [c["natural"]["p50_ms"] if c else 0 for c in cpu]
@@ -54,13 +59,12 @@ def stage_plots(report: dict) -> dict[str, str]:
     ax.legend()
     plots["latency"] = svg_of(fig)
 
-    fig, ax = plt.subplots(figsize=(6, 3))
+    fig, ax = axes(6, 3)
     ax.bar(list(x), [m["size_bytes"] / 1e6 for _, m in rows], label="file")
     ax.bar(list(x), [m["size_gzip_bytes"] / 1e6 for _, m in rows], width=0.5, label="gzip")
     ax.set(xticks=list(x), xticklabels=names, ylabel="size (MB)")
     ax.legend()
     plots["size"] = svg_of(fig)
-    plt.close("all")
     timed = [(name, c["p50_ms"], m[primary], m[f"{primary}_ci95"]) for (name, m), c in zip(rows, cpu, strict=True)
              if c]
     if timed:
@@ -83,12 +87,7 @@ def pareto_svg(points: list[tuple[str, float, float, list]], xlabel: str,
                ylabel: str = "test accuracy (95% CI)") -> str:
     """Accuracy (or another score: `ylabel`; 95% CI bars) against latency, one labelled point per (name, latency ms,
     score, [lo, hi]), the Pareto front drawn as a step line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = axes(7, 4)
     for name, ms, acc, (lo, hi) in points:
         ax.errorbar([ms], [acc], yerr=[[acc - lo], [hi - acc]], fmt="o", capsize=3)
         ax.annotate(name, (ms, acc), textcoords="offset points", xytext=(5, 4), fontsize=8)
@@ -97,6 +96,4 @@ def pareto_svg(points: list[tuple[str, float, float, list]], xlabel: str,
             label="Pareto front")
     ax.set(xscale="log", xlabel=xlabel, ylabel=ylabel)
     ax.legend(loc="lower right")
-    svg = svg_of(fig)
-    plt.close(fig)
-    return svg
+    return svg_of(fig)

@@ -2,7 +2,7 @@
 finalists on test and the winner's run; built from report.json's dict alone."""
 
 from edgepress.logs import words
-from edgepress.pipeline.plots import svg_of
+from edgepress.pipeline.plots import axes, svg_of
 from edgepress.pipeline.report import html_template
 
 
@@ -156,24 +156,17 @@ def render_markdown(report: dict) -> str:
 def front_plot(report: dict) -> str | None:
     """The validation score (`metric_words`) against the objective for every trial measured, size as the marker,
     the front joined."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     key = "p50_ms" if report["objective"] == "latency" else "size_mb"
     rows = [r for r in report["trials"] if r["accuracy"] is not None]
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = axes(6, 3.5)
     ax.scatter([r[key] for r in rows], [r["accuracy"] for r in rows], s=[10 + 4 * r["size_mb"] for r in rows],
                c=["#17803d" if r["stop"] == "passed" else "#999" for r in rows], alpha=0.7)
     front = sorted((r for r in rows if r["number"] in report["front"]), key=lambda r: r[key])
     ax.plot([r[key] for r in front], [r["accuracy"] for r in front], "-", color="#17803d")
     ax.set(xlabel="CPU p50 ms" if key == "p50_ms" else "size MB", ylabel=f"validation {metric_words(report)}")
-    svg = svg_of(fig)
-    plt.close(fig)
-    return svg
+    return svg_of(fig)
 
 
 def render_html(report: dict) -> str:
