@@ -98,10 +98,8 @@ def shape_status(report: dict, name: str) -> str:
     """What the search did with an allowed shape: the trials that drew it, and how many of its points are left to
     try (the others were tried, start with a pruned trial's stages, or are beaten by a passing trial)."""
     tried = [str(r["number"]) for r in first_draws(report["trials"]) if r["params"].get("shape") == name]
-    counts = report.get("shape_points", {}).get(name)
+    counts = report["shape_points"][name]
     drawn = f"trial{'s' if len(tried) > 1 else ''} {', '.join(tried)}" if tried else "not drawn"
-    if counts is None:
-        return drawn
     if not counts["left"]:
         return f"{drawn}; settled: none of its {counts['points']} point(s) is left to try (tried, starting with a " \
                f"pruned trial's stages, or beaten by a passing trial)"

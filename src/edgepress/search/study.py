@@ -44,7 +44,7 @@ from edgepress.search.config import SearchConfig, pipeline_for
 from edgepress.search.policy import best_passing, validation_front
 from edgepress.search.prepare import Prepared, distributions, point_of, prepare, search_noise
 from edgepress.search.storage import ask, asked_trials, await_others, fail_dead_trials, open_study, tell, trial_rows
-from edgepress.search.trial import settle, unsettled_points
+from edgepress.search.trial import settle, space_points, unsettled_points
 
 log = logging.getLogger(__name__)
 
@@ -133,10 +133,9 @@ def primary_figures(task, metrics: dict) -> dict:
 def shape_points(cfg: SearchConfig, prepared: Prepared, study) -> dict[str, dict]:
     """Per allowed shape: {points: how many points of the space have it, left: how many of them are still to try
     (`unsettled_points`: not tried, not starting with a pruned trial's stages, not beaten by a passing trial)}."""
-    space = prepared.space
-    points = len(space.vocab) * len(space.quantization) * len(space.epochs) * len(space.transfers())
+    points = collections.Counter(params["shape"] for params in space_points(prepared, prepared.shapes))
     left = collections.Counter(params["shape"] for params in unsettled_points(cfg, prepared, study))
-    return {shape.name: {"points": points, "left": left[shape.name]} for shape in prepared.shapes}
+    return {shape.name: {"points": points[shape.name], "left": left[shape.name]} for shape in prepared.shapes}
 
 
 def write_search_report(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict,

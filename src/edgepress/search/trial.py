@@ -189,22 +189,27 @@ def settle(cfg: SearchConfig, prepared: Prepared, out: Path, study, trial, point
         beat.join()
 
 
+def space_points(prepared: Prepared, shapes: list) -> list[dict]:
+    """Every point of the space on `shapes`, as trial params, shape by shape in their order."""
+    import itertools
+
+    space = prepared.space
+    return [{"shape": shape.name, "vocab": vocab, "quantization": quantization, "epochs": epochs, **transfer}
+            for shape, vocab, quantization, epochs, transfer in itertools.product(
+                shapes, space.vocab, space.quantization, space.epochs, space.transfers())]
+
+
 def unsettled_points(cfg: SearchConfig, prepared: Prepared, study) -> list[dict]:
     """The points of the space (its allowed shapes), as trial params, fastest (smallest) shape first, that no trial
     has finished or is running, that do not start with a pruned trial's stages and that a passing trial does not
     beat (`beaten_by`)."""
-    import itertools
-
     import optuna
 
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.RUNNING)
     tried = {json.dumps(t.params, sort_keys=True) for t in study.get_trials(deepcopy=False, states=states)}
-    pruned, passing = pruned_prefixes(study), passing_trials(study)
-    space, points = prepared.space, []
+    pruned, passing, points = pruned_prefixes(study), passing_trials(study), []
     shapes = sorted(prepared.shapes, key=lambda shape: shape_figure(cfg, prepared, shape.name))
-    for shape, vocab, quantization, epochs, transfer in itertools.product(shapes, space.vocab, space.quantization,
-                                                                           space.epochs, space.transfers()):
-        params = {"shape": shape.name, "vocab": vocab, "quantization": quantization, "epochs": epochs, **transfer}
+    for params in space_points(prepared, shapes):
         if json.dumps(params, sort_keys=True) in tried or beaten_by(cfg, prepared, passing, params):
             continue
         if not cfg.pruning or not pruned_before(
