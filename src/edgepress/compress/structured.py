@@ -219,7 +219,7 @@ def width_importance(model, tokenizer, data: DataSplits, cfg: _Pruning) -> np.nd
     return total
 
 
-def _keep_top(scores: np.ndarray, keep: float) -> list[list[int]]:
+def keep_top(scores: np.ndarray, keep: float) -> list[list[int]]:
     """Indices (sorted) of the round(keep * units) highest scores of every row, at least one."""
     k = max(1, round(keep * scores.shape[1]))
     return [sorted(np.argsort(-row, kind="stable")[:k].tolist()) for row in scores]
@@ -348,7 +348,7 @@ def _prunable(model, src: Path | str, what: str) -> None:
 
 def _prune(encoder, scores: np.ndarray, keep: float, what: str) -> dict:
     """Keep the `keep` highest-scored heads or neurons of every layer of the HF `encoder`; what was removed."""
-    kept = _keep_top(scores, keep)
+    kept = keep_top(scores, keep)
     if what == "width":
         narrow(encoder, kept[0])
         return {RECORD: len(kept[0])}

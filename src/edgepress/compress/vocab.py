@@ -3,8 +3,9 @@ vocabulary has 30,522 rows, XLM-R's 250,002 and DeBERTa-v3's 128,100; a small en
 there (MiniLM-L6: 11.7M of 22.7M; XLM-R base: 192M of 278M), and a narrow domain or one language uses a few
 thousand of them.
 
-Kept, for every tokenizer: every token the train split (and the run's unlabeled texts, data.unlabeled: in-domain text
-never judged on) tokenizes to (at least `min_count` times, untruncated),
+Kept, for every tokenizer: every token the train split tokenizes to (at least `min_count` times, untruncated) and
+every token the run's unlabeled texts (data.unlabeled: in-domain text never judged on) tokenize to at least
+`unlabeled_min_count` times,
 every special and added token, every token the config or the tokenizer names by id (pad, post-processor), and
 where a model numbers positions from pad_token_id + 1 (RoBERTa, XLM-R) every id up to the pad id. Kept tokens keep
 their relative order; their ids are renumbered 0..n-1, in the model and in tokenizer.json alike. Then, per
@@ -51,17 +52,24 @@ from edgepress.errors import ConfigError, ModelError
 log = logging.getLogger(__name__)
 
 
+UNLABELED_MIN_COUNT = 3  # chosen by measurement on the demo (benchmarks/vocab_unlabeled.py, docs/methods.md)
+
+
 class VocabConfig(BaseModel):
-    """The `vocab` method: keep the tokens seen at least `min_count` times in the train split and the run's
-    unlabeled texts (plus the special tokens and every single character), drop every other word-embedding row."""
+    """The `vocab` method: keep the tokens seen at least `min_count` times in the train split and at least
+    `unlabeled_min_count` times in the run's unlabeled texts (plus the special tokens and every single character),
+    drop every other word-embedding row."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    min_count: TextCount = Field(1, description="times a token must occur in the train split (and the unlabeled "
-                                                "texts) to keep its row")
-    unlabeled: bool = Field(True, description="count data.unlabeled's texts too (in-domain text the run has, "
-                                              "never judged on): fewer words of new texts split into smaller pieces; "
-                                              "false: the train split alone")
+    min_count: TextCount = Field(1, description="times a token must occur in the train split to keep its row")
+    unlabeled: bool = Field(True, description="keep the frequent tokens of data.unlabeled's texts too (in-domain "
+                                              "text the run has, never judged on): fewer words of new texts split "
+                                              "into smaller pieces; false: the train split alone")
+    unlabeled_min_count: TextCount = Field(UNLABELED_MIN_COUNT, description=(
+        "times a token must occur in data.unlabeled's texts to keep its row for them (a token of the train split is "
+        "kept by `min_count`): on the demo's 25,000 IMDB sentences 1 keeps 21,714 rows and 3 keeps 17,297, the "
+        "same validation accuracy within its paired CI (docs/methods.md); 1: every token they use"))
 
 
 PRUNABLE = ("WordPiece", "BPE", "Unigram")  # tokenizers' model types whose vocabularies edgepress prunes
@@ -200,14 +208,18 @@ def _with_merge_sources(model: dict, kept: set[str]) -> set[str]:
         kept |= more
 
 
-def kept_ids(spec: dict, tokenizer, model, counts: Counter, cfg: VocabConfig, chars: set[str]) -> list[int]:
-    """The ids kept, ascending (so the pad token and the other low special ids stay where they were)."""
+def kept_ids(spec: dict, tokenizer, model, counts: Counter, cfg: VocabConfig, chars: set[str],
+             unlabeled: Counter = Counter()) -> list[int]:
+    """The ids kept, ascending (so the pad token and the other low special ids stay where they were): those the
+    train split gives `counts[i]` times, at least `min_count`, or the unlabeled texts `unlabeled[i]` times, at
+    least `unlabeled_min_count`, and the ones every text needs."""
     tokens = tokens_by_id(spec)
     pinned = set(config_token_ids(model.config).values())
     # RoBERTa's and MPNet's embeddings number positions from their pad id + 1: there the ids up to it must not move
     pad = position_pad(model.config.to_dict())
     kept = {t for i, t in tokens.items()
-            if counts[i] >= cfg.min_count or i in pinned or (pad is not None and i <= pad)}
+            if counts[i] >= cfg.min_count or unlabeled[i] >= cfg.unlabeled_min_count or i in pinned
+            or (pad is not None and i <= pad)}
     kept |= _named_tokens(spec, tokenizer) | _base_pieces(spec["model"], set(tokens.values()), chars)
     if spec["model"]["type"] == "BPE":
         kept = _with_merge_sources(spec["model"], kept)
@@ -352,10 +364,11 @@ def vocab_prune(src: Path, out: Path, data: DataSplits, cfg: VocabConfig = Vocab
     rows, before = model.get_input_embeddings().num_embeddings, param_counts(model)["params"]
     tokens = tokens_by_id(spec)
     check_ids(model, tokens, src)
-    train = encode_ids(spec, data.train.texts + (data.unlabeled if cfg.unlabeled else ()))
-    counts = Counter(i for ids in train for i in ids)
-    chars = {c for ids in train + encode_ids(spec, data.validation.texts) for i in ids for c in tokens[i]}
-    kept = kept_ids(spec, tokenizer, model, counts, cfg, chars)
+    train, unlabeled = encode_ids(spec, data.train.texts), encode_ids(spec, data.unlabeled if cfg.unlabeled else ())
+    seen = train + unlabeled + encode_ids(spec, data.validation.texts)
+    chars = {c for ids in seen for i in ids for c in tokens[i]}
+    kept = kept_ids(spec, tokenizer, model, Counter(i for ids in train for i in ids), cfg, chars,
+                    Counter(i for ids in unlabeled for i in ids))
     shrink_embeddings(model, kept)
     with atomic_dir(Path(out)) as tmp:
         task.save_model(whole, tmp)
@@ -363,6 +376,7 @@ def vocab_prune(src: Path, out: Path, data: DataSplits, cfg: VocabConfig = Vocab
         check_tokenizers(tmp, spec, data.validation.texts, position_limit(model.config.to_dict()))
     details = {"rows_before": rows, "rows_after": len(kept), "rows_removed_share": round(1 - len(kept) / rows, 6),
                "min_count": cfg.min_count, "unlabeled_texts": len(data.unlabeled) if cfg.unlabeled else 0,
+               "unlabeled_min_count": cfg.unlabeled_min_count if cfg.unlabeled else None,
                **coverage(encode_ids(spec, data.test.texts), set(kept)),
                "params_before": before, "params_after": param_counts(model)["params"]}
     log.info("vocab: kept %d of %d embedding rows (min_count %d), %d -> %d params, test token coverage %.4f",
