@@ -100,20 +100,29 @@ def test_min_count_drops_the_tokens_seen_fewer_times(pruned, tmp_path, small_dat
     assert twice["test_token_coverage"] < once["test_token_coverage"]
 
 
-def test_the_runs_unlabeled_texts_keep_their_tokens_too_unless_asked_not_to(pruned, tmp_path, small_data, tokenizer):
-    """data.unlabeled's texts are the user's in-domain text: their tokens are kept beside the train split's (on the
-    demo, +0.5 points of validation accuracy, benchmarks/vocab_unlabeled.py); `unlabeled: false` keeps the train
-    split's alone, as a run without unlabeled texts does."""
+def test_the_runs_unlabeled_texts_keep_their_frequent_tokens_too_unless_asked_not_to(pruned, tmp_path, small_data,
+                                                                                    tokenizer):
+    """data.unlabeled's texts are the user's in-domain text: the tokens they give at least `unlabeled_min_count`
+    times (3) are kept beside the train split's (benchmarks/vocab_unlabeled.py); a token they give once is kept at
+    `unlabeled_min_count: 1`; `unlabeled: false` keeps the train split's alone, as a run without unlabeled texts
+    does."""
     import dataclasses
 
     src, _, alone = pruned
-    data = dataclasses.replace(small_data, unlabeled=(RARE,))
-    both = vocab_prune(src, tmp_path / "both", data)
-    _, words = load_classifier(tmp_path / "both")
-    assert "spectators" in words.get_vocab() and both["unlabeled_texts"] == 1
-    assert both["rows_after"] > alone["rows_after"] and alone["unlabeled_texts"] == 0
-    train_only = vocab_prune(src, tmp_path / "train", data, VocabConfig(unlabeled=False))
-    assert train_only["rows_after"] == alone["rows_after"] and train_only["unlabeled_texts"] == 0
+    once, thrice = dataclasses.replace(small_data, unlabeled=(RARE,)), dataclasses.replace(small_data,
+                                                                                           unlabeled=(RARE,) * 3)
+    rows = {}
+    for name, data, cfg in (("once", once, VocabConfig()), ("thrice", thrice, VocabConfig()),
+                            ("every", once, VocabConfig(unlabeled_min_count=1)),
+                            ("train", thrice, VocabConfig(unlabeled=False))):
+        details = vocab_prune(src, tmp_path / name, data, cfg)
+        _, words = load_classifier(tmp_path / name)
+        rows[name] = (details["rows_after"], "spectators" in words.get_vocab(), details["unlabeled_texts"])
+    assert VocabConfig().unlabeled_min_count == 3
+    assert rows["once"] == (alone["rows_after"], False, 1)  # seen once: not kept at the default
+    assert rows["thrice"][0] > alone["rows_after"] and rows["thrice"][1:] == (True, 3)
+    assert rows["every"] == (rows["thrice"][0], True, 1)  # the same tokens, seen once each
+    assert rows["train"] == (alone["rows_after"], False, 0) and alone["unlabeled_texts"] == 0
 
 
 @pytest.mark.parametrize(("family", "vocabulary"), [(f, v) for f, v in FAMILY_TOKENIZERS if v != "tokenizer"])

@@ -190,7 +190,8 @@ METHODS: dict[str, Method] = {
                       fill=fill_lowrank, reads_later=later_int8, takes_task=True,
                       factors=factored_parts),
     "vocab": Method(VocabConfig, vocab_prune, ("torch",), "torch",
-                    "drop the word-embedding rows of tokens the train split never uses (no training)",
+                    "drop the word-embedding rows of tokens the train split never uses and the unlabeled texts use "
+                    "rarely (no training)",
                     inputs="splits", check=check_vocab, reads_test=True, takes_task=True),
     "magnitude": Method(MagnitudeConfig, magnitude, ("torch",), "torch",
                         "zero the smallest weights (one shot or a cubic ramp), fine-tune with the zeros held",

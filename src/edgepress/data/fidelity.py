@@ -33,9 +33,9 @@ def with_typos(texts: tuple[str, ...], seed: int = TYPO_SEED) -> tuple[str, ...]
     return tuple(typo(text, rng) for text in texts)
 
 
-def demo_registers(size: int) -> dict[str, dict]:
-    """{register: {"texts", "labels", "how"}}: the first `size` non-empty sentences (file order) of each other
-    register in the demo data's archive, labelled as the demo is (mean human rating > 0 = positive)."""
+def demo_registers(size: int | None = None) -> dict[str, dict]:
+    """{register: {"texts", "labels", "how"}}: the first `size` non-empty sentences (file order; None: all of them) of
+    each other register in the demo data's archive, labelled as the demo is (mean human rating > 0 = positive)."""
     from edgepress.data.movie import load_register
 
     sets = {}
