@@ -88,20 +88,22 @@ def test_missing_config_and_bad_yaml_exit_2(tmp_path):
 def test_gates_compare_each_limit():
     gates = Gates.model_validate({
         "accuracy": {"max_drop": 0.01, "max_stage_drop": 0.005, "min": 0.8},
-        "latency": {"provider": "cpu", "min_speedup": 1.5, "max_p50_ms": 5},
+        "latency": {"provider": "cpu", "min_speedup": 1.5, "max_p50_ms": 5, "max_p90_ms": 7, "max_p99_ms": 8},
         "size": {"max_mb": 30, "min_ratio": 3},
         "parity": {"max_abs_diff": 1e-3, "min_agreement": 0.99},
     })
     baseline = {"accuracy": 0.85, "size_bytes": 90e6, "latency": {"cpu": {"p50_ms": 12.0}}}
     previous = {"accuracy": 0.846}
-    stage = {"accuracy": 0.842, "size_bytes": 25e6, "latency": {"cpu": {"p50_ms": 6.0, "p90_ms": 7.0}}}
+    stage = {"accuracy": 0.842, "size_bytes": 25e6, "latency": {"cpu": {"p50_ms": 6.0, "p90_ms": 7.0, "p99_ms": 9.5}}}
     results = {(g["kind"], g["rule"]): g for g in
                evaluate_gates(gates, stage, baseline, previous, {"max_abs_diff": 2e-3, "agreement": 1.0})}
     drop = results["accuracy", "max_drop"]
     assert drop["passed"] and drop["value"] == pytest.approx(0.008)
     assert results["accuracy", "max_stage_drop"]["passed"]
     assert results["latency", "min_speedup"]["value"] == 2.0 and results["latency", "min_speedup"]["passed"]
-    assert not results["latency", "max_p50_ms"]["passed"]
+    assert not results["latency", "max_p50_ms"]["passed"] and results["latency", "max_p90_ms"]["passed"]
+    tail = results["latency", "max_p99_ms"]  # the tail: 9.5 ms against 8
+    assert not tail["passed"] and tail["value"] == 9.5 and tail["excess"] == pytest.approx(1.5)
     assert results["size", "max_mb"]["passed"] and results["size", "min_ratio"]["value"] == pytest.approx(3.6)
     assert not results["parity", "max_abs_diff"]["passed"] and results["parity", "min_agreement"]["passed"]
 
@@ -228,7 +230,7 @@ def test_quick_shortens_only_training_stages():
 
 def test_a_gate_without_a_limit_is_an_error():
     with pytest.raises(ValueError, match=r"the latency gate sets no limit: give at least one of max_p50_ms, "
-                                         r"max_p90_ms, min_speedup"):
+                                         r"max_p90_ms, max_p99_ms, min_speedup"):
         Gates.model_validate({"latency": {"provider": "cpu"}})
 
 

@@ -60,6 +60,9 @@ class LatencyGate(BaseModel):
                                                    "runtime.providers)")
     max_p50_ms: Milliseconds | None = Field(None, description="largest median latency at runtime.latency's shape")
     max_p90_ms: Milliseconds | None = Field(None, description="largest 90th-percentile latency")
+    max_p99_ms: Milliseconds | None = Field(None, description="largest 99th-percentile latency, the tail a device "
+                                            "meets once in a hundred calls (over runtime.latency.runs calls: give "
+                                            "it 200 or more, so that it is not one slow call's)")
     min_speedup: Ratio | None = Field(None, description="smallest baseline p50 / stage p50, the two timed "
                                                               "again side by side, in turns, when the stage is "
                                                               "measured (cpu only: the torch baseline is timed on "
@@ -322,7 +325,7 @@ def latency_gate_problems(stages: list[StageConfig], providers: tuple[str, ...])
         elif gate.provider != "cpu" and (rule := _speedup_rule(gate)):
             problems.append(f"stage '{stage.name}': {rule} on {gate.provider} divides by the baseline's "
                             f"{gate.provider} latency, but the baseline (torch) is timed on cpu only. Fix: use "
-                            f"max_p50_ms / max_p90_ms on {gate.provider}, or {rule} on cpu")
+                            f"max_p50_ms / max_p90_ms / max_p99_ms on {gate.provider}, or {rule} on cpu")
         elif gate.provider != "cpu" and kinds & set(TORCH):
             problems.append(f"stage '{stage.name}' gives a torch model, timed on cpu only; its latency gate is on "
                             f"{gate.provider}. Fix: gate latency on {gate.provider} after the export stage")

@@ -130,8 +130,9 @@ def evaluate_gates(gates: Gates, metrics: dict, baseline: dict, previous: dict, 
         now, base = _latency(metrics, g.provider), _latency(baseline, g.provider)
         if g.max_p50_ms is not None:
             results.append(_check("latency", "max_p50_ms", g.max_p50_ms, now and now["p50_ms"], True))
-        if g.max_p90_ms is not None:
-            results.append(_check("latency", "max_p90_ms", g.max_p90_ms, now and now["p90_ms"], True))
+        for rule, percentile in (("max_p90_ms", "p90_ms"), ("max_p99_ms", "p99_ms")):
+            if getattr(g, rule) is not None:
+                results.append(_check("latency", rule, getattr(g, rule), now and now[percentile], True))
         if g.min_speedup is not None:
             results.append(_min_speedup("min_speedup", g.min_speedup, now, base))
         if g.min_natural_speedup is not None:
