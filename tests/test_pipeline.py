@@ -263,6 +263,33 @@ def test_resume_reuses_passed_stages_and_reruns_from_the_first_change(tmp_path, 
     assert export_model.stat().st_mtime_ns != first
 
 
+def test_resume_runs_again_a_stage_whose_method_default_changed_since(tmp_path, tiny_model_dir, monkeypatch):
+    """A run dir made before a method's default changed (vocab's unlabeled_min_count did) is not reused as if it
+    had been made with the new default: the key holds each attempt's params with its defaults filled in."""
+    import dataclasses
+
+    from pydantic import Field
+
+    from edgepress.compress.quantize import Int8DynamicConfig
+    from edgepress.export.parity import ParityConfig
+    from edgepress.registry import METHODS
+
+    stages = [{"name": "export", "method": "export"}, {"name": "int8", "method": "int8-dynamic"}]
+    out = tmp_path / "run"
+    runner.run_pipeline(load_config(run_config(tmp_path, stages, tiny_model_dir)), out)
+
+    class LooserByDefault(Int8DynamicConfig):  # a default no target fills in
+        parity: ParityConfig = Field(ParityConfig(max_abs_diff=2.0, min_agreement=0.9), description="changed")
+
+    monkeypatch.setitem(METHODS, "int8-dynamic", dataclasses.replace(METHODS["int8-dynamic"],
+                                                                     config=LooserByDefault))
+    runner.run_pipeline(load_config(run_config(tmp_path, stages, tiny_model_dir)), out, resume=True)
+    log = (out / "run.log").read_text()
+    assert "export: reused" in log and "int8: reused" not in log
+    config = json.loads((out / "stages" / "02-int8" / "config.json").read_text())
+    assert config["params"]["parity"]["max_abs_diff"] == 2.0
+
+
 def test_a_magnitude_stage_reports_both_sparsities_and_what_its_zeros_buy(tmp_path, tiny_model_dir):
     path = run_config(tmp_path, [
         {"name": "prune", "method": "magnitude",

@@ -18,6 +18,11 @@ from edgepress.registry import METHODS, RunContext
 from edgepress.tasks import CLASSIFICATION
 
 
+def with_defaults(method: str, params: dict) -> dict:
+    """`params` of `method` as its config reads them, every field it leaves unset at its default (JSON)."""
+    return METHODS[method].config.model_validate(params).model_dump(mode="json")
+
+
 @dataclass
 class RunState:
     """What the stages of one run share; `source` is the artifact the next stage takes."""
@@ -63,7 +68,10 @@ class RunState:
             tries = [(stage["method"], stage["params"]), *((a["method"], a["params"]) for a in fallbacks)]
             filled = [{k: f["value"] for k, f in with_target(self.target["name"], m, p)[1].items()} for m, p in tries]
             read = [METHODS[m].files_read(p) for m, p in tries]
-            stage = {**stage, **({"target_defaults": filled} if any(filled) else {}),
+            # each attempt's params with the defaults its method fills in: a run made before a default changed
+            # (vocab's unlabeled_min_count) is not reused as if it had been made with the new one
+            defaults = [with_defaults(m, p) for m, p in tries]
+            stage = {**stage, "attempt_params": defaults, **({"target_defaults": filled} if any(filled) else {}),
                      **({"files_sha256": read} if any(read) else {})}
         return {"stage": stage, "data": self.cfg.data.model_dump(mode="json"),
                 "runtime": runtime_key(self.cfg.runtime), "data_sha256": self.data_sha256,
