@@ -103,12 +103,14 @@ def peer(teacher: Path, work: Path, python: Path) -> tuple[Path, str]:
     return work / "peer", json.loads(done.stdout.strip().splitlines()[-1])["preset"]
 
 
-def onnx_stages(report: dict, final: Path) -> dict[str, Path]:
-    """The run's passed ONNX stages, except one whose graph is the final's (timed once, as edgepress-final)."""
-    final_sha = hashlib.sha256((final / "model.onnx").read_bytes()).hexdigest()
+def onnx_stages(report: dict, run: Path) -> dict[str, Path]:
+    """The run's passed ONNX stages, except one whose graph is the final's (timed once, as edgepress-final). Each is
+    found in `run`'s own stages/ (the report records an artifact as the run's --out named it, maybe relative to
+    another working dir)."""
+    final_sha = hashlib.sha256((run / "final" / "model.onnx").read_bytes()).hexdigest()
     stages = {}
     for stage in report["stages"]:
-        path = Path(stage["artifact"]) / "model.onnx"
+        path = run / "stages" / Path(stage["artifact"]).parent.name / "model" / "model.onnx"
         passed = stage["status"] == "passed" and stage["kind"].startswith("onnx") and path.is_file()
         if passed and hashlib.sha256(path.read_bytes()).hexdigest() != final_sha:
             stages[f"edgepress-{stage['name']}"] = path.parent
@@ -300,7 +302,7 @@ def compare(run: Path, threads: int, rounds: int, peer_python: Path, work: Path,
     max_length = report["config"]["data"].get("max_length", 128)
     named = [*((("edgepress-search", (search / "best", f"{search}'s winner")),) if search else ()),
              *((f"edgepress-{other.name}", (other, str(other))) for other in also)]
-    stages = onnx_stages(report, run / "final")
+    stages = onnx_stages(report, run)
     names = [name for name, _ in named] + [*stages, FINAL, PEER, TEACHER, "teacher-ort-fp32"]
     alike = sorted({name for name in names if names.count(name) > 1})
     if alike:

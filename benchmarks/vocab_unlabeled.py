@@ -73,7 +73,7 @@ def main() -> None:
                 if teacher:
                     row[split]["agreement_teacher"] = float(np.mean(preds[split] == teacher[split]))
             rows[name] = row
-    for split, part in splits.items():  # each option against the train split alone and against every unlabeled token
+    for split in splits:  # each option against the train split alone and against every unlabeled token
         for name in options:
             for other in ("unlabeled false", "unlabeled_min_count 1"):
                 rows[name][split][f"accuracy_minus {other}_ci95"] = paired(right[name, split], right[other, split])

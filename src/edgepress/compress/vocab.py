@@ -52,7 +52,7 @@ from edgepress.errors import ConfigError, ModelError
 log = logging.getLogger(__name__)
 
 
-UNLABELED_MIN_COUNT = 3  # chosen by measurement on the demo (benchmarks/vocab_unlabeled.py, docs/methods.md)
+UNLABELED_MIN_COUNT = 3  # chosen by measurement on the demo (benchmarks/vocab_unlabeled.py, docs/results.md)
 
 
 class VocabConfig(BaseModel):
@@ -68,8 +68,9 @@ class VocabConfig(BaseModel):
                                               "into smaller pieces; false: the train split alone")
     unlabeled_min_count: TextCount = Field(UNLABELED_MIN_COUNT, description=(
         "times a token must occur in data.unlabeled's texts to keep its row for them (a token of the train split is "
-        "kept by `min_count`): on the demo's 25,000 IMDB sentences 1 keeps 21,714 rows and 3 keeps 17,297, the "
-        "same validation accuracy within its paired CI (docs/methods.md); 1: every token they use"))
+        "kept by `min_count`): on the demo's 25,000 IMDB sentences 1 keeps 21,714 rows and 3 keeps 17,278, at the "
+        "same validation accuracy (paired CI) and half of 1's gain in agreement with the unpruned model "
+        "(docs/results.md); 1: every token they use"))
 
 
 PRUNABLE = ("WordPiece", "BPE", "Unigram")  # tokenizers' model types whose vocabularies edgepress prunes
@@ -209,7 +210,7 @@ def _with_merge_sources(model: dict, kept: set[str]) -> set[str]:
 
 
 def kept_ids(spec: dict, tokenizer, model, counts: Counter, cfg: VocabConfig, chars: set[str],
-             unlabeled: Counter = Counter()) -> list[int]:
+             unlabeled: Counter) -> list[int]:
     """The ids kept, ascending (so the pad token and the other low special ids stay where they were): those the
     train split gives `counts[i]` times, at least `min_count`, or the unlabeled texts `unlabeled[i]` times, at
     least `unlabeled_min_count`, and the ones every text needs."""
