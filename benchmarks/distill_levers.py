@@ -111,7 +111,7 @@ VARIANTS = {
     "tinybert-imdb25k": {"style": "tinybert", "unlabeled": {"max_texts": 25_000}, "against": "tinybert-gpu"},
 }
 CHAIN = (("heads", 0.5), ("ffn", 0.25))  # the demo's structured stages and what they keep
-REGISTER_SIZE = 500  # as benchmarks/compare.py
+REGISTER_SIZE = 500  # the first 500 of each register, as its recorded results read them (compare.py reads all)
 
 
 def fidelity_sets(data) -> dict[str, dict]:

@@ -45,8 +45,9 @@ def demo_shape(tmp_path_factory, movie_data):
 
 def size_run_config(model_dir):
     """The demo's config with `model_dir` for its model and only its stages from vocab on, each with the demo's own
-    params and fallbacks; the gates kept are the size gate and the parity limits on the graphs' logits (an untrained
-    head's accuracy says nothing, and speed is measured in benchmarks/), the latency timed briefly."""
+    params and fallbacks; the gates kept are the size gate and the parity limits on the graphs' logits (the methods'
+    own agreement checks still run; an untrained head's accuracy says nothing, and speed is measured in
+    benchmarks/), the latency timed briefly."""
     cfg = demo.demo_config()
     stages = []
     for stage in cfg.stages:

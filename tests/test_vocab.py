@@ -231,3 +231,8 @@ def test_vocab_is_a_pipeline_stage_with_strict_params(tmp_path):
         load_config(tmp_path / "bad.yaml")
     assert "params of vocab: min_count: Input should be greater than or equal to 1: got 0; min_cuont: unknown key" \
         in str(e.value)
+    stages[0]["params"] = {"unlabeled": False, "unlabeled_min_count": 2}  # a count of texts it was told not to read
+    (tmp_path / "idle.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    with pytest.raises(ConfigError, match="unlabeled_min_count counts data.unlabeled's texts, which unlabeled: false "
+                                          "leaves out. Fix: remove unlabeled_min_count, or set unlabeled: true"):
+        load_config(tmp_path / "idle.yaml")

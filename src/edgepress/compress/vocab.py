@@ -42,9 +42,9 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from edgepress.configs import TextCount
+from edgepress.configs import TextCount, changed
 from edgepress.data import DataSplits
 from edgepress.device.feeds import position_pad
 from edgepress.errors import ConfigError, ModelError
@@ -71,6 +71,13 @@ class VocabConfig(BaseModel):
         "kept by `min_count`): on the demo's 25,000 IMDB sentences 1 keeps 21,714 rows and 3 keeps 17,278, at the "
         "same validation accuracy (paired CI) and half of 1's gain in agreement with the unpruned model "
         "(docs/results.md); 1: every token they use"))
+
+    @model_validator(mode="after")
+    def _counts_what_it_reads(self) -> "VocabConfig":
+        if not self.unlabeled and changed(self, ("unlabeled_min_count",)):
+            raise ValueError("unlabeled_min_count counts data.unlabeled's texts, which unlabeled: false leaves out. "
+                             "Fix: remove unlabeled_min_count, or set unlabeled: true")
+        return self
 
 
 PRUNABLE = ("WordPiece", "BPE", "Unigram")  # tokenizers' model types whose vocabularies edgepress prunes
@@ -380,6 +387,7 @@ def vocab_prune(src: Path, out: Path, data: DataSplits, cfg: VocabConfig = Vocab
                "unlabeled_min_count": cfg.unlabeled_min_count if cfg.unlabeled else None,
                **coverage(encode_ids(spec, data.test.texts), set(kept)),
                "params_before": before, "params_after": param_counts(model)["params"]}
-    log.info("vocab: kept %d of %d embedding rows (min_count %d), %d -> %d params, test token coverage %.4f",
-             len(kept), rows, cfg.min_count, before, details["params_after"], details["test_token_coverage"] or 0)
+    log.info("vocab: kept %d of %d embedding rows (min_count %d, %d unlabeled texts at %s), %d -> %d params, test "
+             "token coverage %.4f", len(kept), rows, cfg.min_count, details["unlabeled_texts"],
+             details["unlabeled_min_count"], before, details["params_after"], details["test_token_coverage"] or 0)
     return details
