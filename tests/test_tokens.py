@@ -499,3 +499,26 @@ def test_init_starts_a_token_classifier_on_its_tagged_data(token_model, ner_dir,
     assert "vocab left out: a token classifier meets names its train split never had" in said
     checked = invoke("validate", tmp_path / "p.yaml")
     assert checked.exit_code == 0 and "inside the noise" not in checked.output
+
+
+def test_a_token_classifiers_cascade_decides_once_a_sentence_by_its_least_sure_token(token_model, ner_dir, conll,
+                                                                                      tmp_path):
+    from edgepress.device.cascade import FALLBACK, STUDENT, Cascade
+    from edgepress.device.predictor import Predictor
+    from edgepress.pipeline import runner
+
+    stages = [{"name": "export", "method": "export"}, {"name": "int8", "method": "int8-dynamic"},
+              {"name": "cascade", "method": "cascade",
+               "params": {"fallback_precision": "fp32", "min_agreement": 0.99, "confidence": "margin"}}]
+    report = runner.run_pipeline(run_config(tmp_path, token_model, ner_dir, stages), tmp_path / "run")
+    stage = report["stages"][-1]
+    assert stage["status"] == "passed" and stage["details"]["cascade"]["validation"]["agreement"] >= 0.99
+    assert 0 < stage["metrics"]["deferred"] < 1  # whole sentences go to the fallback, not tokens
+    bundle = tmp_path / "run" / "final"
+    cascade, own = Cascade(bundle), {STUDENT: Predictor(bundle), FALLBACK: Predictor(bundle / FALLBACK)}
+    for words, _ in conll["test"][:40]:
+        text = " ".join(words)
+        answer = cascade.answer(text)
+        assert cascade.entities(text) == own[answer.model].entities(text)
+        assert np.array_equal(cascade.word_logits(words), own[cascade.answer(list(words), True).model]
+                              .word_logits(words), equal_nan=True)

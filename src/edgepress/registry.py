@@ -12,10 +12,11 @@ with the kind it holds.
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
+from edgepress.compress.cascade import CascadeConfig, cascade, check_cascade, fill_cascade
 from edgepress.compress.distill import DistillConfig, check_student, distill
 from edgepress.compress.int4 import Int4Config, fill_int4, int4
 from edgepress.compress.lowrank import (
@@ -58,7 +59,7 @@ from edgepress.models.fakequant import QAT_FILE
 
 # What an artifact is: each method declares the kinds it takes and the kind it gives; the pipeline validator
 # chains them, so an impossible order is refused before anything runs.
-Kind = Literal["torch", "torch-qat", "onnx", "onnx-fused", "onnx-fp16", "onnx-int8", "onnx-int4"]
+Kind = Literal["torch", "torch-qat", "onnx", "onnx-fused", "onnx-fp16", "onnx-int8", "onnx-int4", "onnx-cascade"]
 KIND_WORDS: dict[str, str] = {
     "torch": "a torch model dir",
     "torch-qat": "a quantization-aware-trained torch model (what qat gives)",
@@ -67,6 +68,7 @@ KIND_WORDS: dict[str, str] = {
     "onnx-fp16": "a float16 ONNX graph",
     "onnx-int8": "an int8 ONNX graph",
     "onnx-int4": "a 4-bit ONNX graph",
+    "onnx-cascade": "a cascade (a student and its fallback: what a cascade stage gives, the last of a pipeline)",
 }
 FLOAT_ONNX: tuple[Kind, ...] = ("onnx", "onnx-fused")
 TORCH: tuple[Kind, ...] = ("torch", "torch-qat")  # torch model dirs: measured (and timed) with torch, on cpu
@@ -155,12 +157,20 @@ class Method:
         `baseline`)."""
         fields = self.config.model_fields
         return {name: value for name, value in params.items() if name in fields and isinstance(value, str)
-                and value != BASELINE and _names_a_path(fields[name].annotation)}
+                and value != BASELINE and _names_a_path(fields[name].annotation)
+                and value not in _words_of(fields[name].annotation)}
 
     @property
     def trains(self) -> bool:
         """It fine-tunes (its config has the shared training fields)."""
         return "epochs" in self.config.model_fields
+
+
+def _words_of(annotation) -> set:
+    """The Literal values a field's type allows beside a path (`fallback: teacher`): names, not files."""
+    if get_origin(annotation) is Literal:
+        return set(get_args(annotation))
+    return set().union(*(_words_of(arg) for arg in get_args(annotation)))
 
 
 def _names_a_path(annotation) -> bool:
@@ -218,6 +228,10 @@ METHODS: dict[str, Method] = {
     "int4": Method(Int4Config, int4, ("onnx",), "onnx-int4",
                    "4-bit weights (MatMulNBits; the word embeddings too with embeddings: true): rtn, hqq, gptq or awq",
                    fill=fill_int4),
+    "cascade": Method(CascadeConfig, cascade, ("onnx", "onnx-fused", "onnx-int8", "onnx-int4"), "onnx-cascade",
+                      "the model answers the texts it is sure of and hands the others to a faithful fallback (the "
+                      "teacher, int8 per channel), the threshold calibrated on validation",
+                      inputs="splits", check=check_cascade, fill=fill_cascade, takes_task=True),
 }
 
 

@@ -415,12 +415,16 @@ def bundle(
     out_dir: Annotated[Path, typer.Option("--out", parser=path, help="The bundle dir to write.")],
     target: Annotated[Target | None, typer.Option(help="Where it will run (default: this machine).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace a non-empty --out.")] = False,
+    no_cascade: Annotated[bool, typer.Option("--no-cascade", help="A cascade's student alone, without its "
+                                                                  "fallback.")] = False,
 ) -> None:
     """Write the device bundle: model, tokenizer, config.json, edgepress.json and predict.py, which runs with
-    onnxruntime, tokenizers and numpy alone (`python predict.py "text"`)."""
+    onnxruntime, tokenizers and numpy alone (`python predict.py "text"`); a cascade's carries its fallback in
+    fallback/."""
     from edgepress.deploy.bundle import bundle_model
 
-    written = _call(bundle_model, source, out_dir, target.value if target else None, overwrite=overwrite)
+    written = _call(bundle_model, source, out_dir, target.value if target else None, overwrite=overwrite,
+                    no_cascade=no_cascade)
     out.print(f"bundle for {_target_of(written)}: {written} (run it: python {written / 'predict.py'} \"text\")",
               highlight=False, soft_wrap=True)
 
@@ -450,10 +454,10 @@ def predict(
     """Classify texts with a bundle, torch-free (onnxruntime, tokenizers and numpy only); an embedding model's
     bundle gives each text's vector, one JSON object a line, or with --corpus the corpus's nearest texts; a token
     classifier's, the entities in each text."""
+    from edgepress.device.cascade import open_predictor
     from edgepress.device.cli import embedding_json, entity_lines, prediction_line, read_corpus, similar, similar_line
-    from edgepress.device.predictor import Predictor
 
-    predictor = _call(Predictor, bundle, providers=(provider.value,))
+    predictor = _call(open_predictor, bundle, providers=(provider.value,))
     if corpus is not None:
         found = _call(similar, predictor, texts, _call(read_corpus, str(corpus)), top)
         for query, hits in zip(texts, found, strict=True):

@@ -14,6 +14,7 @@ from edgepress import __version__, device
 from edgepress.deploy.targets import check_artifact, detect_target, resolve_target
 from edgepress.deploy.web import INDEX, web_files
 from edgepress.device.bundle import BUNDLE_FILES, MANIFEST, check_readable, json_object, model_file
+from edgepress.device.cascade import CASCADE, is_cascade, read_cascade
 from edgepress.device.sessions import disabled_optimizers
 from edgepress.errors import ConfigError, ModelError
 from edgepress.files import atomic_dir, check_apart, check_owned, check_writable, file_sha256, read_onnx, write_json
@@ -204,9 +205,14 @@ def _mobile_files(tmp: Path) -> dict:
             "nnapi_or_coreml_recommended": bool(accelerated), "usability_report": USABILITY}
 
 
-def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
+# where a cascade's bundle runs: on a CPU with predict.py (mobile: each graph's .ort beside it too)
+CASCADE_TARGETS = ("x86-vnni", "x86-avx2", "arm64", "mobile")
+
+
+def write_bundle(model_dir: Path, out: Path, manifest: dict, cascade: bool = True) -> Path:
     """Copy an ONNX model dir (model.onnx + tokenizer + config.json) to `out` with `predict.py` and the manifest
-    (`manifest` + graph facts + sha256 per file); `out` appears whole or not at all."""
+    (`manifest` + graph facts + sha256 per file); a cascade's fallback (its `fallback/` and cascade.json) unless
+    `cascade` is False; `out` appears whole or not at all."""
     import onnxruntime
 
     model_dir = Path(model_dir)
@@ -218,8 +224,12 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
     pipeline = task.web_pipeline(model_dir) if target == "web" else None  # a pooling the web lacks: refused here
     with atomic_dir(Path(out)) as tmp:
         for f in sorted(model_dir.iterdir()):
-            if f.is_file() and f.name not in GENERATED:
+            if f.is_file() and f.name not in GENERATED and (cascade or f.name != CASCADE):
                 shutil.copy2(f, tmp / f.name)
+        if cascade and is_cascade(model_dir):
+            folder = read_cascade(model_dir)["fallback"]
+            shutil.copytree(model_dir / folder, tmp / folder)
+            manifest = {**manifest, "cascade": json_object(model_dir / CASCADE)}
         shutil.copy2(graph, tmp / "model.onnx")
         for folder in module_folders(model_dir):  # a sentence encoder's: how it pools, beside modules.json
             shutil.copytree(folder, tmp / folder.relative_to(model_dir))
@@ -232,7 +242,10 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
         for module in sorted(Path(device.__file__).parent.glob("*.py")):
             shutil.copyfile(module, tmp / DEVICE / module.name)
         if target == "mobile":
-            manifest = {**manifest, "mobile": _mobile_files(tmp)}
+            mobile = _mobile_files(tmp)
+            if "cascade" in manifest:  # the fallback's own .ort beside its graph
+                mobile["fallback"] = _mobile_files(tmp / manifest["cascade"]["fallback"])
+            manifest = {**manifest, "mobile": mobile}
         if target == "web":
             web = web_files(tmp, facts["operators"], manifest.get("max_length"), pipeline)
             manifest = {**manifest, "web": web, "model_file": web["model_file"]}
@@ -247,10 +260,12 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict) -> Path:
 
 
 def bundle_model(source: Path, out: Path, target: str | None = None, overwrite: bool = False,
-                 manifest: dict | None = None, run_root: Path | None = None) -> Path:
+                 manifest: dict | None = None, run_root: Path | None = None, no_cascade: bool = False) -> Path:
     """The bundle of `source` (a run dir, its final/, or an ONNX model dir) for `target` (None: the build
     machine's) in `out`. A graph the target does not suit is refused before anything is written. `manifest` (a
-    run's last step) gives what the run measured; otherwise it comes from the source's own edgepress.json."""
+    run's last step) gives what the run measured; otherwise it comes from the source's own edgepress.json. A
+    cascade is bundled whole (`no_cascade`: its student alone, whose manifest then says the cascade's figures are
+    not the student's)."""
     model_dir, found_run = _source(Path(source))
     check_readable(model_dir)
     run_root = run_root or found_run
@@ -263,7 +278,20 @@ def bundle_model(source: Path, out: Path, target: str | None = None, overwrite: 
     measured_on = base.get("measured_on")
     graph = _graph(model_dir)
     check_artifact(resolved["name"], graph, graph_facts(graph)["operators"], measured_on, operator_origins(run_root))
-    return write_bundle(model_dir, out, {**base, "target": resolved})
+    cascade = is_cascade(model_dir) and not no_cascade
+    if cascade:
+        if resolved["name"] not in CASCADE_TARGETS:
+            raise ConfigError(f"{model_dir} is a cascade, and a cascade's bundle runs on a CPU "
+                              f"({', '.join(CASCADE_TARGETS)}); target {resolved['name']} is not built for it yet. "
+                              f"Fix: --no-cascade to ship its student alone, or target "
+                              f"{' or '.join(CASCADE_TARGETS)}")
+        fallback = _graph(model_dir / read_cascade(model_dir)["fallback"])
+        check_artifact(resolved["name"], fallback, graph_facts(fallback)["operators"], measured_on, {})
+    elif is_cascade(model_dir):  # the student alone: what the run measured was the cascade
+        base = {**{k: v for k, v in base.items() if k != "metrics"},
+                "not_measured": "the student of a cascade, bundled alone (--no-cascade): the run measured the "
+                                "cascade, not its student alone; the stage before the cascade measured this model"}
+    return write_bundle(model_dir, out, {**base, "target": resolved}, cascade=cascade)
 
 
 def run_manifest(run_root: Path, cfg, data, metrics: dict, meta: dict, source: Path, task) -> dict:

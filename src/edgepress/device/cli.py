@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .cascade import open_predictor
 from .entities import AGGREGATIONS
 from .errors import ConfigError, DataError, EdgepressError, ModelError, access_denied
 from .lines import text_lines
@@ -76,8 +77,11 @@ def _print_bench(result: dict, as_json: bool) -> None:
         r = result[shape]
         what = f"batch 1 x {r['sequence_length']} tokens" if shape == "fixed" else \
             f"natural lengths ({r['mean_tokens']:.1f} tokens mean)"
-        print(f"{what}: p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms "
-              f"({r['runs']} runs)")
+        print(f"{what}: mean {r['mean_ms']:.2f} ms, p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, "
+              f"p99 {r['p99_ms']:.2f} ms ({r['runs']} runs)")
+    if "deferred" in result:  # a cascade's
+        print(f"cascade: {result['deferred']:.1%} of the texts given deferred to the fallback (confidence "
+              f"{result['rule']} under {result['threshold']:.4g}); mean ms include both models where deferred")
     print(f"{result['cpu']} ({result['machine']}), {', '.join(result['providers_used'])}")
 
 
@@ -136,7 +140,7 @@ def _main_predict(argv: list[str], here: Path) -> None:
     if args.runs < 1 or (args.threads is not None and args.threads < 1):
         raise ConfigError("--runs and --threads must be at least 1. Fix: pass a positive number")
     texts = _texts(args)
-    predictor = Predictor(args.bundle, providers=(args.provider,), threads=args.threads)
+    predictor = open_predictor(args.bundle, providers=(args.provider,), threads=args.threads)
     if args.bench:
         _print_bench(predictor.bench(texts, runs=args.runs), args.json)
     elif predictor.output == "sentence_embedding":
@@ -185,9 +189,11 @@ def entity_lines(text: str, entities: list[dict], as_json: bool) -> list[str]:
 
 
 def prediction_line(p: Prediction, as_json: bool) -> str:
-    """How a text's label is printed: one JSON object (`as_json`), else the label, its probability and the text."""
-    return json.dumps({"text": p.text, "label": p.label, "score": p.score, "scores": p.scores}) if as_json else \
-        f"{p.label}\t{p.score:.3f}\t{p.text}"
+    """How a text's label is printed: one JSON object (`as_json`; a cascade's names the model that answered and the
+    student's confidence), else the label, its probability and the text."""
+    routed = {"model": p.model, "confidence": p.confidence} if p.model is not None else {}
+    return json.dumps({"text": p.text, "label": p.label, "score": p.score, "scores": p.scores, **routed}) \
+        if as_json else f"{p.label}\t{p.score:.3f}\t{p.text}"
 
 
 def _print_predictions(predictions: list[Prediction], as_json: bool) -> None:

@@ -26,20 +26,23 @@ from .timing import cpu_model, time_runner
 
 @dataclass(frozen=True)
 class Prediction:
-    """One text's label, its probability, and the probability of every label."""
+    """One text's label, its probability, and the probability of every label; a cascade's (`cascade.Cascade`) also
+    names the model that answered and the student's confidence."""
 
     text: str
     label: str
     score: float
     scores: dict[str, float]
+    model: str | None = None
+    confidence: float | None = None
 
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
+def softmax(logits: np.ndarray) -> np.ndarray:
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
-def _check_texts(texts: list[str] | tuple[str, ...]) -> None:
+def check_texts(texts: list[str] | tuple[str, ...]) -> None:
     """Empty text is refused, as the data loader refuses it: a label for nothing would be a guess dressed as a
     prediction. Text that is not valid Unicode (bytes a shell could not decode) is refused too."""
     empty = [i + 1 for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
@@ -85,7 +88,7 @@ class Predictor:
         if not texts:
             width = next(o.shape[-1] for o in self.session.get_outputs() if o.name == self.output)
             return np.zeros((0, width if isinstance(width, int) else 0), dtype=np.float32)
-        _check_texts(texts)
+        check_texts(texts)
         return self.session.run([self.output], encode(self.tokenizer, texts, self.input_names))[0]
 
     def logits(self, texts: list[str] | tuple[str, ...]) -> np.ndarray:
@@ -108,10 +111,10 @@ class Predictor:
                              f"token-classification model's bundle")
         if aggregation not in AGGREGATIONS:
             raise ConfigError(f"unknown aggregation {aggregation!r}. Fix: one of {', '.join(AGGREGATIONS)}")
-        _check_texts([text])
+        check_texts([text])
         encoding = self.tokenizer.encode(text)
         logits = self.session.run([self.output], encoding_feeds([encoding], self.input_names))[0][0]
-        return find_entities(self.tokenizer, encoding, text, _softmax(logits.astype(np.float64)), aggregation,
+        return find_entities(self.tokenizer, encoding, text, softmax(logits.astype(np.float64)), aggregation,
                              self.id2label)
 
     def word_logits(self, words: list[str] | tuple[str, ...]) -> np.ndarray:
@@ -120,7 +123,7 @@ class Predictor:
         if not self.tokens:
             raise ModelError(f"{self.bundle} gives one result per text, not a tag per word. Fix: tag words with a "
                              f"token-classification model's bundle")
-        _check_texts(words)
+        check_texts(words)
         encoding = self.tokenizer.encode(list(words), is_pretokenized=True)
         logits = self.session.run([self.output], encoding_feeds([encoding], self.input_names))[0][0]  # (seq, labels)
         return first_subword_rows(encoding.word_ids, logits, len(words), np.nan)
@@ -131,12 +134,12 @@ class Predictor:
         if self.output != "sentence_embedding":
             raise ModelError(f"{self.bundle} is a classifier: it gives labels, not sentence embeddings. Fix: bundle "
                              f"a sentence-transformers model to get embeddings")
-        _check_texts(texts)
+        check_texts(texts)
         return np.concatenate([self.outputs([text]) for text in texts]) if texts else self.outputs(texts)
 
     def predict(self, texts: list[str] | tuple[str, ...]) -> list[Prediction]:
         """The most probable label of each text, with the softmax probabilities."""
-        probs = _softmax(self.logits(texts).astype(np.float64))
+        probs = softmax(self.logits(texts).astype(np.float64))
         return [
             Prediction(text, self.id2label[int(p.argmax())], float(p.max()),
                        {self.id2label[i]: float(v) for i, v in enumerate(p)})
@@ -145,13 +148,13 @@ class Predictor:
 
     def predict_each(self, texts: list[str] | tuple[str, ...]) -> list[Prediction]:
         """`predict`, one text per call: each result independent of the other texts (every text is checked first)."""
-        _check_texts(texts)
+        check_texts(texts)
         return [self.predict([text])[0] for text in texts]
 
     def bench(self, texts: tuple[str, ...], runs: int = 100, warmup: int = 10, sequence_length: int = 128) -> dict:
         """Latency here: batch 1 × `sequence_length` real tokens (the texts' tokens end to end), and each text alone
         at its natural length; p50/p90/p99 in ms."""
-        _check_texts(texts)
+        check_texts(texts)
         length = min(sequence_length, self.max_length)
         stream = texts * (1 + length // max(1, sum(len(self.tokenizer.encode(t).ids) for t in texts)))
         fixed = fixed_shape_feeds(self.tokenizer, stream, 1, length, self.input_names, self.limit)

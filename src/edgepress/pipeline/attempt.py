@@ -125,8 +125,10 @@ def time_speedup(state: RunState, stage: StageConfig, metrics: dict, artifact: P
         log.info("stage %s: timing it side by side with the baseline%s for its speedup gate ...", stage.name, where)
         cpu[key] = side_by_side_speedup(state.baseline_artifact, artifact, state.data.test.texts, runtime.threads,
                                         runtime.latency, natural=natural, max_length=state.cfg.data.max_length)
-        log.info("stage %s: %.2fx the baseline side by side%s (%.2f ms vs %.2f ms)", stage.name, cpu[key]["speedup"],
-                 where, cpu[key]["p50_ms"], cpu[key]["baseline_p50_ms"])
+        statistic = cpu[key].get("statistic", "p50")
+        log.info("stage %s: %.2fx the baseline side by side%s (%s %.2f ms vs %.2f ms)", stage.name,
+                 cpu[key]["speedup"], where, statistic, cpu[key][f"{statistic}_ms"],
+                 cpu[key][f"baseline_{statistic}_ms"])
 
 
 def measured_text(metrics: dict) -> str:

@@ -383,6 +383,13 @@ _UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float",
                                        re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
                                        list("-+0123456789"))
 
+# YAML 1.1 reads on, off, yes, no (and y, n) as booleans: `fidelity: {on: [typos]}` became {True: [typos]}. YAML 1.2
+# has true and false alone, and so has this loader
+for _first, _resolvers in _UniqueKeyLoader.yaml_implicit_resolvers.items():
+    _resolvers[:] = [(tag, regexp) for tag, regexp in _resolvers if tag != "tag:yaml.org,2002:bool"]
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                       list("tTfF"))
+
 MAX_VALUES = 100_000  # a pipeline has hundreds; more means YAML aliases multiplying (a "billion laughs" file)
 
 

@@ -164,6 +164,26 @@ def local_inputs(model: str, data: str | DataConfig, config: Path | None = None)
     return {what: path for what, path in found.items() if path is not None}
 
 
+def check_cascade_runtime(cfg: PipelineConfig) -> None:
+    """A pipeline that makes a cascade (a method that gives `onnx-cascade`) runs it on a CPU, with predict.py: its
+    bundle's target one that runs it, its providers cpu alone."""
+    from edgepress.deploy.bundle import CASCADE_TARGETS
+    from edgepress.deploy.targets import resolve_target
+
+    makers = [stage.name for stage in cfg.stages for method, _ in stage.attempts
+              if METHODS[method].gives == "onnx-cascade"]
+    if not makers:
+        return
+    target = resolve_target(cfg.runtime.target)["name"]
+    if target not in CASCADE_TARGETS:
+        raise ConfigError(f"stage '{makers[0]}' makes a cascade, which runs on a CPU "
+                          f"({', '.join(CASCADE_TARGETS)}); runtime.target {target} is not built for one yet. Fix: "
+                          f"runtime.target {' or '.join(CASCADE_TARGETS)}, or remove the cascade stage")
+    if tuple(cfg.runtime.providers) != ("cpu",):
+        raise ConfigError(f"stage '{makers[0]}' makes a cascade, which edgepress measures on the CPU alone; "
+                          f"runtime.providers is {list(cfg.runtime.providers)}. Fix: runtime.providers: [cpu]")
+
+
 def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bool = True,
                  config_file: Path | None = None, model: tuple | None = None) -> tuple[Path | None, DataSplits]:
     """(model dir, data splits) of `cfg` after every check that needs no run; raises the first EdgepressError.
@@ -171,6 +191,7 @@ def check_inputs(cfg: PipelineConfig, out: Path | None = None, build_teacher: bo
     if out is not None:
         check_run_dir(out, local_inputs(cfg.model, cfg.data, config_file))
     check_providers(cfg.runtime.providers)
+    check_cascade_runtime(cfg)
     task = run_task(cfg)
     check_methods_for(task, cfg.stages)
     check_metrics_for(task, cfg.data.pairs, cfg.stages)

@@ -90,26 +90,48 @@ def torch_threads_kept():
 
 @dataclass(frozen=True)
 class Timeable:
-    """An artifact made ready to time: its runner, the fixed-shape feed, the natural-length feeds (one sentence
-    each; empty when natural lengths are not timed) and the providers it runs on."""
+    """An artifact made ready to time: its runner, the fixed-shape feeds (one; a cascade's: several windows, each
+    decided alone), the natural-length feeds (one sentence each; empty when natural lengths are not timed) and the
+    providers it runs on. A cascade's feeds are pairs: each text as its student and as its fallback read it."""
 
     run: Callable[[Feeds], object]
-    fixed: Feeds
+    fixed: list[Feeds]
     lengths: list[Feeds]
     providers: list[str]
+    deferred: float | None = None  # a cascade's: the share of the natural-length texts it gives its fallback
 
     def mean_tokens(self) -> float:
-        return float(sum(f["input_ids"].shape[1] for f in self.lengths) / len(self.lengths))
+        first = [f[0] if isinstance(f, tuple) else f for f in self.lengths]  # a cascade's: as its student reads
+        return float(sum(f["input_ids"].shape[1] for f in first) / len(first))
+
+
+def prepared_cascade(artifact: Path, texts: tuple[str, ...], provider: str, threads: int | None,
+                     cfg: LatencyConfig, natural: bool, max_length: int | None) -> Timeable:
+    """A cascade made ready to time as a device meets it (`device.cascade.Cascade.run_pair`): each text, or
+    fixed-shape window, through the student and, where the student is unsure, the fallback too."""
+    from edgepress.device.cascade import FALLBACK, Cascade
+
+    if provider != "cpu":
+        raise ConfigError(f"{artifact} is a cascade; edgepress times cascades on cpu only. Fix: runtime.providers: "
+                          f"[cpu]")
+    cascade = Cascade(artifact, threads=threads, max_length=natural_cut(artifact, max_length))
+    fixed = cascade.windows(texts, cfg.batch_size, cfg.sequence_length)
+    lengths = cascade.pairs(texts[:NATURAL_SENTENCES]) if natural else []
+    deferred = float(sum(cascade.run_pair(p) == FALLBACK for p in lengths) / len(lengths)) if lengths else None
+    return Timeable(cascade.run_pair, fixed, lengths, cascade.student.session.get_providers(), deferred)
 
 
 def prepared(artifact: Path, texts: tuple[str, ...], provider: str, threads: int | None, cfg: LatencyConfig,
              natural: bool, max_length: int | None) -> Timeable:
     """An ONNX artifact's session opened (a torch model dir: its model loaded, on `threads`) and its feeds made:
     what `measure_latency` times once and `compare_latency` times in many short rounds."""
+    from edgepress.device.cascade import is_cascade
     from edgepress.export.parity import ort_runner
 
     if not Path(artifact).exists():
         raise ModelError(f"{artifact} does not exist. Fix: check the path")
+    if is_cascade(artifact):
+        return prepared_cascade(Path(artifact), texts, provider, threads, cfg, natural, max_length)
     path, model_dir = onnx_path(artifact), model_dir_of(artifact)
     if path is None:
         if provider != "cpu":
@@ -126,7 +148,7 @@ def prepared(artifact: Path, texts: tuple[str, ...], provider: str, threads: int
                             texts[:NATURAL_SENTENCES], names) if natural else []
     if path is not None:
         run = cuda_iobinding_runner(session, [fixed, *lengths]) if provider == "cuda" else ort_runner(session)
-    return Timeable(run, fixed, lengths, providers)
+    return Timeable(run, [fixed], lengths, providers)
 
 
 def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu", threads: int | None = None,
@@ -138,13 +160,14 @@ def measure_latency(artifact: Path, texts: tuple[str, ...], provider: str = "cpu
 
     with torch_threads_kept():
         ready = prepared(artifact, texts, provider, threads, cfg, natural, max_length)
-        timed = {"fixed": {**time_runner(ready.run, [ready.fixed], cfg.warmup, cfg.runs),
+        timed = {"fixed": {**time_runner(ready.run, ready.fixed, cfg.warmup, cfg.runs),
                            "batch_size": cfg.batch_size, "sequence_length": cfg.sequence_length}}
         if natural:
             timed["natural"] = {**time_natural(ready.run, ready.lengths, cfg.warmup, cfg.runs),
                                 "mean_tokens": ready.mean_tokens()}
     return {
         **timed,
+        **({"deferred": ready.deferred} if ready.deferred is not None else {}),
         "providers_used": ready.providers,
         "threads": threads,
         "cpu": cpu_model(),
@@ -157,7 +180,7 @@ def latency_metrics(artifact: Path, texts: tuple[str, ...], provider: str, threa
     """The report's `latency.<provider>` entry: the fixed shape's numbers at the top level, natural lengths nested."""
     result = measure_latency(artifact, texts, provider, threads, cfg, max_length=max_length)
     return {**result["fixed"], "providers_used": result["providers_used"], "threads": threads,
-            "natural": result["natural"]}
+            "natural": {**result["natural"], **({"deferred": result["deferred"]} if "deferred" in result else {})}}
 
 
 SHORT_ROUNDS = 10  # `compare_latency`: each of its rounds is this many short interleaved ones
@@ -171,14 +194,15 @@ def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads:
     and warmed up once; then `rounds` × `SHORT_ROUNDS` short rounds, interleaved (`device.timing.interleaved`), each
     timing every candidate on a share of `cfg.runs` fixed-shape calls and of the natural-length sentences (texts
     cut at `max_length`: `natural_cut`), so that the machine's drift falls on all of them alike. A session opened
-    anew for each round strayed up to 16% from itself (benchmarks/session_noise.py). Per name: the fixed-shape p50
-    and p90 and (unless `natural=False`) the natural-length p50 over all its timed calls, natural_mean_tokens;
-    providers_used."""
+    anew for each round strayed up to 16% from itself (benchmarks/session_noise.py). Per name: the fixed-shape
+    p50, p90, p99 and mean (`fixed_p50_ms`, ...) and (unless `natural=False`) the natural-length ones
+    (`natural_p50_ms`, ...) over all its timed calls, natural_mean_tokens; providers_used; a cascade's deferred
+    share."""
     with torch_threads_kept():
         ready = {name: prepared(Path(artifact), texts, "cpu", threads, cfg, natural, max_length)
                  for name, artifact in artifacts.items()}
         for one in ready.values():
-            seconds_of(one.run, [one.fixed, *one.lengths], cfg.warmup, 0)
+            seconds_of(one.run, [*one.fixed, *one.lengths], cfg.warmup, 0)
         short = rounds * SHORT_ROUNDS
         fixed_calls = -(-cfg.runs // SHORT_ROUNDS)
 
@@ -188,7 +212,7 @@ def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads:
             def timed(index: int) -> tuple[list[float], list[float]]:
                 start = index % SHORT_ROUNDS * share  # every sentence once in each SHORT_ROUNDS rounds
                 sentences = one.lengths[start:start + share]
-                return seconds_of(one.run, [one.fixed], 0, fixed_calls), seconds_of(one.run, sentences, 0,
+                return seconds_of(one.run, one.fixed, 0, fixed_calls), seconds_of(one.run, sentences, 0,
                                                                                      len(sentences))
 
             return timed
@@ -198,26 +222,42 @@ def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads:
         runs = interleaved({name: measure(one) for name, one in ready.items()}, short, idle)
 
     def figures(one: Timeable, results: list[tuple[list[float], list[float]]]) -> dict:
-        fixed = summarize([s for f, _ in results for s in f])
-        out = {"fixed_p50_ms": fixed["p50_ms"], "fixed_p90_ms": fixed["p90_ms"], "providers_used": one.providers}
+        shapes = {"fixed": summarize([s for f, _ in results for s in f])}
         if natural:
-            out.update(natural_p50_ms=summarize([s for _, n in results for s in n])["p50_ms"],
-                       natural_mean_tokens=one.mean_tokens())
+            shapes["natural"] = summarize([s for _, n in results for s in n])
+        out = {f"{shape}_{stat}": timed[stat] for shape, timed in shapes.items()
+               for stat in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")}
+        out["providers_used"] = one.providers
+        if natural:
+            out["natural_mean_tokens"] = one.mean_tokens()
+        if one.deferred is not None:
+            out["deferred"] = one.deferred
         return out
 
     return {name: figures(ready[name], results) for name, results in runs.items()}
 
 
+def speed_statistic(artifact: Path) -> str:
+    """What a speedup gate divides: the p50 of a model, whose every call costs about the same; the mean of a
+    cascade, whose deferred texts cost both models (a p50 would not see them while fewer than half are deferred)."""
+    from edgepress.device.cascade import is_cascade
+
+    return "mean" if is_cascade(Path(artifact)) else "p50"
+
+
 def side_by_side_speedup(baseline: Path, artifact: Path, texts: tuple[str, ...], threads: int | None,
                          cfg: LatencyConfig, rounds: int = ROUNDS, natural: bool = False,
                          max_length: int | None = None) -> dict:
-    """The baseline's CPU p50 over the artifact's at the fixed shape (`natural`: at the texts' natural lengths, one
-    a call), the two timed in turn (`compare_latency`) so that a load on the machine falls on both: what a speedup
-    gate judges. Timed apart, minutes apart, one busy minute under the baseline's timing would pass any stage."""
+    """The baseline's CPU p50 over the artifact's (a cascade's: the means, `speed_statistic`) at the fixed shape
+    (`natural`: at the texts' natural lengths, one a call), the two timed in turn (`compare_latency`) so that a load
+    on the machine falls on both: what a speedup gate judges. Timed apart, minutes apart, one busy minute under the
+    baseline's timing would pass any stage."""
     timed = compare_latency({"baseline": baseline, "stage": artifact}, texts, threads, rounds, cfg, natural=natural,
                             max_length=max_length)
-    key = "natural_p50_ms" if natural else "fixed_p50_ms"
+    statistic = speed_statistic(artifact)
+    key = f"{'natural' if natural else 'fixed'}_{statistic}_ms"
     base, now = timed["baseline"][key], timed["stage"][key]
-    return {"speedup": base / now, "baseline_p50_ms": base, "p50_ms": now, "rounds": rounds,
-            "turns": rounds * SHORT_ROUNDS,
+    return {"speedup": base / now, f"baseline_{statistic}_ms": base, f"{statistic}_ms": now, "rounds": rounds,
+            "turns": rounds * SHORT_ROUNDS, **({"statistic": statistic} if statistic != "p50" else {}),
+            **({"deferred": timed["stage"]["deferred"]} if "deferred" in timed["stage"] else {}),
             **({"natural": True} if natural else {})}

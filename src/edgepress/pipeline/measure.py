@@ -33,15 +33,26 @@ def measure_model_dir(model_dir: Path, data: DataSplits, max_length: int, task=C
 
 
 def onnx_predictions(model_dir: Path, texts: tuple[str, ...], max_length: int, threads: int | None,
-                     task=CLASSIFICATION) -> np.ndarray:
+                     task=CLASSIFICATION, routes: list | None = None) -> np.ndarray:
     """Predictions of an ONNX dir on `texts` (CPU; ids of a classifier, vectors of an embedder), each text alone,
     as a device makes them and as the bundle's predict.py does: in a padded batch an int8 graph's dynamic activation
     ranges would depend on the other texts (the demo's int8 student: 12 of 1,057 labels changed between two
-    batchings)."""
-    from edgepress.device.predictor import Predictor
+    batchings). A cascade's texts are each answered by the model it gives them to; `routes` (a list) gets the
+    (model, confidence) of each."""
+    from edgepress.device.cascade import Cascade, open_predictor
 
-    predictor = Predictor(model_dir, threads=threads, max_length=max_length)
+    predictor = open_predictor(model_dir, threads=threads, max_length=max_length)
+    if isinstance(predictor, Cascade):
+        predictor.log = routes if routes is not None else []
     return task.onnx_predictions(predictor, texts, words(task.primary))
+
+
+def deferred_share(routes: list) -> dict:
+    """{"deferred": the share of texts a cascade gave its fallback} of `onnx_predictions`' routes; {} for a single
+    model (no routes)."""
+    from edgepress.device.cascade import FALLBACK
+
+    return {"deferred": float(np.mean([model == FALLBACK for model, _ in routes]))} if routes else {}
 
 
 def onnx_param_counts(path: Path) -> dict:
@@ -54,6 +65,23 @@ def onnx_param_counts(path: Path) -> dict:
     return {"params": total, "nonzero_params": nonzero, "sparsity": 1 - nonzero / total}
 
 
+def onnx_graph_metrics(artifact: Path) -> dict:
+    """params, sparsity and size of an ONNX artifact's graph; a cascade's: of both its graphs together (what a
+    device downloads and holds), each one's size beside (`cascade`)."""
+    from edgepress.device.cascade import is_cascade, read_cascade
+
+    graphs = [onnx_path(artifact)]
+    if is_cascade(artifact):
+        graphs.append(onnx_path(Path(artifact) / read_cascade(artifact)["fallback"]))
+    parts = [{**onnx_param_counts(g), **size_metrics(g)} for g in graphs]
+    total = {key: sum(part[key] for part in parts) for key in ("params", "nonzero_params", "size_bytes",
+                                                              "size_gzip_bytes")}
+    total["sparsity"] = 1 - total["nonzero_params"] / total["params"]
+    if len(parts) > 1:
+        total["cascade"] = {"student_size_bytes": parts[0]["size_bytes"], "fallback_size_bytes": parts[1]["size_bytes"]}
+    return total
+
+
 def measure_artifact(artifact: Path, data: DataSplits, max_length: int, providers: tuple[str, ...],
                      threads: int | None, latency: LatencyConfig, task=CLASSIFICATION) -> tuple[dict, np.ndarray]:
     """(metrics, test predictions) of a torch model dir or ONNX dir."""
@@ -62,18 +90,21 @@ def measure_artifact(artifact: Path, data: DataSplits, max_length: int, provider
         metrics, preds = measure_model_dir(artifact, data, max_length, task)
         providers = tuple(p for p in providers if p == "cpu")  # torch models are timed on CPU
     else:
-        preds = onnx_predictions(artifact, data.test.texts, max_length, threads, task)
-        metrics = {**task.scores(data.test, preds), **onnx_param_counts(path), **size_metrics(path)}
+        routes: list = []
+        preds = onnx_predictions(artifact, data.test.texts, max_length, threads, task, routes)
+        metrics = {**task.scores(data.test, preds), **onnx_graph_metrics(artifact), **deferred_share(routes)}
     metrics["latency"] = {p: latency_metrics(artifact, data.test.texts, p, threads, latency, max_length)
                           for p in providers}
     return metrics, preds
 
 
 def set_predictions(artifact: Path, sets: dict[str, TextSet], max_length: int, threads: int | None,
-                    task=CLASSIFICATION) -> dict[str, np.ndarray]:
-    """Predictions of a torch model dir (batched) or an ONNX dir (one text per call) on each of `sets`."""
+                    task=CLASSIFICATION, routes: dict[str, list] | None = None) -> dict[str, np.ndarray]:
+    """Predictions of a torch model dir (batched) or an ONNX dir (one text per call) on each of `sets`; a
+    cascade's routes of each set's texts into `routes` (`onnx_predictions`)."""
     if onnx_path(artifact) is not None:
-        return {name: onnx_predictions(artifact, part.texts, max_length, threads, task)
+        routes = {} if routes is None else routes
+        return {name: onnx_predictions(artifact, part.texts, max_length, threads, task, routes.setdefault(name, []))
                 for name, part in sets.items()}
     from edgepress.models.fakequant import load_for_inference
 
@@ -89,6 +120,8 @@ def measure_scored(artifact: Path, data: DataSplits, max_length: int, providers:
     accuracy."""
     metrics, test = measure_artifact(artifact, data, max_length, providers, threads, latency, task)
     others = {name: part for name, part in data.scored().items() if name != "test"}
-    preds = {"test": test, **set_predictions(artifact, others, max_length, threads, task)}
-    metrics["sets"] = {name: {"n": len(part), **task.set_scores(part, preds[name])} for name, part in others.items()}
+    routes: dict[str, list] = {}
+    preds = {"test": test, **set_predictions(artifact, others, max_length, threads, task, routes)}
+    metrics["sets"] = {name: {"n": len(part), **task.set_scores(part, preds[name]),
+                              **deferred_share(routes.get(name, []))} for name, part in others.items()}
     return metrics, preds

@@ -69,7 +69,24 @@ def stage_plots(report: dict) -> dict[str, str]:
              if c]
     if timed:
         plots["accuracy against latency"] = pareto_svg(timed, "CPU p50 ms at the fixed shape (log scale)", label)
+    for stage in report["stages"]:
+        if "front" in stage.get("details", {}):
+            plots[f"{stage['name']}: the calibration's front"] = front_svg(stage["details"], primary)
     return plots
+
+
+def front_svg(details: dict, primary: str) -> str:
+    """A cascade's calibration front on the validation split: agreement with the baseline and the primary metric
+    against the share of texts deferred to the fallback, the chosen threshold marked."""
+    rows, picked = details["front"], details["cascade"]["validation"]
+    fig, ax = axes(6, 3.2)
+    shares = [100 * r["deferred"] for r in rows]
+    ax.plot(shares, [r["agreement"] for r in rows], label="agreement with the baseline")
+    ax.plot(shares, [r[primary] for r in rows], label=words(primary))
+    ax.axvline(100 * picked["deferred"], color="grey", linestyle="--", label="chosen threshold")
+    ax.set(xlabel="validation texts deferred to the fallback (%)", ylabel="on validation")
+    ax.legend(loc="lower right")
+    return svg_of(fig)
 
 
 def pareto_front(points: list[tuple[str, float, float, list]]) -> list[tuple[str, float, float, list]]:

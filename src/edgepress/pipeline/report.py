@@ -189,10 +189,11 @@ def gate_text(gate: dict) -> str:
         value += f", {end} 95% CI (point estimate {estimate})"
     if paired := gate.get("side_by_side"):
         where = " at natural lengths" if paired.get("natural") else ""
-        how = (f"p50 of {paired['turns']} interleaved turns" if "turns" in paired  # before 2026-11-28: sessions
-               else f"median of {paired['rounds']} rounds")  # opened anew each round, the median of their p50s
-        value += (f", timed side by side{where}: baseline {paired['baseline_p50_ms']:.2f} ms, stage "
-                  f"{paired['p50_ms']:.2f} ms, {how}")
+        statistic = paired.get("statistic", "p50")  # a cascade's: the mean
+        how = (f"{statistic} of {paired['turns']} interleaved turns" if "turns" in paired  # before 2026-11-28:
+               else f"median of {paired['rounds']} rounds")  # sessions opened anew each round, their p50s' median
+        value += (f", timed side by side{where}: baseline {paired[f'baseline_{statistic}_ms']:.2f} ms, stage "
+                  f"{paired[f'{statistic}_ms']:.2f} ms, {how}")
     return f"{gate_name(gate)}: {value} (limit {gate['limit']:g})"
 
 
@@ -305,6 +306,51 @@ def _entity_lines(report: dict) -> list[str]:
             *(f"| {' | '.join(row)} |" for row in rows), ""]
 
 
+FRONT_ROWS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)  # the calibration front's deferred shares a report shows
+
+
+def cascade_sections(report: dict) -> list[dict]:
+    """Per cascade stage, {"name", "text", "header", "rows"}: what it defers and why (threshold, confidence rule,
+    target, fallback recipe), the deferred share and latency measured on the test split and the other sets, and its
+    calibration front on validation at `FRONT_ROWS`, the chosen point marked."""
+    primary = recorded_task(report["baseline"]["metrics"]).primary
+    sections = []
+    for stage in report["stages"]:
+        details, metrics = stage.get("details", {}), stage.get("metrics", {})
+        if "front" not in details or primary not in metrics:
+            continue
+        spec, picked = details["cascade"], details["cascade"]["validation"]
+        (rule, limit), = spec["target"].items()
+        natural = metrics.get("latency", {}).get("cpu", {}).get("natural", {})
+        sets = ", ".join(f"{name} {figures['deferred']:.1%}" for name, figures in metrics.get("sets", {}).items()
+                         if "deferred" in figures)
+        timing = (f" At natural lengths (one text a call, both models where it defers): mean "
+                  f"{natural['mean_ms']:.2f} ms, p50 {natural['p50_ms']:.2f}, p90 {natural['p90_ms']:.2f}, p99 "
+                  f"{natural['p99_ms']:.2f} ms." if "mean_ms" in natural else "")
+        nearest = [min(details["front"], key=lambda r, share=share: abs(r["deferred"] - share)) for share in FRONT_ROWS]
+        rows = sorted({r["threshold"]: r for r in [*nearest, picked]}.values(), key=lambda r: r["deferred"])
+        text = (f"The student answers a text when its confidence ({spec['rule']}) is at least {spec['threshold']:.4g}, "
+                f"else the fallback does ({spec['fallback']['recipe']}, from {spec['fallback']['source']}). The "
+                f"threshold is the one that defers the fewest validation texts while meeting {rule} {limit:g} there; "
+                f"the test split never chose it. Deferred: test {metrics.get('deferred', 0):.1%}"
+                + (f", {sets}" if sets else "") + f".{timing}")
+        sections.append({"name": stage["name"], "text": text,
+                         "header": ["deferred on validation", "threshold", "agreement with the baseline",
+                                    words(primary)],
+                         "rows": [[f"{r['deferred']:.1%}" + (" (chosen)" if r["threshold"] == picked["threshold"]
+                                                             else ""), f"{r['threshold']:.4g}",
+                                   f"{r['agreement']:.4f}", f"{r[primary]:.4f}"] for r in rows]})
+    return sections
+
+
+def _cascade_lines(report: dict) -> list[str]:
+    lines = []
+    for section in cascade_sections(report):
+        lines += [f"### `{section['name']}`", "", section["text"], "", f"| {' | '.join(section['header'])} |",
+                  "|---" * len(section["header"]) + "|", *(f"| {' | '.join(row)} |" for row in section["rows"]), ""]
+    return ["## Cascade", "", *lines] if lines else []
+
+
 def _table_intro(report: dict, primary: str) -> str:
     n = (report["data"]["sizes"] or {}).get("test", "?")
     scores, fidelity = WORDING[primary]["scores"].format(n=n), WORDING[primary]["fidelity"]
@@ -340,6 +386,7 @@ def render_markdown(report: dict) -> str:
         *(["## Sparsity", "", *sparse, ""] if sparse else []),
         *_entity_lines(report),
         *_fidelity_lines(report),
+        *_cascade_lines(report),
         "## Gates",
         "",
         *(gates or ["(no gates)"]),
@@ -382,6 +429,7 @@ def render_html(report: dict) -> str:
                                                      machine=machine_line(report), sparse=sparse, gate_text=gate_text,
                                                      fidelity=fidelity_table(report),
                                                      entities=entity_table(report),
+                                                     cascades=cascade_sections(report),
                                                      fidelity_what=_fidelity_what(report))
 
 

@@ -139,6 +139,15 @@ class Classification:
         return self.primary, lambda model: self.scores(part, self.torch_predictions(
             model, tokenizer, part.texts, max_length))[self.primary]
 
+    def agreement_of(self, base: np.ndarray, preds: np.ndarray) -> float:
+        """`versus`'s agreement alone, without its CI (what a cascade's calibration reads at every point of its
+        grid): the share of texts labelled as the baseline labels them."""
+        return float(np.mean(np.asarray(preds) == np.asarray(base)))
+
+    def score_of(self, part: TextSet, preds: np.ndarray) -> float:
+        """The primary metric alone, without its CI: accuracy."""
+        return float(np.mean(np.asarray(preds) == part.labels))
+
     def set_scores(self, part: TextSet, preds: np.ndarray) -> dict:
         """A fidelity set's own figures: its accuracy where the set has labels."""
         return {"accuracy": float(np.mean(preds == part.labels))} if _labelled(part) else {}

@@ -159,6 +159,19 @@ class TokenClassification:
     targets: str = "word-logits"
     save_model = Classification.save_model
 
+    def agreement_of(self, base: np.ndarray, preds: np.ndarray) -> float:
+        """`versus`'s agreement alone, without its CI: the entity F1 of these tags with the baseline's as the
+        truth."""
+        from edgepress.data.metrics import entity_f1
+
+        return entity_f1(self.names(base), self.names(preds), self.scheme)
+
+    def score_of(self, part: TextSet, preds: np.ndarray) -> float:
+        """The primary metric alone, without its CI: entity F1 against the true tags."""
+        from edgepress.data.metrics import entity_f1
+
+        return entity_f1(self.true_names(part), self.names(preds), self.scheme)
+
     def set_scores(self, part: TextSet, preds: np.ndarray) -> dict:
         """A set's own entity F1 where it has true tags (the test split with typos has the test split's)."""
         from edgepress.data.metrics import entity_metrics
