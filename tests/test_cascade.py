@@ -183,3 +183,24 @@ def test_validate_refuses_what_a_cascade_cannot_do(tmp_path, trained_teacher, ti
                                                                                      "max_drop": 0.01}}])
     assert result.exit_code == 2 and "not both" in result.output
     assert validate(tmp_path, trained_teacher, [export, CASCADE_STAGE]).exit_code == 0
+
+
+def test_a_cascades_digest_covers_its_fallback_and_evaluate_and_bench_read_it_whole(cascade_run, tmp_path):
+    import shutil
+
+    from edgepress.files import tree_sha256
+
+    run, report = cascade_run
+    stage = report["stages"][-1]
+    copy = tmp_path / "cascade"
+    shutil.copytree(run / "stages" / "03-cascade" / "model", copy)
+    assert tree_sha256(copy) == stage["artifact_sha256"]
+    graph = copy / FALLBACK / "model.onnx"
+    graph.write_bytes(graph.read_bytes() + b"\0")  # half of the artifact changed: --resume must not reuse it
+    assert tree_sha256(copy) != stage["artifact_sha256"]
+    result = CLI.invoke(app, ["evaluate", str(run / "final")])
+    assert result.exit_code == 0, result.output
+    assert f"accuracy {stage['metrics']['accuracy']:.4f}" in result.output
+    assert f"cascade: {stage['metrics']['deferred']:.1%} of them answered by its fallback" in result.output
+    result = CLI.invoke(app, ["bench", str(run / "final"), "--runs", "3", "--warmup", "1"])
+    assert result.exit_code == 0 and "deferred to its fallback" in result.output, result.output

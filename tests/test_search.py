@@ -250,6 +250,8 @@ def test_a_second_search_into_the_same_dir_needs_resume(searched):
     ({}, ("--budget", "soon"), "is not a duration"),
     ({}, (), "needs a limit. Fix: give --budget"),
     ({"stages": [{"name": "x", "method": "export"}]}, ("--trials", 1), "is a pipeline config (it has stages)"),
+    ({"space": {**SPACE, "cascade": ["off", {"threads": 1}]}}, ("--trials", 1), "a cascade choice takes fallback"),
+    ({"space": {**SPACE, "cascade": [{"min_agreement": 2}]}}, ("--trials", 1), "min_agreement"),
 ])
 def test_bad_searches_exit_2_before_any_training(tmp_path, tiny_model_dir, movie_data, changes, args, expected):
     config = search_config(tmp_path / "s.yaml", tiny_model_dir, _csv(tmp_path / "d.csv", movie_data), **changes)
@@ -576,3 +578,22 @@ def test_workers_with_their_own_dirs_share_a_study_in_postgresql(tmp_path, tiny_
     assert ran and all(Path(t["run_dir"]).parent.parent.resolve() == outs[t["worker"]["pid"]].resolve() for t in ran)
     assert len({t["worker"]["pid"] for t in reports[0]["trials"]}) == 2  # one study, seen by both
     assert not (tmp_path / "out0" / "study.db").exists()
+
+
+def test_a_search_may_end_its_trials_with_a_cascade_and_best_yaml_keeps_it(tmp_path, tiny_model_dir, movie_data):
+    """space.cascade: a trial's pipeline ends with the cascade stage of its choice, judged (and ranked, by the mean
+    latency at natural lengths) as what ships; best.yaml reproduces it."""
+    cascade = {"fallback_precision": "fp32", "min_agreement": 0.9}
+    space = {**SPACE, "heads_keep": [1.0], "quantization": ["int8-dynamic"], "cascade": [cascade]}
+    config = search_config(tmp_path / "s.yaml", tiny_model_dir, _csv(tmp_path / "d.csv", movie_data), space=space)
+    result = invoke("search", config, "--out", tmp_path / "out", "--trials", 1)
+    assert result.exit_code == 0, result.output
+    report = _report(tmp_path / "out")
+    [trial] = report["trials"]
+    assert json.loads(trial["params"]["cascade"]) == cascade and trial["stop"] == "passed"
+    assert trial["deferred"] is not None and trial["natural_mean_ms"] > 0
+    best = yaml.safe_load((tmp_path / "out" / "best.yaml").read_text())
+    assert best["stages"][-1]["method"] == "cascade" and best["stages"][-1]["params"] == cascade
+    assert "accuracy" in best["stages"][-1]["gates"]  # the constraints gate what ships: the cascade
+    assert "mean ms natural (the objective)" in (tmp_path / "out" / "report.md").read_text()
+    assert report["best"]["deferred"] is not None

@@ -145,13 +145,19 @@ def file_sha256(path: Path) -> str:
 
 def tree_sha256(path: Path) -> str:
     """One digest of an artifact: a file's sha256, or of a dir's top-level files (names and contents), so a changed,
-    added or removed weight, config or tokenizer file changes it. Sub-directories (checkpoints) do not count."""
+    added or removed weight, config or tokenizer file changes it. Sub-directories (checkpoints) do not count, but for
+    the fallback of a cascade (the folder its cascade.json names): it is half of the artifact."""
+    from edgepress.device.cascade import is_cascade, read_cascade
+
     path = Path(path)
     if path.is_file():
         return file_sha256(path)
+    files = [p for p in path.iterdir() if p.is_file()]
+    if is_cascade(path):
+        files += [p for p in (path / read_cascade(path)["fallback"]).rglob("*") if p.is_file()]
     digest = hashlib.sha256()
-    for f in sorted(p for p in path.iterdir() if p.is_file()):
-        digest.update(f"{f.name}\0{file_sha256(f)}\n".encode())
+    for f in sorted(files):
+        digest.update(f"{f.relative_to(path).as_posix()}\0{file_sha256(f)}\n".encode())
     return digest.hexdigest()
 
 

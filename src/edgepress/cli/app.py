@@ -326,6 +326,8 @@ def evaluate(
         lo, hi = metrics["accuracy_ci95"]
         out.print(f"accuracy {metrics['accuracy']:.4f} [{lo:.4f}, {hi:.4f}]  macro-F1 {metrics['macro_f1']:.4f}  "
                   f"n={metrics['n_test']} ({split.value})")
+    if "deferred" in metrics:  # a cascade's
+        out.print(f"cascade: {metrics['deferred']:.1%} of them answered by its fallback", highlight=False)
     if metrics.get("splits_note") and split != Split.all:
         out.print(f"splits: {metrics['splits_note']}", highlight=False)
 
@@ -404,6 +406,9 @@ def bench(
         label = f"{batch_size} x {seq_len}" if name == "fixed" else f"1 x natural ({r['mean_tokens']:.0f} tok)"
         table.add_row(label, *(f"{r[k]:.3f}" for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")), str(r["runs"]))
     out.print(table)
+    if "deferred" in result:  # a cascade's: each text through the student, and the fallback where it is unsure
+        out.print(f"cascade: {result['deferred']:.1%} of the natural-length texts deferred to its fallback (their "
+                  f"time counts both models)", highlight=False)
     out.print(f"{result['cpu']}, onnxruntime {result['onnxruntime']}", highlight=False)
 
 

@@ -32,6 +32,10 @@ DEFAULT_AGREEMENT = 0.97
 SHIPPED = (MANIFEST, "predict.py")  # what a bundle adds beside its model: not part of the fallback taken
 
 
+# what a user sets (the rest the run fills in): what a search's space.cascade may choose
+USER_PARAMS = ("fallback", "fallback_precision", "confidence", "min_agreement", "max_drop", "step")
+
+
 class CascadeConfig(BaseModel):
     """The `cascade` method (the last stage of a pipeline): which fallback, which confidence, and what the
     threshold is calibrated for on validation (`min_agreement`, the default, or `max_drop`)."""

@@ -23,19 +23,21 @@ from edgepress.tasks import task_of
 
 PREDICT = "predict.py"
 DEVICE = "edgepress_device"  # the device package (`edgepress.device`), as a bundle carries it beside predict.py
-# A bundle's predict.py: the command line, and `from predict import Predictor` with the bundle dir on sys.path
-PREDICT_PY = '''"""An edgepress bundle's own entry: `python predict.py --help`, or `from predict import Predictor`
-with this dir on sys.path. The code is the edgepress_device package beside it (onnxruntime, tokenizers and numpy
-alone)."""
+# A bundle's predict.py: the command line, and `from predict import open_predictor` (a cascade's `Cascade`, else a
+# `Predictor`) with the bundle dir on sys.path
+PREDICT_PY = '''"""An edgepress bundle's own entry: `python predict.py --help`, or `from predict import open_predictor`
+(a cascade's `Cascade`, else a `Predictor`) with this dir on sys.path. The code is the edgepress_device package
+beside it (onnxruntime, tokenizers and numpy alone)."""
 
 import sys
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # the bundle stays the files its manifest lists: no __pycache__ beside them
+from edgepress_device.cascade import Cascade, open_predictor  # noqa: E402
 from edgepress_device.cli import main  # noqa: E402
-from edgepress_device.predictor import Predictor
+from edgepress_device.predictor import Predictor  # noqa: E402
 
-__all__ = ["Predictor", "main"]
+__all__ = ["Cascade", "Predictor", "main", "open_predictor"]
 
 if __name__ == "__main__":
     sys.exit(main(here=Path(__file__).resolve().parent))

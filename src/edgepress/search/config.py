@@ -3,11 +3,13 @@ runtime), plus the user's constraints, the objective and the space. Every point 
 pipeline of the existing methods (`pipeline_for`): the search adds no method of its own."""
 
 import itertools
+import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from edgepress.compress.cascade import USER_PARAMS, CascadeConfig
 from edgepress.compress.kd import TARGETS_PRECISION
 from edgepress.compress.structured import BASELINE
 from edgepress.configs import Epochs, Layers, Megabytes, Milliseconds, PathText, Seed, Share, build
@@ -142,6 +144,11 @@ class Space(BaseModel):
     transfer: list[Draw] | None = Field(None, min_length=1, description="transfer texts each epoch of every training "
                                         "stage draws from data.unlabeled (its per_epoch), 0: none; unset: every trial "
                                         "trains on data.unlabeled as the data config says")
+    cascade: list[Literal["off"] | dict[str, Any]] | None = Field(
+        None, min_length=1, description="whether a trial ends with a cascade stage: off, or the cascade's params "
+        "(fallback, min_agreement or max_drop, confidence, fallback_precision: the cascade method's), e.g. [off, "
+        "{min_agreement: 0.97}]. Set: the latency objective is the mean at natural lengths (a cascade's deferred "
+        "texts cost both models), and a cascade's trials are not stopped by their students' epochs")
 
     @field_validator("layers", "epochs")
     @classmethod
@@ -161,6 +168,24 @@ class Space(BaseModel):
             raise ValueError("space.layers are depths of students cut from the teacher's layers, and space.student "
                              "has no `layers`: add `layers` to space.student, or leave space.layers out")
         return self
+
+    @field_validator("cascade")
+    @classmethod
+    def _cascades(cls, values: list | None) -> list | None:
+        """Each cascade choice is a cascade stage's params (the method's own config checks them), named once."""
+        if values is None:
+            return None
+        for value in values:
+            if isinstance(value, dict):
+                unknown = sorted(set(value) - set(USER_PARAMS))
+                if unknown:
+                    raise ValueError(f"a cascade choice takes {', '.join(USER_PARAMS)}; not {', '.join(unknown)}")
+                build(CascadeConfig, value, where="space.cascade")
+        return list({cascade_name(v): v for v in values}.values())
+
+    def cascades(self) -> list[dict]:
+        """The cascade choices as points take them (by name, `cascade_name`): [{}] when the space does not choose."""
+        return [{"cascade": cascade_name(c)} for c in self.cascade] if self.cascade else [{}]
 
     @field_validator("transfer")
     @classmethod
@@ -198,13 +223,25 @@ class Space(BaseModel):
     def points(self) -> list[dict]:
         """Every point of a filled space: its shape's fields (`Shape.point`), vocab, quantization, epochs, and
         transfer when the space chooses it."""
-        return [{**s.point(), "vocab": v, "quantization": q, "epochs": e, **transfer}
-                for s, v, q, e, transfer in itertools.product(self.shapes(), self.vocab, self.quantization,
-                                                              self.epochs, self.transfers())]
+        return [{**s.point(), "vocab": v, "quantization": q, "epochs": e, **transfer, **cascade}
+                for s, v, q, e, transfer, cascade in itertools.product(self.shapes(), self.vocab, self.quantization,
+                                                                       self.epochs, self.transfers(),
+                                                                       self.cascades())]
 
     def transfers(self) -> list[dict]:
         """The transfer choices as points take them: [{}] when the space does not choose (no `transfer` param)."""
         return [{"transfer": n} for n in self.transfer] if self.transfer else [{}]
+
+
+def cascade_name(choice) -> str:
+    """A cascade choice as a trial's param names it: off, or its params as sorted JSON."""
+    return choice if isinstance(choice, str) else json.dumps(choice, sort_keys=True)
+
+
+def cascade_params(point: dict) -> dict | None:
+    """The cascade stage's params of a point, None where it ends without one."""
+    name = point.get("cascade", "off")
+    return None if name == "off" else json.loads(name)
 
 
 def point_text(point: dict) -> str:
@@ -301,6 +338,8 @@ def pipeline_for(cfg: SearchConfig, depth: int, point: dict, task) -> PipelineCo
     stages += [dict(s) for s in QUANTIZATIONS[point["quantization"]]]
     if point["quantization"] == "qat":
         stages[-2] = {**stages[-2], "params": {**stages[-2]["params"], **training, "epochs": max(1, epochs // 2)}}
+    if (cascade := cascade_params(point)) is not None:  # what ships is the cascade: the constraints gate it
+        stages.append({"name": "cascade", "method": "cascade", "params": cascade})
     gates = final_gates(cfg.constraints, cfg.runtime.providers[0])
     stages[-1] = {**stages[-1], "gates": gates.model_dump(exclude_none=True)}
     return build(PipelineConfig, {"model": cfg.model, "data": data.model_dump(mode="json"),

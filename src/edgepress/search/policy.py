@@ -6,7 +6,11 @@ from edgepress.search.prepare import Prepared
 
 
 def objective_of(cfg: SearchConfig, result: dict) -> float:
-    return result["p50_ms"] if cfg.objective == "latency" else result["size_mb"]
+    """A trial's latency (the fixed shape's p50; where the space chooses cascades, every trial's mean at natural
+    lengths: a cascade's deferred texts cost both its models, which a p50 does not see), or its size."""
+    if cfg.objective == "size":
+        return result["size_mb"]
+    return result["natural_mean_ms"] if cfg.space.cascade else result["p50_ms"]
 
 
 SLOWER = 1.05  # a shape more than 5% slower (larger) in the shape table than another: beyond the table's noise
@@ -22,10 +26,13 @@ def beaten_by(cfg: SearchConfig, prepared: Prepared, passing: list, params: dict
     size, the same vocabulary choice: both change the shipped graph more than its shape does) has a shape more than
     5% faster (smaller) in the shape table. Shapes are compared in the table, timed side by side, not by trials
     timed minutes apart."""
+    if params.get("cascade", "off") != "off":  # a slower student that defers fewer texts may yet be faster
+        return None
     figure = shape_figure(cfg, prepared, params["shape"])
     unit = "ms" if cfg.objective == "latency" else "MB"
     for trial in passing:
         same = ("quantization",) if cfg.objective == "latency" else ("quantization", "vocab")
+        same += ("cascade",) if "cascade" in params else ()  # a cascade trial's time is not its student shape's
         if all(trial.params[k] == params[k] for k in same) and \
                 figure > SLOWER * shape_figure(cfg, prepared, trial.params["shape"]):
             return (f"beaten by trial {trial.number}, which passed: its shape ({trial.params['shape']}) is "

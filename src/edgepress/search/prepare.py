@@ -201,10 +201,11 @@ def distributions(prepared: Prepared) -> dict:
     space = prepared.space
     return {"shape": Choice([s.name for s in prepared.shapes]), "vocab": Choice(space.vocab),
             "quantization": Choice(space.quantization), "epochs": Choice(space.epochs),
-            **({"transfer": Choice(space.transfer)} if space.transfer else {})}
+            **({"transfer": Choice(space.transfer)} if space.transfer else {}),
+            **({"cascade": Choice([c["cascade"] for c in space.cascades()])} if space.cascade else {})}
 
 
 def point_of(prepared: Prepared, params: dict) -> dict:
     shape = next(s for s in prepared.shapes if s.name == params["shape"])
     return {**shape.point(), "vocab": params["vocab"], "quantization": params["quantization"],
-            "epochs": params["epochs"], **({"transfer": params["transfer"]} if "transfer" in params else {})}
+            "epochs": params["epochs"], **{key: params[key] for key in ("transfer", "cascade") if key in params}}

@@ -34,7 +34,10 @@ def status_line(report: dict) -> str:
                 f"{_ci(best['drop_ci95'])}): see `best/report.md`")
     if best:
         return (f"Winner: trial {best['trial']}, test {metric} {best['accuracy']:.4f} (drop vs the teacher "
-                f"{_ci(best['drop_ci95'])}), {best['p50_ms']:.2f} ms p50, {best['size_mb']:.1f} MB: `best.yaml`, "
+                f"{_ci(best['drop_ci95'])}), {best['p50_ms']:.2f} ms p50"
+                + (f", {best['natural_mean_ms']:.2f} ms mean at natural lengths" if "natural_mean_ms" in best else "")
+                + (f", {best['deferred']:.1%} of the test texts deferred" if "deferred" in best else "")
+                + f", {best['size_mb']:.1f} MB: `best.yaml`, "
                 f"bundle `{best['bundle']}`" + ("" if best["reproduced"] is not False else
                                                 f" ⚠ its run's test {metric} differs from the trial's "
                                                 f"model on test"))
@@ -111,8 +114,15 @@ def trial_table(report: dict) -> list[list[str]]:
     front = set(report["front"])
     return [[f"{r['number']}{' ★' if r['number'] in front else ''}" + (f" (×{r['draws']})" if r["draws"] > 1 else ""),
              ", ".join(f"{k} {v}" for k, v in r["params"].items()), _f(r["accuracy"], ".4f"), _f(r["p50_ms"], ".2f"),
+             *([_f(r.get("natural_mean_ms"), ".2f"), _f(r.get("natural_p99_ms"), ".2f"), _f(r.get("deferred"), ".1%")]
+               if cascades(report) else []),
              _f(r["size_mb"], ".1f"), _f(r["agreement"], ".4f"), r["stop"] + (f": {r['why']}" if r["why"] else ""),
              _f(r.get("epochs_trained"), "d"), _f(r["seconds"], ".0f")] for r in first_draws(report["trials"])]
+
+
+def cascades(report: dict) -> bool:
+    """The space chose cascades: the latency objective is the mean at natural lengths."""
+    return bool(report["config"]["space"].get("cascade"))
 
 
 def finalist_rows(report: dict) -> list[list[str]]:
@@ -125,8 +135,9 @@ def finalist_rows(report: dict) -> list[list[str]]:
 
 
 def trial_header(report: dict) -> list[str]:
-    return ["trial", "point", f"validation {metric_words(report)}", "p50 ms", "size MB", "agreement", "outcome",
-            "epochs", "s"]
+    natural = ["mean ms natural (the objective)", "p99 ms natural", "deferred"] if cascades(report) else []
+    return ["trial", "point", f"validation {metric_words(report)}", "p50 ms", *natural, "size MB", "agreement",
+            "outcome", "epochs", "s"]
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -154,7 +165,7 @@ def render_markdown(report: dict) -> str:
 def front_plot(report: dict) -> str | None:
     """The validation score (`metric_words`) against the objective for every trial measured, size as the marker,
     the front joined."""
-    key = "p50_ms" if report["objective"] == "latency" else "size_mb"
+    key = ("natural_mean_ms" if cascades(report) else "p50_ms") if report["objective"] == "latency" else "size_mb"
     rows = [r for r in report["trials"] if r["accuracy"] is not None]
     if not rows:
         return None
@@ -163,7 +174,8 @@ def front_plot(report: dict) -> str | None:
                c=["#17803d" if r["stop"] == "passed" else "#999" for r in rows], alpha=0.7)
     front = sorted((r for r in rows if r["number"] in report["front"]), key=lambda r: r[key])
     ax.plot([r[key] for r in front], [r["accuracy"] for r in front], "-", color="#17803d")
-    ax.set(xlabel="CPU p50 ms" if key == "p50_ms" else "size MB", ylabel=f"validation {metric_words(report)}")
+    ax.set(xlabel={"p50_ms": "CPU p50 ms", "natural_mean_ms": "CPU mean ms at natural lengths"}.get(key, "size MB"),
+           ylabel=f"validation {metric_words(report)}")
     return svg_of(fig)
 
 

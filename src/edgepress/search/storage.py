@@ -118,7 +118,7 @@ def ask(study, distributions: dict, out: Path, instead: dict | None, seed: int):
 
 
 RESULT_ATTRS = ("stop", "why", "run_dir", "metric", "agreement", "p50_ms", "size_mb", "drop_ci95", "teacher_accuracy",
-                "artifact", "pruned_prefix", "excess")
+                "artifact", "pruned_prefix", "excess", "natural_mean_ms", "natural_p99_ms", "deferred")
 
 
 def tell(cfg: SearchConfig, study, trial, result: dict) -> None:
@@ -177,5 +177,6 @@ def trial_rows(study) -> list[dict]:
                      "why": t.user_attrs.get("why", ""),
                      "accuracy": t.values[0] if t.values else None,
                      **{k: t.user_attrs.get(k) for k in ("p50_ms", "size_mb", "agreement", "seconds", "run_dir",
-                                                                  "worker", "epochs_trained")}})
+                                                                  "worker", "epochs_trained", "natural_mean_ms",
+                                                                  "natural_p99_ms", "deferred")}})
     return rows

@@ -201,6 +201,8 @@ def finish(cfg: SearchConfig, prepared: Prepared, out: Path, study, spent: dict)
     final = read_json(out / "best" / "report.json")["stages"][-1]["metrics"]
     best = {"trial": winner.number, **primary_figures(prepared.task, final),
             "p50_ms": final["latency"][cfg.runtime.providers[0]]["p50_ms"], "size_mb": final["size_bytes"] / 1e6,
+            "natural_mean_ms": final["latency"][cfg.runtime.providers[0]]["natural"]["mean_ms"],
+            **({"deferred": final["deferred"]} if "deferred" in final else {}),
             "passed": missed is None, "bundle": str(out / "best" / "final") if missed is None else None,
             "reproduced": math.isclose(final[prepared.metric], finalists[str(winner.number)]["accuracy"])
             if "accuracy" in finalists[str(winner.number)] else None}

@@ -14,7 +14,7 @@ from edgepress.files import read_json
 from edgepress.interrupt import check as check_interrupt
 from edgepress.logs import words
 from edgepress.pipeline.gates import gate_name
-from edgepress.search.config import SearchConfig, pipeline_for
+from edgepress.search.config import SearchConfig, cascade_params, pipeline_for
 from edgepress.search.policy import beaten_by, passing_trials, shape_figure
 from edgepress.search.prepare import Prepared, point_of
 from edgepress.search.storage import finished_twin, twin_result
@@ -92,6 +92,9 @@ def trial_result(cfg: SearchConfig, run_dir: Path) -> dict:
     m, provider = last["metrics"], cfg.runtime.providers[0]
     result = {"metric": metric, "accuracy": m[metric], "teacher_accuracy": report["baseline"]["metrics"][metric],
               "drop_ci95": m.get(f"{metric}_drop_ci95"), "p50_ms": m["latency"][provider]["p50_ms"],
+              "natural_mean_ms": m["latency"][provider]["natural"]["mean_ms"],
+              "natural_p99_ms": m["latency"][provider]["natural"]["p99_ms"],
+              **({"deferred": m["deferred"]} if "deferred" in m else {}),
               "size_mb": m["size_bytes"] / 1e6, "agreement": m["agreement"], "artifact": last["artifact"]}
     violations = {gate_name(g): 1.0 if g["excess"] is None else g["excess"] for g in last["gates"]}
     if cfg.constraints.fidelity:
@@ -135,12 +138,13 @@ def run_trial(cfg: SearchConfig, prepared: Prepared, out: Path, point: dict, num
     pipeline = pipeline_for(cfg, prepared.depth, point, prepared.task)
     run_dir = out / "trials" / f"{number:04d}"
     started = time.monotonic()
-    before = pruned_before(pipeline, pruned_prefixes(study)) if cfg.pruning else None
+    prunes = cfg.pruning and cascade_params(point) is None  # a cascade lifts its student's accuracy after training
+    before = pruned_before(pipeline, pruned_prefixes(study)) if prunes else None
     if before is not None:
         earlier = study.trials[before[0]].user_attrs
         return {"stop": "pruned", "why": f"as trial {before[0]} ({earlier['why']}), whose stages it starts with",
                 "pruned_prefix": before[1], "excess": earlier["excess"], "epochs_trained": 0, "seconds": 0.0}
-    watch = EpochWatch(prepared.required, cfg.pruning.margin) if cfg.pruning else None
+    watch = EpochWatch(prepared.required, cfg.pruning.margin) if prunes else None
     pruned = None
     with watch_epochs(watch) if watch else contextlib.nullcontext():
         try:
@@ -194,9 +198,10 @@ def space_points(prepared: Prepared, shapes: list) -> list[dict]:
     import itertools
 
     space = prepared.space
-    return [{"shape": shape.name, "vocab": vocab, "quantization": quantization, "epochs": epochs, **transfer}
-            for shape, vocab, quantization, epochs, transfer in itertools.product(
-                shapes, space.vocab, space.quantization, space.epochs, space.transfers())]
+    return [{"shape": shape.name, "vocab": vocab, "quantization": quantization, "epochs": epochs, **transfer,
+             **cascade}
+            for shape, vocab, quantization, epochs, transfer, cascade in itertools.product(
+                shapes, space.vocab, space.quantization, space.epochs, space.transfers(), space.cascades())]
 
 
 def unsettled_points(cfg: SearchConfig, prepared: Prepared, study) -> list[dict]:
@@ -212,7 +217,8 @@ def unsettled_points(cfg: SearchConfig, prepared: Prepared, study) -> list[dict]
     for params in space_points(prepared, shapes):
         if json.dumps(params, sort_keys=True) in tried or beaten_by(cfg, prepared, passing, params):
             continue
-        if not cfg.pruning or not pruned_before(
-                pipeline_for(cfg, prepared.depth, point_of(prepared, params), prepared.task), pruned):
+        point = point_of(prepared, params)
+        if not cfg.pruning or cascade_params(point) is not None or not pruned_before(
+                pipeline_for(cfg, prepared.depth, point, prepared.task), pruned):
             points.append(params)
     return points
