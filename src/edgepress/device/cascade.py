@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from .bundle import json_object
-from .entities import AGGREGATIONS, find_entities
-from .errors import ConfigError, ModelError
+from .entities import find_entities
+from .errors import ModelError
 from .feeds import Feeds, encoding_feeds, first_subword_rows, fixed_shape_feeds, natural_feeds
-from .predictor import Prediction, Predictor, check_texts, softmax
+from .predictor import Prediction, Predictor, check_entities_asked, check_texts, softmax
 from .timing import cpu_model, time_runner
 
 CASCADE = "cascade.json"
@@ -150,12 +150,7 @@ class Cascade:
 
     def entities(self, text: str, aggregation: str = "simple") -> list[dict]:
         """`Predictor.entities`, from the model that answered the text."""
-        if not self.tokens:
-            raise ModelError(f"{self.bundle} gives one result per text, not entities. Fix: find entities with a "
-                             f"token-classification model's bundle")
-        if aggregation not in AGGREGATIONS:
-            raise ConfigError(f"unknown aggregation {aggregation!r}. Fix: one of {', '.join(AGGREGATIONS)}")
-        check_texts([text])
+        check_entities_asked(self.bundle, self.tokens, text, aggregation)
         found = self.answer(text)
         return find_entities(found.predictor.tokenizer, found.encoding, text,
                              softmax(found.output.astype(np.float64)), aggregation, self.id2label)

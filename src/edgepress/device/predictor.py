@@ -57,6 +57,17 @@ def check_texts(texts: list[str] | tuple[str, ...]) -> None:
                             f"encoding") from None
 
 
+def check_entities_asked(bundle: Path, tokens: bool, text: str, aggregation: str) -> None:
+    """What asking a bundle for the entities in `text` refuses: a model that gives one result per text (`tokens`
+    False), an unknown aggregation, empty text."""
+    if not tokens:
+        raise ModelError(f"{bundle} gives one result per text, not entities. Fix: find entities with a "
+                         f"token-classification model's bundle")
+    if aggregation not in AGGREGATIONS:
+        raise ConfigError(f"unknown aggregation {aggregation!r}. Fix: one of {', '.join(AGGREGATIONS)}")
+    check_texts([text])
+
+
 class Predictor:
     """Classify texts with a bundle. Texts longer than `max_length` tokens are truncated to it. The texts of one
     call are padded to the longest: with an int8 graph, whose activations are quantized with ranges taken over the
@@ -106,12 +117,7 @@ class Predictor:
         them: {"entity_group", "score", "word", "start", "end"} (the text's characters start:end), its tags read per
         token (`simple`) or per word (`first`, `max`, `average`), adjacent tags of one type joined; `none`: each
         token's own tag but O, {"entity", "score", "index", "word", "start", "end"}."""
-        if not self.tokens:
-            raise ModelError(f"{self.bundle} gives one result per text, not entities. Fix: find entities with a "
-                             f"token-classification model's bundle")
-        if aggregation not in AGGREGATIONS:
-            raise ConfigError(f"unknown aggregation {aggregation!r}. Fix: one of {', '.join(AGGREGATIONS)}")
-        check_texts([text])
+        check_entities_asked(self.bundle, self.tokens, text, aggregation)
         encoding = self.tokenizer.encode(text)
         logits = self.session.run([self.output], encoding_feeds([encoding], self.input_names))[0][0]
         return find_entities(self.tokenizer, encoding, text, softmax(logits.astype(np.float64)), aggregation,
