@@ -137,12 +137,16 @@ def precision(candidate: Candidate) -> str:
     """fp32, fp16, int8 (integer matrix products) or int4 (MatMulNBits)."""
     if not candidate.onnx:
         return "fp32"
-    if is_cascade(candidate.path):
-        student = precision(Candidate(candidate.name, candidate.path, True))
-        return f"{student} → {precision(Candidate(candidate.name, candidate.path / FALLBACK, True))}"
+    if is_cascade(candidate.path):  # the student's, then the fallback's
+        return f"{graph_precision(candidate.path)} → {graph_precision(candidate.path / FALLBACK)}"
+    return graph_precision(candidate.path)
+
+
+def graph_precision(model_dir: Path) -> str:
+    """fp32, fp16, int8 or int4 of the graph in `model_dir`."""
     import onnx
 
-    model = onnx.load(str(candidate.path / "model.onnx"), load_external_data=False)
+    model = onnx.load(str(model_dir / "model.onnx"), load_external_data=False)
     ops = {node.op_type for node in model.graph.node}
     if "MatMulNBits" in ops:
         return "int4"
