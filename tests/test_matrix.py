@@ -227,7 +227,25 @@ def _onnx(made, family, method, texts, note):
                  "and activation fusions only); the stage says so in its details")
 
 
-CHECKS = {"distill": _distill, "heads": _structured, "ffn": _structured, "width": _width, "lowrank": _lowrank,
+def _cascade(made, family, method, texts, note):
+    """The family's int8 graph as the student of a cascade whose fallback is its float export: the threshold meets
+    0.99 agreement with the family's model on validation, and each text is answered by the model it is routed to."""
+    from edgepress.compress.cascade import CascadeConfig, cascade
+    from edgepress.device.cascade import FALLBACK, STUDENT, Cascade
+    from edgepress.device.predictor import Predictor
+
+    out = made.root / family / "cascade"
+    cfg = CascadeConfig(fallback=made.get(family, "export")[0], min_agreement=0.99, baseline_model=made.model(family),
+                        threads=1, max_length=64)
+    details = cascade(made.get(family, "int8-dynamic")[0], out, made.data, cfg, CLASSIFICATION)
+    assert details["cascade"]["validation"]["agreement"] >= 0.99
+    routed, own = Cascade(out), {STUDENT: Predictor(out), FALLBACK: Predictor(out / FALLBACK)}
+    for text in texts[:20]:
+        answer = routed.answer(text)
+        np.testing.assert_allclose(answer.output, own[answer.model].logits([text])[0], atol=1e-5)
+
+
+CHECKS = {"distill": _distill, "cascade": _cascade, "heads": _structured, "ffn": _structured, "width": _width, "lowrank": _lowrank,
           "vocab": _vocab,
           "magnitude": _sparse, "lottery": _sparse, "qat": _qat,
           **{m: _onnx for m in ("export", "optimize", "fp16", "int8-dynamic", "int8-static", "int4")}}
