@@ -15,6 +15,7 @@ from edgepress.device.cascade import CASCADE, FALLBACK, STUDENT, Cascade, confid
 from edgepress.device.predictor import Predictor
 from edgepress.pipeline import runner
 from edgepress.pipeline.config import load_config
+from edgepress.tasks import CLASSIFICATION
 from tests.test_pipeline import FAST_RUNTIME, write_yaml
 
 CLI = CliRunner()
@@ -112,17 +113,11 @@ def test_the_threshold_is_chosen_on_validation_alone(cascade_run, trained_teache
     student = run / "stages" / "02-int8" / "model"
     cfg = CascadeConfig(fallback_precision="fp32", min_agreement=1.0, baseline_model=trained_teacher, threads=1)
     other = replace(movie_data, test=movie_data.test.take(10))
-    first = cascade(student, tmp_path / "a", movie_data, cfg, task=_task())
-    second = cascade(student, tmp_path / "b", other, cfg, task=_task())
+    first = cascade(student, tmp_path / "a", movie_data, cfg, task=CLASSIFICATION)
+    second = cascade(student, tmp_path / "b", other, cfg, task=CLASSIFICATION)
     assert first["cascade"]["threshold"] == second["cascade"]["threshold"]
     recorded = json.loads((run / "stages" / "03-cascade" / "model" / CASCADE).read_text())
     assert recorded["threshold"] == first["cascade"]["threshold"]
-
-
-def _task():
-    from edgepress.tasks import CLASSIFICATION
-
-    return CLASSIFICATION
 
 
 def test_a_cascade_bundle_refuses_a_target_it_is_not_built_for_and_ships_its_student_alone(cascade_run, tmp_path):

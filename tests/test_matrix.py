@@ -245,8 +245,8 @@ def _cascade(made, family, method, texts, note):
         np.testing.assert_allclose(answer.output, own[answer.model].logits([text])[0], atol=1e-5)
 
 
-CHECKS = {"distill": _distill, "cascade": _cascade, "heads": _structured, "ffn": _structured, "width": _width, "lowrank": _lowrank,
-          "vocab": _vocab,
+CHECKS = {"distill": _distill, "cascade": _cascade, "heads": _structured, "ffn": _structured, "width": _width,
+          "lowrank": _lowrank, "vocab": _vocab,
           "magnitude": _sparse, "lottery": _sparse, "qat": _qat,
           **{m: _onnx for m in ("export", "optimize", "fp16", "int8-dynamic", "int8-static", "int4")}}
 

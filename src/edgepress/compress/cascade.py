@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from edgepress.configs import PathName, Threads, Tokens
-from edgepress.device.bundle import MANIFEST
+from edgepress.device.bundle import MANIFEST, onnx_path
 from edgepress.device.cascade import CASCADE, FALLBACK, Cascade
 from edgepress.device.predictor import Predictor
 from edgepress.errors import ConfigError, ModelError
@@ -88,8 +88,6 @@ def fill_cascade(params: dict, run) -> dict:
 
 
 def is_onnx_dir(path: Path) -> bool:
-    from edgepress.pipeline.latency import onnx_path
-
     return onnx_path(Path(path)) is not None
 
 
@@ -127,7 +125,6 @@ def build_fallback(cfg: CascadeConfig, out: Path, texts: tuple[str, ...], task) 
     from edgepress.export.onnx import ExportConfig, export_onnx
     from edgepress.export.optimize import OptimizeConfig, optimize_onnx
     from edgepress.export.parity import copy_side_files
-    from edgepress.pipeline.latency import onnx_path
 
     source = Path(cfg.baseline_model if cfg.fallback == TEACHER else cfg.fallback).expanduser()
     if cfg.fallback == TEACHER and cfg.baseline_model is None:
@@ -190,8 +187,10 @@ def cascade(src: Path, out: Path, splits, cfg: CascadeConfig, task) -> dict:
     the threshold calibrated on the validation split (`front`, `chosen`), `cascade.json` written."""
     from edgepress.export.parity import copy_side_files
     from edgepress.models.fakequant import load_for_inference
-    from edgepress.pipeline.latency import onnx_path
 
+    if cfg.baseline_model is None:  # before anything is made: the calibration compares with it
+        raise ConfigError("the cascade's calibration compares with the run's baseline, and none was given. Fix: run "
+                          "the cascade as a stage of a pipeline")
     part = splits.validation
     with atomic_dir(Path(out)) as tmp:
         copy_side_files(Path(src), tmp)
@@ -208,11 +207,7 @@ def cascade(src: Path, out: Path, splits, cfg: CascadeConfig, task) -> dict:
         fallback_preds = task.onnx_predictions(Predictor(tmp / FALLBACK, threads=cfg.threads,
                                                          max_length=cfg.max_length),
                                                part.texts, f"{what} (the fallback, for calibration)")
-        baseline_dir = Path(cfg.baseline_model) if cfg.baseline_model else None
-        if baseline_dir is None:
-            raise ConfigError("the cascade's calibration compares with the run's baseline, and none was given. "
-                              "Fix: run the cascade as a stage of a pipeline")
-        model, tokenizer = load_for_inference(baseline_dir, task)
+        model, tokenizer = load_for_inference(Path(cfg.baseline_model), task)
         baseline_preds = task.torch_predictions(model, tokenizer, part.texts, cfg.max_length)
         baseline_score = task.score_of(part, baseline_preds)
         rows = front(confidences, student_preds, fallback_preds, baseline_preds, part, task, cfg.step)

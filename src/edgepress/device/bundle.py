@@ -68,6 +68,17 @@ def model_file(manifest: dict) -> str:
     return manifest.get("model_file", BUNDLE_FILES[0])
 
 
+def onnx_path(artifact: Path) -> Path | None:
+    """The .onnx file of an artifact (a file, a dir holding model.onnx, or a bundle whose manifest says where its
+    graph is: a web bundle's onnx/), None for a torch model dir."""
+    artifact = Path(artifact)
+    if artifact.suffix == ".onnx":
+        return artifact
+    manifest = artifact / MANIFEST
+    graph = artifact / model_file(json_object(manifest) if manifest.is_file() else {})
+    return graph if graph.is_file() else None
+
+
 def read_bundle(bundle: Path) -> tuple[dict, dict]:
     """(config.json, edgepress.json or {}) of a bundle or exported model dir (its files all readable)."""
     check_readable(bundle)

@@ -162,9 +162,10 @@ class Cascade:
     def predict_each(self, texts: list[str] | tuple[str, ...]) -> list[Prediction]:
         """Each text's label and probabilities, from the model that answered it (named in `model`, with the
         student's `confidence`)."""
-        check_texts(texts)
         if self.tokens:
-            self.logits(texts)  # the token classifier's refusal
+            raise ModelError(f"{self.bundle} is a token classifier: it tags each word, it gives no label for a "
+                             f"text. Fix: ask it for each text's entities")
+        check_texts(texts)
         found = []
         for text in texts:
             answer = self.answer(text)

@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgepress.device.bundle import MANIFEST, json_object, model_file
+from edgepress.device.bundle import MANIFEST, json_object, onnx_path
 from edgepress.device.feeds import (
     NATURAL_SENTENCES,
     Feeds,
@@ -29,17 +29,6 @@ from edgepress.errors import ConfigError, ModelError
 from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.runtime.session import SessionConfig, cuda_iobinding_runner, open_session
-
-
-def onnx_path(artifact: Path) -> Path | None:
-    """The .onnx file of an artifact (a file, a dir holding model.onnx, or a bundle whose manifest says where its
-    graph is: a web bundle's onnx/), None for a torch model dir."""
-    if artifact.suffix == ".onnx":
-        return artifact
-    manifest = artifact / MANIFEST
-    graph = artifact / model_file(json_object(manifest) if manifest.is_file() else {})
-    return graph if graph.is_file() else None
-
 
 NATURAL_CUT = "data.max_length"  # where natural lengths end (before 2026-11-27: the model's position limit)
 
