@@ -16,6 +16,7 @@ from edgepress.device.predictor import Predictor
 from edgepress.pipeline import runner
 from edgepress.pipeline.config import load_config
 from edgepress.tasks import CLASSIFICATION
+from tests.test_bundle import chromium, open_page, transformers_js, web
 from tests.test_pipeline import FAST_RUNTIME, write_yaml
 
 CLI = CliRunner()
@@ -122,8 +123,8 @@ def test_the_threshold_is_chosen_on_validation_alone(cascade_run, trained_teache
 
 def test_a_cascade_bundle_refuses_a_target_it_is_not_built_for_and_ships_its_student_alone(cascade_run, tmp_path):
     run, _ = cascade_run
-    result = CLI.invoke(app, ["bundle", str(run), "--out", str(tmp_path / "web"), "--target", "web"])
-    assert result.exit_code == 2 and "--no-cascade" in result.output and not (tmp_path / "web").exists()
+    result = CLI.invoke(app, ["bundle", str(run), "--out", str(tmp_path / "gpu"), "--target", "cuda"])
+    assert result.exit_code == 2 and "--no-cascade" in result.output and not (tmp_path / "gpu").exists()
     result = CLI.invoke(app, ["bundle", str(run), "--out", str(tmp_path / "alone"), "--no-cascade"])
     assert result.exit_code == 0, result.output
     assert not (tmp_path / "alone" / CASCADE).exists() and not (tmp_path / "alone" / FALLBACK).exists()
@@ -149,6 +150,41 @@ def test_a_cascade_bundle_answers_as_the_run_on_every_target_it_ships_to(cascade
         assert manifest["mobile"]["fallback"]["ort_vs_onnx_max_abs_diff"] <= 1e-4
 
 
+@web
+def test_a_cascade_web_bundle_routes_and_answers_each_text_as_predict_py(cascade_run, movie_data, tmp_path):
+    """Under Node, transformers.js through the bundle's own cascade.mjs (what its page runs): each text's route,
+    confidence and label are predict.py's on the same bundle."""
+    from edgepress.deploy.bundle import bundle_model
+
+    run, _ = cascade_run
+    out = bundle_model(run, tmp_path / "site", "web")
+    manifest = json.loads((out / "edgepress.json").read_text())
+    inner = manifest["web"]["fallback"]
+    assert (out / FALLBACK / inner["model_file"]).is_file() and not (out / FALLBACK / "model.onnx").exists()
+    cascade = Cascade(out)  # predict.py's reading of the same bundle (each graph in onnx/)
+    unsure = sorted(cascade.predict_each(movie_data.test.texts), key=lambda p: p.confidence)
+    texts = [p.text for p in unsure[:40] + unsure[-40:]]  # those about the threshold, and the surest
+    python = cascade.predict_each(texts)
+    assert {p.model for p in python} == {STUDENT, FALLBACK}
+    node = transformers_js(out, texts, tmp_path)["predictions"]
+    assert [p["model"] for p in node] == [p.model for p in python]
+    assert [p["label"] for p in node] == [p.label for p in python]
+    np.testing.assert_allclose([p["confidence"] for p in node], [p.confidence for p in python], atol=1e-4)
+
+
+@web
+@chromium
+def test_the_page_hands_a_text_its_student_is_unsure_of_to_the_fallback(cascade_run, movie_data, tmp_path):
+    from edgepress.deploy.bundle import bundle_model
+
+    run, _ = cascade_run
+    out = bundle_model(run, tmp_path / "site", "web")
+    text = next(p for p in Cascade(out).predict_each(movie_data.test.texts) if p.model == FALLBACK)
+    result = open_page(out, text.text, tmp_path / "page.png")
+    assert (result["result"], result["model"]) == (text.label, FALLBACK)
+    assert all(url.startswith("http://127.0.0.1:") for url in result["requests"])
+
+
 def validate(tmp_path, model: Path, stages: list, **extra) -> object:
     path = write_yaml(tmp_path / "v.yaml", {"model": str(model), "stages": stages, **extra})
     return CLI.invoke(app, ["validate", str(path)])
@@ -172,7 +208,7 @@ def test_validate_refuses_what_a_cascade_cannot_do(tmp_path, trained_teacher, ti
     assert result.exit_code == 2 and "does not exist" in result.output
     result = validate(tmp_path, trained_teacher, [export, CASCADE_STAGE, {"name": "q", "method": "int8-dynamic"}])
     assert result.exit_code == 2 and "cascade" in result.output
-    result = validate(tmp_path, trained_teacher, [export, CASCADE_STAGE], runtime={"target": "web"})
+    result = validate(tmp_path, trained_teacher, [export, CASCADE_STAGE], runtime={"target": "cuda"})
     assert result.exit_code == 2 and "--no-cascade" not in result.output and "target" in result.output
     result = validate(tmp_path, trained_teacher, [export, {**CASCADE_STAGE, "params": {"min_agreement": 0.9,
                                                                                      "max_drop": 0.01}}])

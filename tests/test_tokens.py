@@ -501,20 +501,26 @@ def test_init_starts_a_token_classifier_on_its_tagged_data(token_model, ner_dir,
     assert checked.exit_code == 0 and "inside the noise" not in checked.output
 
 
-def test_a_token_classifiers_cascade_decides_once_a_sentence_by_its_least_sure_token(token_model, ner_dir, conll,
-                                                                                      tmp_path):
-    from edgepress.device.cascade import FALLBACK, STUDENT, Cascade
-    from edgepress.device.predictor import Predictor
+@pytest.fixture(scope="module")
+def token_cascade(tmp_path_factory, token_model, ner_dir):
     from edgepress.pipeline import runner
 
+    root = tmp_path_factory.mktemp("token-cascade")
     stages = [{"name": "export", "method": "export"}, {"name": "int8", "method": "int8-dynamic"},
               {"name": "cascade", "method": "cascade",
                "params": {"fallback_precision": "fp32", "min_agreement": 0.99, "confidence": "margin"}}]
-    report = runner.run_pipeline(run_config(tmp_path, token_model, ner_dir, stages), tmp_path / "run")
+    return root / "run", runner.run_pipeline(run_config(root, token_model, ner_dir, stages), root / "run")
+
+
+def test_a_token_classifiers_cascade_decides_once_a_sentence_by_its_least_sure_token(token_cascade, conll):
+    from edgepress.device.cascade import FALLBACK, STUDENT, Cascade
+    from edgepress.device.predictor import Predictor
+
+    run, report = token_cascade
     stage = report["stages"][-1]
     assert stage["status"] == "passed" and stage["details"]["cascade"]["validation"]["agreement"] >= 0.99
     assert 0 < stage["metrics"]["deferred"] < 1  # whole sentences go to the fallback, not tokens
-    bundle = tmp_path / "run" / "final"
+    bundle = run / "final"
     cascade, own = Cascade(bundle), {STUDENT: Predictor(bundle), FALLBACK: Predictor(bundle / FALLBACK)}
     for words, _ in conll["test"][:40]:
         text = " ".join(words)
@@ -522,3 +528,26 @@ def test_a_token_classifiers_cascade_decides_once_a_sentence_by_its_least_sure_t
         assert cascade.entities(text) == own[answer.model].entities(text)
         assert np.array_equal(cascade.word_logits(words), own[cascade.answer(list(words), True).model]
                               .word_logits(words), equal_nan=True)
+
+
+@web
+def test_a_token_classifiers_cascade_on_the_web_routes_each_sentence_as_predict_py(token_cascade, conll, tmp_path):
+    from edgepress.deploy.bundle import bundle_model
+    from edgepress.device.cascade import FALLBACK, STUDENT, Cascade
+    from edgepress.device.predictor import Predictor
+
+    run, _ = token_cascade
+    out = bundle_model(run, tmp_path / "site", "web")
+    cascade = Cascade(out)
+    texts = [" ".join(words) for words, _ in conll["test"][:60]]
+    routes = [cascade.answer(text).model for text in texts]
+    assert set(routes) == {STUDENT, FALLBACK}
+    result = transformers_js(out, texts, tmp_path, "tag.mjs")
+    assert result["models"] == routes
+    np.testing.assert_allclose(result["confidences"], [cascade.answer(text).confidence for text in texts], atol=1e-5)
+    own = {STUDENT: Predictor(out), FALLBACK: Predictor(out / FALLBACK)}
+    for text, route, theirs in zip(texts, routes, result["tokens"], strict=True):
+        if len(cascade.student.tokenizer.encode(text).ids) >= cascade.max_length:
+            continue  # transformers.js's pipeline cuts a long text's [SEP] off (cascade.mjs decides without it)
+        ours = own[route].entities(text, "none")
+        assert [(t["entity"], t["index"]) for t in theirs] == [(t["entity"], t["index"]) for t in ours], text

@@ -1,7 +1,7 @@
 // node web/page.mjs URL TEXT SCREENSHOT.png: open the bundle's page in headless Chromium (Debian's `chromium`, or
 // $CHROMIUM), wait for the model, type TEXT, press the button (Classify, or Rank for an embedding model's page), save
-// a screenshot; prints {result, shown, requests}: what the page left in body's data-result (a label, or the ranked
-// lines as JSON) and showed.
+// a screenshot; prints {result, shown, model, requests}: what the page left in body's data-result (a label, or the
+// ranked lines as JSON) and showed, and which model answered (a cascade's student or fallback).
 import puppeteer from "puppeteer-core";
 
 const [url, text, screenshot] = process.argv.slice(2);
@@ -20,8 +20,9 @@ try {
   await page.waitForSelector("body[data-result]", { timeout: 60000 });
   const result = await page.$eval("body", (b) => b.dataset.result);
   const shown = await page.$eval("#result", (e) => e.textContent);
+  const model = await page.$eval("body", (b) => b.dataset.model);
   await page.screenshot({ path: screenshot });
-  console.log(JSON.stringify({ result, shown, requests }));
+  console.log(JSON.stringify({ result, shown, model, requests }));
 } finally {
   await browser.close();
 }

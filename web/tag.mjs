@@ -1,21 +1,31 @@
 // node web/tag.mjs BUNDLE_DIR TEXTS.json: transformers.js's token-classification pipeline on a token classifier's web
-// bundle, offline, with the dtype its config.json names; prints {dtype, tokens, entities} as JSON: per text, each
-// token's tag but O (aggregation_strategy "none": {entity, score, index, word}) and the entities the page shows
-// (its edgepress.json's web.options: "simple", tags of one type joined).
+// bundle, offline, with the dtype its config.json names, through the bundle's own cascade.mjs (as its page answers);
+// prints {dtype, tokens, entities, models, confidences} as JSON: per text, each token's tag but O (aggregation_strategy "none":
+// {entity, score, index, word}), the entities the page shows (its edgepress.json's web.options: "simple", tags of
+// one type joined), which model answered (student, or a cascade's fallback) and the student's confidence (null
+// without a cascade).
 import { readFileSync } from "node:fs";
 import path from "node:path";
+import { pathToFileURL } from "node:url";
 import { env, pipeline } from "@huggingface/transformers";
 
 const [bundle, textsFile] = process.argv.slice(2);
-const { options } = JSON.parse(readFileSync(path.join(bundle, "edgepress.json"), "utf8")).web;
+const { openModels } = await import(pathToFileURL(path.join(path.resolve(bundle), "cascade.mjs")).href);
+const manifest = JSON.parse(readFileSync(path.join(bundle, "edgepress.json"), "utf8"));
 env.allowRemoteModels = false;
 env.localModelPath = path.dirname(path.resolve(bundle)) + "/";
-const tagger = await pipeline("token-classification", path.basename(path.resolve(bundle)), { device: "cpu" });
+const models = await openModels(pipeline, manifest, path.basename(path.resolve(bundle)), { device: "cpu" });
 const texts = JSON.parse(readFileSync(textsFile, "utf8"));
 const tokens = [];
 const entities = [];
+const answered = [];
+const confidences = [];
 for (const text of texts) {  // one at a time: as predict.py
-  tokens.push(await tagger(text, { aggregation_strategy: "none" }));
-  entities.push(await tagger(text, options));
+  tokens.push((await models.answer(text, { aggregation_strategy: "none" })).result);
+  const found = await models.answer(text, manifest.web.options);
+  entities.push(found.result);
+  answered.push(found.model);
+  confidences.push(found.confidence);
 }
-console.log(JSON.stringify({ dtype: tagger.model.sessions.model.config.dtype, tokens, entities }));
+console.log(JSON.stringify({ dtype: models.student.model.sessions.model.config.dtype, tokens, entities,
+  models: answered, confidences }));

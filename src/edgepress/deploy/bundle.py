@@ -12,7 +12,7 @@ from pathlib import Path
 
 from edgepress import __version__, device
 from edgepress.deploy.targets import check_artifact, detect_target, resolve_target
-from edgepress.deploy.web import INDEX, web_files
+from edgepress.deploy.web import CASCADE_JS, INDEX, web_files
 from edgepress.device.bundle import BUNDLE_FILES, MANIFEST, check_readable, json_object, model_file
 from edgepress.device.cascade import CASCADE, is_cascade, read_cascade
 from edgepress.device.sessions import disabled_optimizers
@@ -44,7 +44,7 @@ if __name__ == "__main__":
 '''
 ORT_MODEL, ORT_OPERATORS, USABILITY = "model.ort", "model.required_operators.config", "mobile_usability.txt"
 EXPORTED = "edgepress-export.json"  # what `edgepress export` wrote (its record and files): not a bundle's file
-GENERATED = (MANIFEST, PREDICT, ORT_MODEL, ORT_OPERATORS, USABILITY, INDEX, EXPORTED)
+GENERATED = (MANIFEST, PREDICT, ORT_MODEL, ORT_OPERATORS, USABILITY, INDEX, CASCADE_JS, EXPORTED)
 # manifest fields a bundle derives itself: not carried over when a bundle is bundled again
 _DERIVED = ("edgepress", "target", "ir_version", "opsets", "operators", "inputs", "onnxruntime", "files", "mobile",
             "web", "model_file")
@@ -207,8 +207,19 @@ def _mobile_files(tmp: Path) -> dict:
             "nnapi_or_coreml_recommended": bool(accelerated), "usability_report": USABILITY}
 
 
-# where a cascade's bundle runs: on a CPU with predict.py (mobile: each graph's .ort beside it too)
-CASCADE_TARGETS = ("x86-vnni", "x86-avx2", "arm64", "mobile")
+# where a cascade's bundle runs: on a CPU with predict.py (mobile: each graph's .ort beside it too), and in a web
+# page (each graph in its transformers.js layout, the page deciding as predict.py: web.py's CASCADE_JS)
+CASCADE_TARGETS = ("x86-vnni", "x86-avx2", "arm64", "mobile", "web")
+
+
+def _copy_model(model_dir: Path, dest: Path, skip: tuple[str, ...] = ()) -> None:
+    """A model dir's (or bundle's) own files into `dest`, not what a bundle makes itself (GENERATED) nor `skip`,
+    and its graph as model.onnx (a web bundle's from where its manifest says)."""
+    dest.mkdir(exist_ok=True)
+    for f in sorted(model_dir.iterdir()):
+        if f.is_file() and f.name not in (*GENERATED, *skip, BUNDLE_FILES[0]):
+            shutil.copy2(f, dest / f.name)
+    shutil.copy2(_graph(model_dir), dest / BUNDLE_FILES[0])
 
 
 def write_bundle(model_dir: Path, out: Path, manifest: dict, cascade: bool = True) -> Path:
@@ -224,17 +235,14 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict, cascade: bool = Tru
     target = manifest.get("target", {}).get("name")
     task = task_of(model_dir)  # read from the files the device reads
     pipeline = task.web_pipeline(model_dir) if target == "web" else None  # a pooling the web lacks: refused here
+    folder = read_cascade(model_dir)["fallback"] if cascade and is_cascade(model_dir) else None
     with atomic_dir(Path(out)) as tmp:
-        for f in sorted(model_dir.iterdir()):
-            if f.is_file() and f.name not in GENERATED and (cascade or f.name != CASCADE):
-                shutil.copy2(f, tmp / f.name)
-        if cascade and is_cascade(model_dir):
-            folder = read_cascade(model_dir)["fallback"]
-            shutil.copytree(model_dir / folder, tmp / folder)
+        _copy_model(model_dir, tmp, skip=() if folder else (CASCADE,))
+        if folder:
+            _copy_model(model_dir / folder, tmp / folder)
             manifest = {**manifest, "cascade": json_object(model_dir / CASCADE)}
-        shutil.copy2(graph, tmp / "model.onnx")
-        for folder in module_folders(model_dir):  # a sentence encoder's: how it pools, beside modules.json
-            shutil.copytree(folder, tmp / folder.relative_to(model_dir))
+        for module in module_folders(model_dir):  # a sentence encoder's: how it pools, beside modules.json
+            shutil.copytree(module, tmp / module.relative_to(model_dir))
         if config.get("id2label") is None and task.labelled:  # transformers 5 saves no default label names
             names = manifest.get("labels") or {str(i): f"LABEL_{i}" for i in range(config.get("num_labels", 2))}
             write_json(tmp / "config.json", {**config, "id2label": names, "label2id": {v: int(k) for k, v in
@@ -249,7 +257,8 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict, cascade: bool = Tru
                 mobile["fallback"] = _mobile_files(tmp / manifest["cascade"]["fallback"])
             manifest = {**manifest, "mobile": mobile}
         if target == "web":
-            web = web_files(tmp, facts["operators"], manifest.get("max_length"), pipeline)
+            fallback = (folder, graph_facts(tmp / folder / "model.onnx")["operators"]) if folder else None
+            web = web_files(tmp, facts["operators"], manifest.get("max_length"), pipeline, fallback)
             manifest = {**manifest, "web": web, "model_file": web["model_file"]}
             facts = graph_facts(tmp / web["model_file"])  # with what the web layout added
         files = {f.relative_to(tmp).as_posix(): file_sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
@@ -279,14 +288,13 @@ def bundle_model(source: Path, out: Path, target: str | None = None, overwrite: 
     resolved = resolve_target(target)
     measured_on = base.get("measured_on")
     graph = _graph(model_dir)
-    check_artifact(resolved["name"], graph, graph_facts(graph)["operators"], measured_on, operator_origins(run_root))
     cascade = is_cascade(model_dir) and not no_cascade
+    if cascade and resolved["name"] not in CASCADE_TARGETS:
+        raise ConfigError(f"{model_dir} is a cascade, and a cascade's bundle runs on a CPU or in a web page "
+                          f"({', '.join(CASCADE_TARGETS)}); target {resolved['name']} is not built for it yet. "
+                          f"Fix: --no-cascade to ship its student alone, or target {' or '.join(CASCADE_TARGETS)}")
+    check_artifact(resolved["name"], graph, graph_facts(graph)["operators"], measured_on, operator_origins(run_root))
     if cascade:
-        if resolved["name"] not in CASCADE_TARGETS:
-            raise ConfigError(f"{model_dir} is a cascade, and a cascade's bundle runs on a CPU "
-                              f"({', '.join(CASCADE_TARGETS)}); target {resolved['name']} is not built for it yet. "
-                              f"Fix: --no-cascade to ship its student alone, or target "
-                              f"{' or '.join(CASCADE_TARGETS)}")
         fallback = _graph(model_dir / read_cascade(model_dir)["fallback"])
         check_artifact(resolved["name"], fallback, graph_facts(fallback)["operators"], measured_on, {})
     elif is_cascade(model_dir):  # the student alone: what the run measured was the cascade

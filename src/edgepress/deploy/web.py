@@ -8,13 +8,15 @@ import shutil
 from pathlib import Path
 
 from edgepress.deploy.targets import CPU_INTEGER_OPS
-from edgepress.device.bundle import json_object
+from edgepress.device.bundle import MANIFEST, json_object
 from edgepress.device.feeds import position_limit
 from edgepress.errors import ConfigError, ModelError
 from edgepress.files import read_onnx, write_json
 from edgepress.models.sentence import TOKEN_OUTPUT, SentenceLayout
 
-INDEX, VENDOR = "index.html", "vendor"
+# the page, the module that answers with the bundle's model or its cascade (the page and web/*.mjs import it),
+# and the folder of what the page loads
+INDEX, CASCADE_JS, VENDOR = "index.html", "cascade.mjs", "vendor"
 # What the page loads, from the npm packages `make web` installs (web/package-lock.json): transformers.js with
 # onnxruntime-web inlined, and onnxruntime-web's WebAssembly binary (the page points `wasmPaths` at it)
 WEB_ASSETS = {"transformers.min.js": "@huggingface/transformers/dist/transformers.min.js",
@@ -84,27 +86,42 @@ def _web_dtype(operators: list[dict]) -> tuple[str, str]:
     return ("q8", "model_quantized.onnx") if types & set(INT8_OPS) else ("fp32", "model.onnx")
 
 
-def web_files(tmp: Path, operators: list[dict], max_length: int | None, pipeline: dict) -> dict:
-    """The layout transformers.js loads from a local dir (onnx/model*.onnx by dtype, config.json saying which,
-    tokenizer_config.json truncating where the model was measured), the page and what it loads. `pipeline`: the
-    transformers.js pipeline the page runs and its options; for feature-extraction, the graph gives the token
-    vectors too (`_token_output`)."""
-    modules = web_modules()
+def _model_layout(folder: Path, operators: list[dict], length: int, pipeline: dict) -> dict:
+    """One model's files in `folder` as transformers.js loads them from a local dir: the graph in onnx/ under the
+    name its dtype reads, config.json saying which dtype, tokenizer_config.json truncating at `length`."""
     dtype, name = _web_dtype(operators)
-    (tmp / "onnx").mkdir()
-    (tmp / "model.onnx").rename(tmp / "onnx" / name)
+    (folder / "onnx").mkdir()
+    (folder / "model.onnx").rename(folder / "onnx" / name)
     if pipeline["pipeline"] == "feature-extraction":
-        _token_output(tmp / "onnx" / name)
-    config = json_object(tmp / "config.json")
-    write_json(tmp / "config.json", {**config, "transformers.js_config": {"dtype": dtype}})
-    tokenizer = json_object(tmp / "tokenizer_config.json") if (tmp / "tokenizer_config.json").is_file() else {}
-    length = max_length or position_limit(config)  # transformers.js truncates at model_max_length only
-    write_json(tmp / "tokenizer_config.json", {**tokenizer, "model_max_length": length})
-    shutil.copyfile(Path(__file__).with_name(INDEX), tmp / INDEX)
+        _token_output(folder / "onnx" / name)
+    config = json_object(folder / "config.json")
+    write_json(folder / "config.json", {**config, "transformers.js_config": {"dtype": dtype}})
+    tokenizer = json_object(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    write_json(folder / "tokenizer_config.json", {**tokenizer, "model_max_length": length})
+    return {"dtype": dtype, "model_file": f"onnx/{name}"}
+
+
+def web_files(tmp: Path, operators: list[dict], max_length: int | None, pipeline: dict,
+              fallback: tuple[str, list[dict]] | None = None) -> dict:
+    """The layout transformers.js loads from a local dir (`_model_layout`: transformers.js truncates at
+    model_max_length only, so at the length the model was measured at), the page and what it loads. `pipeline`: the
+    transformers.js pipeline the page runs and its options; for feature-extraction, the graph gives the token
+    vectors too (`_token_output`). `fallback`: a cascade's fallback (its folder inside `tmp`, its graph's
+    operators), laid out the same way in its folder (with an edgepress.json there saying where its graph is, for
+    predict.py), truncating where the student does; the page runs the cascade (CASCADE_JS)."""
+    modules = web_modules()
+    length = max_length or position_limit(json_object(tmp / "config.json"))
+    layout = _model_layout(tmp, operators, length, pipeline)
+    if fallback is not None:
+        folder, fallback_operators = fallback
+        inner = _model_layout(tmp / folder, fallback_operators, length, pipeline)
+        write_json(tmp / folder / MANIFEST, {**inner, "max_length": length})
+        layout["fallback"] = inner
+    for name in (INDEX, CASCADE_JS):
+        shutil.copyfile(Path(__file__).with_name(name), tmp / name)
     (tmp / VENDOR).mkdir()
     for target, source in WEB_ASSETS.items():
         shutil.copyfile(modules / source, tmp / VENDOR / target)
     versions = {package: json.loads((modules / package / "package.json").read_text())["version"]
                 for package in ("@huggingface/transformers", "onnxruntime-web")}
-    return {"dtype": dtype, "model_file": f"onnx/{name}", "page": INDEX, "max_length": length, **pipeline,
-            **versions}
+    return {**layout, "page": INDEX, "max_length": length, **pipeline, **versions}

@@ -176,7 +176,7 @@ def check_cascade_runtime(cfg: PipelineConfig) -> None:
         return
     target = resolve_target(cfg.runtime.target)["name"]
     if target not in CASCADE_TARGETS:
-        raise ConfigError(f"stage '{makers[0]}' makes a cascade, which runs on a CPU "
+        raise ConfigError(f"stage '{makers[0]}' makes a cascade, which runs on a CPU or in a web page "
                           f"({', '.join(CASCADE_TARGETS)}); runtime.target {target} is not built for one yet. Fix: "
                           f"runtime.target {' or '.join(CASCADE_TARGETS)}, or remove the cascade stage")
     if tuple(cfg.runtime.providers) != ("cpu",):
