@@ -16,6 +16,7 @@ from edgepress.device.predictor import Predictor
 from edgepress.pipeline import runner
 from edgepress.pipeline.config import load_config
 from edgepress.tasks import CLASSIFICATION
+from tests.conftest import save, tiny_bert
 from tests.test_bundle import chromium, open_page, transformers_js, web
 from tests.test_pipeline import FAST_RUNTIME, write_yaml
 
@@ -190,7 +191,8 @@ def validate(tmp_path, model: Path, stages: list, **extra) -> object:
     return CLI.invoke(app, ["validate", str(path)])
 
 
-def test_validate_refuses_what_a_cascade_cannot_do(tmp_path, trained_teacher, tiny_onnx_dir):
+def test_validate_refuses_what_a_cascade_cannot_do(tmp_path, trained_teacher, tiny_onnx_dir, cascade_run,
+                                                  tokenizer):
     export = {"name": "export", "method": "export"}
     other = tmp_path / "other"
     other.mkdir()
@@ -206,6 +208,14 @@ def test_validate_refuses_what_a_cascade_cannot_do(tmp_path, trained_teacher, ti
     result = validate(tmp_path, trained_teacher, [export, {"name": "c", "method": "cascade",
                                                            "params": {"fallback": str(tmp_path / "nowhere")}}])
     assert result.exit_code == 2 and "does not exist" in result.output
+    heavier = tmp_path / "heavier"  # four layers where the teacher has two: each text it answers costs more
+    save(tiny_bert(tokenizer, num_hidden_layers=4), tokenizer, heavier)
+    result = validate(tmp_path, trained_teacher, [export, {"name": "c", "method": "cascade",
+                                                           "params": {"fallback": str(heavier)}}])
+    assert result.exit_code == 2 and "weights" in result.output and "Fix:" in result.output
+    for same in (trained_teacher, cascade_run[0] / "stages" / "01-export" / "model"):  # the teacher, torch and ONNX
+        assert validate(tmp_path, trained_teacher, [export, {"name": "c", "method": "cascade",
+                                                             "params": {"fallback": str(same)}}]).exit_code == 0
     result = validate(tmp_path, trained_teacher, [export, CASCADE_STAGE, {"name": "q", "method": "int8-dynamic"}])
     assert result.exit_code == 2 and "cascade" in result.output
     result = validate(tmp_path, trained_teacher, [export, CASCADE_STAGE], runtime={"target": "cuda"})

@@ -92,8 +92,9 @@ def is_onnx_dir(path: Path) -> bool:
 
 
 def check_cascade(model, tokenizer, cfg: CascadeConfig, task) -> None:
-    """What `validate` can know: a task a cascade decides for (not an embedder's), and a named fallback that exists
-    and does the run's task with its labels."""
+    """What `validate` can know: a task a cascade decides for (not an embedder's), and a named fallback that exists,
+    does the run's task with its labels, and multiplies a token by no more weights than the model (`model`, the
+    run's baseline) does."""
     from edgepress.models.loading import label2id_of
     from edgepress.tasks import task_of
 
@@ -116,6 +117,55 @@ def check_cascade(model, tokenizer, cfg: CascadeConfig, task) -> None:
         raise ConfigError(f"fallback {path} names its labels {labels}, the model {dict(model.config.label2id)}: "
                           f"its answers would be read as other classes. Fix: a fallback with the model's labels, "
                           f"or fallback: teacher")
+    theirs, ours = (_graph_weights(onnx_path(path)) if is_onnx_dir(path) else _torch_weights(path)), \
+        sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and "embed" not in name)
+    if theirs > ours * (1 + WEIGHT_SLACK):
+        raise ConfigError(f"fallback {path} multiplies each token by {theirs / 1e6:.1f}M weights and the model by "
+                          f"{ours / 1e6:.1f}M: every text it answers costs more than the model answering it, so the "
+                          f"cascade cannot be faster than the model alone. Fix: fallback: teacher, or a fallback no "
+                          f"larger than the model")
+
+
+# the operators that multiply each token's activations by a weight (their second input, or through the
+# DequantizeLinear, Transpose or Cast that feeds it): what a token costs a graph
+MATMULS = ("MatMul", "Gemm", "MatMulInteger", "FusedMatMul", "DynamicQuantizeMatMul", "Attention", "QAttention")
+WEIGHT_SLACK = 0.01  # a fallback this much heavier than the model is refused (its own export weighs the same)
+
+
+def _graph_weights(path: Path) -> int:
+    """The weights a token is multiplied by in the ONNX graph at `path` (MATMULS, MatMulNBits by its N x K); no
+    embedding table (a lookup) counted."""
+    from edgepress.files import read_onnx
+
+    graph = read_onnx(path, external_data=False).graph
+    sizes = {t.name: int(np.prod(t.dims)) for t in graph.initializer}
+    made = {out: node for node in graph.node for out in node.output}
+    total = 0
+    for node in graph.node:
+        if node.op_type == "MatMulNBits":
+            attrs = {a.name: a.i for a in node.attribute}
+            total += attrs["N"] * attrs["K"]
+        elif node.op_type in MATMULS and len(node.input) > 1:
+            name = node.input[1]
+            while name not in sizes and name in made and made[name].op_type in ("DequantizeLinear", "Transpose",
+                                                                                "Cast"):
+                name = made[name].input[0]
+            total += sizes.get(name, 0)
+    return total
+
+
+def _torch_weights(path: Path) -> int:
+    """The weights a token is multiplied by in the torch model dir at `path`: its 2-D tensors but embedding tables,
+    from the safetensors headers (nothing loaded)."""
+    from safetensors import safe_open
+
+    total = 0
+    for file in sorted(Path(path).glob("*.safetensors")):
+        with safe_open(str(file), framework="numpy") as weights:
+            for name in weights.keys():  # noqa: SIM118 (safe_open has keys(), not iteration)
+                shape = weights.get_slice(name).get_shape()
+                total += shape[0] * shape[1] if len(shape) == 2 and "embed" not in name else 0
+    return total
 
 
 def build_fallback(cfg: CascadeConfig, out: Path, texts: tuple[str, ...], task) -> dict:
