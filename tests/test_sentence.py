@@ -465,6 +465,9 @@ def test_an_embedding_run_refuses_what_is_not_built_for_it_yet(tmp_path, sentenc
     assert "not built for embedding models yet" in message and "stage 'l': lottery" in message
     assert "export" not in message.split("\n")[1]
     assert "Fix: use distill, heads, ffn, lowrank, vocab, magnitude, export, optimize" in message
+    message = refused({"model": str(sentence_dir), "stages": [{"name": "export", "method": "export"},
+                                                               {"name": "c", "method": "cascade"}]})
+    assert "stage 'c': cascade (a cascade defers a text by its student's confidence in a label" in message
     message = refused({"model": str(sentence_dir), "stages": [
         {"name": "h", "method": "heads", "params": {"teacher": str(tiny_model_dir)}}]})
     assert "is not a sentence-transformers dir (no modules.json): a sentence encoder's recovery" in message

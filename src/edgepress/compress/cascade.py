@@ -92,16 +92,13 @@ def is_onnx_dir(path: Path) -> bool:
 
 
 def check_cascade(model, tokenizer, cfg: CascadeConfig, task) -> None:
-    """What `validate` can know: a task a cascade decides for (not an embedder's), and a named fallback that exists,
+    """What `validate` can know (an embedder's task refuses the method before: tasks/embedding.py): a named fallback
+    that exists,
     does the run's task with its labels, and multiplies a token by no more weights than the model (`model`, the
     run's baseline) does."""
     from edgepress.models.loading import label2id_of
     from edgepress.tasks import task_of
 
-    if not task.labelled:
-        raise ConfigError("a cascade defers a text by its student's confidence in a label, and a sentence "
-                          "embedder gives vectors, whose confidence is not measured yet. Fix: remove the cascade "
-                          "stage")
     if cfg.fallback == TEACHER:
         return
     path = Path(cfg.fallback).expanduser()

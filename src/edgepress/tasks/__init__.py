@@ -70,8 +70,9 @@ def check_methods_for(task, stages) -> None:
             raise ConfigError(f"{', '.join(augmented)}: {ONLY_TAGGED_WORDS}")
     if task.methods is None:
         return
-    wrong = [f"stage '{stage.name}': {method}" for stage in stages for method, _ in stage.attempts
-             if method not in task.methods]
+    why = dict(task.refused)
+    wrong = [f"stage '{stage.name}': {method}" + (f" ({why[method]})" if method in why else "")
+             for stage in stages for method, _ in stage.attempts if method not in task.methods]
     if wrong:
         lines = "\n".join(f"  ✗ {w}" for w in wrong)
         raise ConfigError(f"these methods are not built for {task.name} models yet:\n{lines}\nFix: use "

@@ -31,6 +31,7 @@ class Classification:
     primary: str = "accuracy"
     gated: tuple[str, ...] = ("accuracy",)  # what an accuracy gate's `metric` may name
     methods: tuple[str, ...] | None = None  # every method
+    refused: tuple[tuple[str, str], ...] = ()  # (method, why): none
     int8_params: tuple[tuple[str, object], ...] = ()  # what `edgepress init` adds to its int8 stage
     # what a search adds to its width stage's recovery: TinyBERT's hidden-state loss (on the demo teacher, 4 layers,
     # heads 1/2, FFN 1/4, width 3/4: validation 0.8590, 0.8562, ... per epoch without it, 0.8628, 0.8609, 0.8685 with)

@@ -31,6 +31,7 @@ class TokenClassification:
     primary: str = "f1"
     gated: tuple[str, ...] = ("f1",)
     methods: tuple[str, ...] | None = None  # every method: the training ones learn each word's tag
+    refused: tuple[tuple[str, str], ...] = ()  # (method, why): none
     int8_params: tuple[tuple[str, object], ...] = ()
     width_params: tuple[tuple[str, object], ...] = ()  # the hidden-state loss is a sequence classifier's
     labelled: bool = True  # tag names (a bundle's manifest lists them as its labels)
