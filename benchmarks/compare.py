@@ -424,7 +424,8 @@ def markdown(result: dict) -> str:
     h = result["headline"]
     targets = [f"{k} {v:.2f} (target {h['target'][k]:g}: {'met' if h['met'][k] else 'MISSED'})"
                for k, v in h["value"].items()]
-    lines += ["", "Targets for edgepress-final: " + "; ".join(targets)]
+    single = " (a single model's: a cascade is held to its own, below)" if "cascade" in result else ""
+    lines += ["", f"Targets for edgepress-final{single}: " + "; ".join(targets)]
     if "cascade" in result:
         h = result["cascade"]
         met = [f"{k} {v:.3f} (target {h['target'][k]:g}: {'met' if h['met'][k] else 'MISSED'})"
