@@ -1,21 +1,12 @@
 // node web/tag.mjs BUNDLE_DIR TEXTS.json: transformers.js's token-classification pipeline on a token classifier's web
 // bundle, offline, with the dtype its config.json names, through the bundle's own cascade.mjs (as its page answers);
-// prints {dtype, tokens, entities, models, confidences} as JSON: per text, each token's tag but O (aggregation_strategy "none":
-// {entity, score, index, word}), the entities the page shows (its edgepress.json's web.options: "simple", tags of
-// one type joined), which model answered (student, or a cascade's fallback) and the student's confidence (null
-// without a cascade).
-import { readFileSync } from "node:fs";
-import path from "node:path";
-import { pathToFileURL } from "node:url";
-import { env, pipeline } from "@huggingface/transformers";
+// prints {dtype, tokens, entities, models, confidences} as JSON: per text, each token's tag but O
+// (aggregation_strategy "none": {entity, score, index, word}), the entities the page shows (its edgepress.json's
+// web.options: "simple", tags of one type joined), which model answered (student, or a cascade's fallback) and the
+// student's confidence (null without a cascade).
+import { openBundle } from "./bundle.mjs";
 
-const [bundle, textsFile] = process.argv.slice(2);
-const { openModels } = await import(pathToFileURL(path.join(path.resolve(bundle), "cascade.mjs")).href);
-const manifest = JSON.parse(readFileSync(path.join(bundle, "edgepress.json"), "utf8"));
-env.allowRemoteModels = false;
-env.localModelPath = path.dirname(path.resolve(bundle)) + "/";
-const models = await openModels(pipeline, manifest, path.basename(path.resolve(bundle)), { device: "cpu" });
-const texts = JSON.parse(readFileSync(textsFile, "utf8"));
+const { manifest, models, texts } = await openBundle(process.argv.slice(2));
 const tokens = [];
 const entities = [];
 const answered = [];
