@@ -26,8 +26,9 @@ def write_bytes(path: Path, data: bytes) -> None:
             f.write(data)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; artifacts are ordinary files
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        _refused(e, path, f"the file was {len(data) / 1e6:.1f} MB")
         raise
 
 
@@ -106,16 +107,37 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     try:
         yield tmp
         replace_dir(tmp, path)
+    except BaseException as e:
+        _refused(e, path, f"{_size(tmp) / 1e6:.1f} MB of it had been written")
+        raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
 
 
+def _refused(e: BaseException, path: Path, amount: str) -> None:
+    """Raise the SystemRefused for `e` (errors.refused_by_system) where the machine refused the write of `path`."""
+    from edgepress.errors import refused_by_system
+
+    refused = refused_by_system(e, path, amount)
+    if refused is not None and refused is not e:
+        raise refused from None
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
+
+
 def replace_dir(src: Path, dst: Path) -> None:
-    """`dst` becomes `src` (a dir on the same filesystem), whatever `dst` held."""
-    if dst.exists():
-        shutil.rmtree(dst)
+    """`dst` becomes `src` (a dir on the same filesystem), whatever `dst` held. A reader of `dst` never meets half of
+    it: the old one is renamed away whole (then deleted), the new one renamed in."""
+    if not dst.exists():
+        os.replace(src, dst)
+        return
+    old = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".old"))
+    os.replace(dst, old / dst.name)
     os.replace(src, dst)
+    shutil.rmtree(old)
 
 
 def writes_artifacts() -> bool:
@@ -259,4 +281,7 @@ def check_owned(out: Path, marker: str, what: str) -> None:
 
 def listed_files(folder: Path) -> list[str]:
     """Every file under `folder`, as the paths a marker lists them by."""
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    from edgepress.device.locks import SUFFIX
+
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                  if p.is_file() and not p.name.endswith(SUFFIX))  # a writer's lock (device/locks.py) is no file of it

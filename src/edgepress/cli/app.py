@@ -41,11 +41,11 @@ out = Console()
 
 
 def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run a library function; an EdgepressError becomes its message on stderr and its exit code. Ctrl-C within it
-    is not lost (edgepress/interrupt.py)."""
+    """Run a library function; an EdgepressError, or the machine refusing a step (errors.refused_by_system),
+    becomes its message on stderr and its exit code. Ctrl-C within it is not lost (edgepress/interrupt.py)."""
     from rich.markup import escape
 
-    from edgepress.errors import EdgepressError, access_denied
+    from edgepress.errors import EdgepressError, access_denied, refused_by_system
     from edgepress.interrupt import latched
 
     try:
@@ -54,6 +54,11 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
                 return fn(*args, **kwargs)
         except PermissionError as e:  # a path it was given that the system will not let it read (or write)
             raise access_denied(e) from None
+        except Exception as e:  # the machine refused a step (a full disk, no memory): a message, not a traceback
+            refused = refused_by_system(e)
+            if refused is None:
+                raise
+            raise refused from None
     except EdgepressError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(e.exit_code) from None

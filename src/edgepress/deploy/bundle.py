@@ -4,6 +4,7 @@ copied in: onnxruntime, tokenizers and numpy are all it needs) and `edgepress.js
 onnxruntime it needs, opsets, every operator with its domain, inputs, max length, labels, what was measured on the
 build machine and where, and a sha256 per file. A run's last step and `edgepress bundle` both call `bundle_model`."""
 
+import contextlib
 import io
 import logging
 import shutil
@@ -15,6 +16,7 @@ from edgepress.deploy.targets import check_artifact, detect_target, resolve_targ
 from edgepress.deploy.web import CASCADE_JS, INDEX, web_files
 from edgepress.device.bundle import BUNDLE_FILES, MANIFEST, check_readable, json_object, model_file
 from edgepress.device.cascade import CASCADE, is_cascade, read_cascade
+from edgepress.device.locks import check_not_written, writing
 from edgepress.device.sessions import disabled_optimizers
 from edgepress.errors import ConfigError, ModelError
 from edgepress.files import atomic_dir, check_apart, check_owned, check_writable, file_sha256, read_onnx, write_json
@@ -111,6 +113,7 @@ def final_of_run(path: Path, verb: str = "bundle") -> Path | None:
     """A run dir's `final/` bundle (None when `path` is not a run dir); a run that wrote none is a ModelError."""
     if not (Path(path) / "run.json").is_file():
         return None
+    check_not_written(Path(path))
     final = Path(path) / "final"
     if not _graph(final).is_file():
         raise ModelError(f"{path} is a run without a final/ bundle (a gate failed, or it stopped before an export "
@@ -276,11 +279,13 @@ def bundle_model(source: Path, out: Path, target: str | None = None, overwrite: 
     machine's) in `out`. A graph the target does not suit is refused before anything is written. `manifest` (a
     run's last step) gives what the run measured; otherwise it comes from the source's own edgepress.json. A
     cascade is bundled whole (`no_cascade`: its student alone, whose manifest then says the cascade's figures are
-    not the student's)."""
+    not the student's). `run_root`: the run writing it (its final/, under the run's lock); otherwise `out` is
+    locked while it is written (device/locks.py), once every check has passed."""
+    locked = run_root is None
     model_dir, found_run = _source(Path(source))
     check_readable(model_dir)
-    run_root = run_root or found_run
-    out = Path(out)
+    run_root, out = run_root or found_run, Path(out)
+    check_not_written(out)
     _check_out(out, {"the model being bundled": model_dir, **({"the run being bundled": found_run} if found_run
                                                               else {})}, overwrite)
     earlier = json_object(model_dir / MANIFEST) if (model_dir / MANIFEST).is_file() else {}
@@ -301,7 +306,8 @@ def bundle_model(source: Path, out: Path, target: str | None = None, overwrite: 
         base = {**{k: v for k, v in base.items() if k != "metrics"},
                 "not_measured": "the student of a cascade, bundled alone (--no-cascade): the run measured the "
                                 "cascade, not its student alone; the stage before the cascade measured this model"}
-    return write_bundle(model_dir, out, {**base, "target": resolved}, cascade=cascade)
+    with writing(out, "--out") if locked else contextlib.nullcontext():
+        return write_bundle(model_dir, out, {**base, "target": resolved}, cascade=cascade)
 
 
 def run_manifest(run_root: Path, cfg, data, metrics: dict, meta: dict, source: Path, task) -> dict:

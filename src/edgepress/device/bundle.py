@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 from .errors import ModelError, access_denied
+from .locks import check_not_written
 
 BUNDLE_FILES = ("model.onnx", "tokenizer.json", "config.json")
 MANIFEST = "edgepress.json"
@@ -50,10 +51,13 @@ def whole_field(config: dict, field: str, default: int | None, least: int, where
 def check_readable(directory: Path) -> None:
     """Every file of the model dir `directory` can be opened, and every dir in it listed: what the system refuses is
     an AccessDenied naming it, before a library reads it and reports the refusal as something else (a missing
-    weights file, a corrupt graph). Other failures are left to the reader of that file."""
+    weights file, a corrupt graph); a dir another process is writing (it, or a dir above it) is an InUse. Other
+    failures are left to the reader of that file."""
     def refused(e: OSError) -> None:
         if isinstance(e, PermissionError):
             raise access_denied(e) from None
+
+    check_not_written(directory)
 
     for root, _, files in os.walk(directory, onerror=refused):
         for name in files:

@@ -33,6 +33,12 @@ class ProviderUnavailable(EdgepressError):
     exit_code = 2
 
 
+class InUse(EdgepressError):
+    """A directory it would write, or read, is being written by another process (device/locks.py)."""
+
+    exit_code = 2
+
+
 class AccessDenied(EdgepressError):
     """A file or directory it was given cannot be read (or written, for an --out): the system refused."""
 

@@ -2,10 +2,11 @@
 pickles."""
 
 import json
+import re
 from pathlib import Path
 
 from edgepress.device.bundle import check_readable, json_object, json_value, whole, whole_field
-from edgepress.errors import ModelError
+from edgepress.errors import ModelError, available_memory
 from edgepress.models.lowrank import RECORD as LOWRANK_RECORD
 from edgepress.models.width import RECORD as WIDTH_RECORD
 
@@ -204,6 +205,86 @@ def check_sizes(path: Path, config: dict) -> None:
             whole_field(config, field, None, 1, f"{path}/config.json")
 
 
+# the layer folders of every family edgepress loads (BERT's encoder.layer.N, DistilBERT's transformer.layer.N,
+# ModernBERT's layers.N); ALBERT's shared albert_layers.N do not count: its config repeats them
+LAYER = re.compile(r"(?:^|\.)(?:layer|layers)\.(\d+)\.")
+LAYER_FIELDS = ("num_hidden_layers", "n_layers")
+
+
+def weight_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape in the safetensors `files`, from their headers: no tensor is read."""
+    from safetensors import safe_open
+
+    shapes = {}
+    for file in files:
+        with safe_open(str(file), framework="numpy") as weights:
+            for name in weights.keys():  # noqa: SIM118 (safe_open has keys(), not iteration)
+                shapes[name] = tuple(weights.get_slice(name).get_shape())
+    return shapes
+
+
+def check_layers(path: Path, config: dict, shapes: dict[str, tuple[int, ...]]) -> None:
+    """config.json asks for no more layers than the weights hold (a config that claims 100,000 layers over a
+    2-layer model's weights would be built for minutes before its weights were found missing)."""
+    held = {int(m.group(1)) for name in shapes if (m := LAYER.search(name))}
+    for field in LAYER_FIELDS:
+        asked = config.get(field)
+        if held and whole(asked) and asked > max(held) + 1:
+            raise ModelError(f"{path}/config.json: {field} is {asked}, but the weights hold {max(held) + 1} layers. "
+                             f"{FIX_RECORDS}")
+
+
+def _meta_model(path: Path, auto, overrides: dict):
+    """The model `auto` builds from the dir's config.json (with `overrides`), on torch's meta device: its shapes,
+    no memory."""
+    import torch
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    with torch.device("meta"):
+        return auto.from_config(config)
+
+
+def check_fits_weights(path: Path, config: dict, files: list[Path], auto, overrides: dict) -> None:
+    """Before any model is built: config.json's layers are bounded by the weights (`check_layers`), the model it
+    builds fits this machine's memory, and (a dir of no recorded edits, whose weights have the shapes it builds)
+    every weight's shape in the safetensors headers is the one config.json builds; the ModelError names the field,
+    its value and what the weights hold."""
+    shapes = weight_shapes(files)
+    check_layers(path, config, shapes)
+    model = _meta_model(path, auto, overrides)
+    needed, free = sum(p.numel() * p.element_size() for p in model.parameters()), available_memory()
+    if free is not None and needed > free:
+        raise ModelError(f"{path}/config.json builds a model of {needed / 1e6:,.0f} MB, more than the "
+                         f"{free / 1e6:,.0f} MB this machine has free. {FIX_RECORDS}")
+    if config.get("pruned_heads") or config.get(WIDTH_RECORD) is not None or config.get(LOWRANK_RECORD):
+        return  # built full size, then cut: `_load_rebuilt` compares the cut shapes
+    wrong = _misfits(model, shapes, base_only=bool(overrides))
+    if wrong:
+        name, built, held = wrong[0]
+        fields = [f"{field} is {config[field]}" for field in sorted(config) if whole(config.get(field), 1)
+                  and config[field] in set(built) - set(held)]
+        said = f"config.json's {' or '.join(fields)}" if fields else "config.json"
+        raise ModelError(f"{path}: {said}, but the weights hold {name} of shape {list(held)} (config.json builds "
+                         f"{list(built)}){f'; and {len(wrong) - 1} more' if len(wrong) > 1 else ''}. {FIX_RECORDS}")
+
+
+def _misfits(model, shapes: dict[str, tuple[int, ...]], base_only: bool) -> list[tuple[str, tuple, tuple]]:
+    """(name, built shape, weights' shape) of every weight the headers and the built `model` both name (with or
+    without the base model's prefix) whose shapes differ; `base_only`: the encoder's (a fresh head is drawn)."""
+    prefix = f"{model.base_model_prefix}."
+    def bare(name: str) -> str:
+        return name.removeprefix(prefix)
+
+    held = {bare(name): (name, shape) for name, shape in shapes.items()}
+    built = {bare(name): tuple(t.shape) for name, t in model.state_dict().items()
+             if not base_only or name.startswith(prefix)}
+    return [(*held[name][:1], shape, held[name][1]) for name, shape in built.items()
+            if name in held and held[name][1] != shape]
+
+
 def load_pretrained(path: Path, auto_class: str, **overrides):
     """(model, tokenizer, loading info) of the HF model dir `path`, built by transformers' `auto_class`
     (AutoModelForSequenceClassification, AutoModel): checked whole first, refused when it asks for code from
@@ -219,6 +300,8 @@ def load_pretrained(path: Path, auto_class: str, **overrides):
     check_sizes(path, config)
     files = safetensors_files(path)  # refuses an index that names weight files outside the dir
     try:
+        if files:  # a pickled .bin has no header to read without unpickling: transformers checks it as it loads
+            check_fits_weights(path, config, files, auto, overrides)
         if config.get("pruned_heads") or config.get(WIDTH_RECORD) is not None or config.get(LOWRANK_RECORD):
             model, info = _load_rebuilt(path, files, auto, **overrides)
         else:

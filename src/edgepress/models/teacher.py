@@ -13,6 +13,7 @@ from pathlib import Path
 from edgepress.cache import cache_dir, cache_lock
 from edgepress.configs import recorded_is
 from edgepress.data import DataConfig, DataSplits, load_data
+from edgepress.device.locks import writing
 from edgepress.errors import ModelError, missing
 from edgepress.files import atomic_dir, listed_files, read_json, write_json
 from edgepress.logs import step
@@ -132,7 +133,7 @@ def build_teacher(out: Path, data: DataSplits | None = None, recipe: TrainConfig
 
     data = data or load_data(DataConfig())
     model, tokenizer = with_new_head(encoder or encoder_dir(), CLASSIFICATION.auto_class, data.id2label, recipe.seed)
-    with atomic_dir(Path(out)) as tmp:
+    with writing(Path(out), "--out"), atomic_dir(Path(out)) as tmp:
         result = train_classifier(model, tokenizer, data.train, recipe, tmp,
                                   score=CLASSIFICATION.training_score(tokenizer, data.validation, recipe.max_length))
         write_json(tmp / MANIFEST, {

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from edgepress.configs import build
-from edgepress.errors import EdgepressError, ExportParityError
+from edgepress.errors import EdgepressError, ExportParityError, SystemRefused
 from edgepress.logs import duration, readable, summarise_library_messages, words
 from edgepress.pipeline.config import Gates, ParityGate, StageConfig, with_target
 from edgepress.pipeline.gates import evaluate_gates
@@ -79,7 +79,8 @@ def _call(state: RunState, method: str, cfg, dst: Path) -> dict:
 
 def attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst: Path) -> Outcome:
     """Run one method on the stage's input, measure and gate what it gives; its EdgepressError is a failed
-    attempt (a parity miss is recorded as the parity gate it is), never the end of the run."""
+    attempt (a parity miss is recorded as the parity gate it is), never the end of the run; but the machine refusing
+    a step (SystemRefused: a full disk, no memory) ends it, resumable."""
     spec = METHODS[method]
     params, filled = with_target(state.target["name"], method, params)
     log.info("stage %s: %s %s ...", stage.name, method, readable(params) if params else "(defaults)")
@@ -93,6 +94,8 @@ def attempt(state: RunState, stage: StageConfig, method: str, params: dict, dst:
         details, metrics, preds = _computed(state, stage, method, cfg, dst)
         details = {**details, **({"target_defaults": filled} if filled else {})}
         time_speedup(state, stage, metrics, dst)
+    except SystemRefused:  # the machine's refusal (a full disk), not the method's: no fallback would fare better
+        raise
     except EdgepressError as e:
         log.error("stage %s: %s failed: %s", stage.name, method, e)
         parity = isinstance(e, ExportParityError) and cfg is not None

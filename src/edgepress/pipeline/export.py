@@ -6,6 +6,7 @@ from pathlib import Path
 from edgepress.data import DEMO_SOURCE
 from edgepress.data.load import load_texts
 from edgepress.deploy.bundle import EXPORTED
+from edgepress.device.locks import writing
 from edgepress.errors import ConfigError
 from edgepress.export.onnx import ExportConfig
 from edgepress.export.optimize import OptimizeConfig, optimize_onnx
@@ -29,7 +30,7 @@ def export_model(model: str, out: Path, optimize: OptimizeConfig | None, cfg: Ex
     texts = load_texts(data, text_column)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as scratch:
+    with writing(out, "--out"), tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as scratch:
         result = Path(scratch) / "onnx"
         steps = {"export": METHODS["export"].call(kind, model_dir, result, texts, cfg, task_of(model_dir))}
         if optimize is not None:

@@ -19,7 +19,8 @@ import numpy as np
 from edgepress.data.dataset import missing_classes
 from edgepress.deploy.bundle import bundle_model, run_manifest
 from edgepress.deploy.targets import resolve_target
-from edgepress.errors import ConfigError, EdgepressError, GateFailed
+from edgepress.device.locks import check_not_written, writing
+from edgepress.errors import ConfigError, EdgepressError, GateFailed, refused_by_system
 from edgepress.files import tree_sha256, write_json
 from edgepress.interrupt import check as check_interrupt
 from edgepress.logs import summarise_library_messages, words
@@ -179,6 +180,8 @@ def _stopped(state: RunState, error: BaseException) -> None:
     """An error ended the run: say so in run.log and in the report, without hiding the error itself."""
     if isinstance(error, EdgepressError):
         message = str(error)
+    elif refused_by_system(error) is not None:
+        message = str(refused_by_system(error))
     elif isinstance(error, KeyboardInterrupt):
         message = "interrupted (Ctrl-C); `--resume` reuses the stages that finished"
     else:
@@ -214,7 +217,16 @@ def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_fi
     gate inside the test split's noise nor for a part of the config left unused (`config_notes`): a search's winner,
     whose report speaks of its constraint and whose config the search wrote."""
     run = RunDir(Path(out))
+    check_not_written(run.root)  # before the checks: what they read there is another process's, half written
     model_dir, data = check_inputs(cfg, run.root, config_file=config_file)
+    with writing(run.root, "--out"):
+        return _run(cfg, run, model_dir, data, resume, cache, evaluate_on, noise_note)
+
+
+def _run(cfg: PipelineConfig, run: RunDir, model_dir: Path | None, data, resume: bool, cache: Path | None,
+         evaluate_on: str, noise_note: bool) -> dict:
+    """`run_pipeline` once its inputs are checked and it holds the run dir's lock."""
+    out = run.root
     if evaluate_on == "validation":
         data = replace(data, test=data.validation, note="; ".join(filter(None, (data.note, TRIAL_NOTE))))
     stage_cache = open_cache(cache, {"the run dir": run.root, **local_inputs(cfg.model, cfg.data)}) \
@@ -254,6 +266,9 @@ def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_fi
                              None if failed is None else f"stage '{failed[0]}': {_missed(failed[1])}")
     except BaseException as e:
         _stopped(state, e)
+        refused = refused_by_system(e)
+        if refused is not None and refused is not e:
+            raise refused from None
         raise
     finally:
         logging.getLogger("edgepress").removeHandler(handler)
