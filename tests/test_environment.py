@@ -163,12 +163,12 @@ def _lying(tiny_model_dir: Path, tmp_path: Path, **fields) -> Path:
 
 @pytest.mark.parametrize(("fields", "message"), [
     ({"num_hidden_layers": 100000}, "config.json: num_hidden_layers is 100000, but the weights hold 2 layers"),
-    ({"vocab_size": 1000000}, "config.json's vocab_size is 1000000, but the weights hold "
+    ({"vocab_size": 1000000}, "weights that do not fit its config.json: vocab_size is 1000000, but the weights hold "
                               "bert.embeddings.word_embeddings.weight of shape [30522, 32] (config.json builds "
                               "[1000000, 32])"),
-    ({"max_position_embeddings": 4096}, "config.json's max_position_embeddings is 4096, but the weights hold "
+    ({"max_position_embeddings": 4096}, "its config.json: max_position_embeddings is 4096, but the weights hold "
                                         "bert.embeddings.position_embeddings.weight of shape [128, 32]"),
-    ({"intermediate_size": 96}, "config.json's intermediate_size is 96, but the weights hold "
+    ({"intermediate_size": 96}, "its config.json: intermediate_size is 96, but the weights hold "
                                 "bert.encoder.layer.0.intermediate.dense.weight of shape [64, 32]"),
 ])
 def test_a_config_that_lies_about_its_weights_is_refused_before_a_model_is_built(fields, message, tmp_path,

@@ -266,8 +266,9 @@ def check_fits_weights(path: Path, config: dict, files: list[Path], auto, overri
         name, built, held = wrong[0]
         fields = [f"{field} is {config[field]}" for field in sorted(config) if whole(config.get(field), 1)
                   and config[field] in set(built) - set(held)]
-        said = f"config.json's {' or '.join(fields)}" if fields else "config.json"
-        raise ModelError(f"{path}: {said}, but the weights hold {name} of shape {list(held)} (config.json builds "
+        said = " or ".join(fields) if fields else "the shapes it builds differ"
+        raise ModelError(f"{path}: weights that do not fit its config.json: {said}, but the weights hold {name} of "
+                         f"shape {list(held)} (config.json builds "
                          f"{list(built)}){f'; and {len(wrong) - 1} more' if len(wrong) > 1 else ''}. {FIX_RECORDS}")
 
 
