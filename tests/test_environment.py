@@ -45,7 +45,7 @@ def test_a_second_writer_is_refused_naming_the_first_and_a_killed_ones_lock_neve
         with pytest.raises(InUse, match=rf"--out {out} is being written by process {first.pid} \(`-c .*`, since "
                                         rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\)\. Fix: wait for it to finish"), \
                 writing(out, "--out"):
-            pass
+            raise AssertionError("a second writer took the lock the first holds")
         first.send_signal(signal.SIGKILL)
         first.wait()
         with writing(out, "--out"):  # the kernel let the dead process's lock go

@@ -55,10 +55,9 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         except PermissionError as e:  # a path it was given that the system will not let it read (or write)
             raise access_denied(e) from None
         except Exception as e:  # the machine refused a step (a full disk, no memory): a message, not a traceback
-            refused = refused_by_system(e)
-            if refused is None:
+            if refused_by_system(e) is None:
                 raise
-            raise refused from None
+            raise refused_by_system(e) from None
     except EdgepressError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         raise typer.Exit(e.exit_code) from None

@@ -154,15 +154,10 @@ def _graph_weights(path: Path) -> int:
 def _torch_weights(path: Path) -> int:
     """The weights a token is multiplied by in the torch model dir at `path`: its 2-D tensors but embedding tables,
     from the safetensors headers (nothing loaded)."""
-    from safetensors import safe_open
+    from edgepress.models.loading import safetensors_files, weight_shapes
 
-    total = 0
-    for file in sorted(Path(path).glob("*.safetensors")):
-        with safe_open(str(file), framework="numpy") as weights:
-            for name in weights.keys():  # noqa: SIM118 (safe_open has keys(), not iteration)
-                shape = weights.get_slice(name).get_shape()
-                total += shape[0] * shape[1] if len(shape) == 2 and "embed" not in name else 0
-    return total
+    return sum(shape[0] * shape[1] for name, shape in weight_shapes(safetensors_files(Path(path))).items()
+               if len(shape) == 2 and "embed" not in name)
 
 
 def build_fallback(cfg: CascadeConfig, out: Path, texts: tuple[str, ...], task) -> dict:
