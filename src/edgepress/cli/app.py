@@ -12,13 +12,9 @@ from edgepress.cli.params import Aggregation, Commands, DemoTask, Kind, Provider
 from edgepress.logs import words
 
 app = typer.Typer(
-    cls=Commands,
-    name="edgepress",
+    cls=Commands, name="edgepress", no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
     help="Compress a trained BERT-family text classifier for devices: distill, prune, quantize, export to ONNX, "
     "and gate every stage on accuracy, latency and parity.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
 )
 
 
@@ -36,8 +32,7 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_versio
     """Options before any command (the app's help text is its own)."""
 
 
-err = Console(stderr=True)
-out = Console()
+err, out = Console(stderr=True), Console()
 
 
 def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
