@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from edgepress import __version__
-from edgepress.errors import ConfigError
+from edgepress.errors import ConfigError, refused_by_system
 from edgepress.files import atomic_dir, read_json, resolved, tree_sha256, write_json
 from edgepress.pipeline.rundir import loaded_predictions, stored_predictions
 
@@ -103,9 +103,13 @@ class StageCache:
             write_json(tmp / ENTRY, {"key": key, "artifact_sha256": tree_sha256(tmp / "model") if artifact else None,
                                      "details": details, "metrics": metrics,
                                      "predictions": stored_predictions(predictions, tmp)})
-            os.rename(tmp, entry)  # fails when another writer got there first: theirs is the same result
-        except OSError:
-            pass
+            try:
+                os.rename(tmp, entry)
+            except OSError:
+                if not (entry / ENTRY).is_file():  # not another writer's entry (the same result) got there first
+                    raise
+        except OSError as e:  # the machine refused: a full disk is a full disk, in the cache too
+            raise refused_by_system(e, entry) or e from None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
