@@ -190,3 +190,39 @@ def test_a_model_larger_than_the_free_memory_is_refused_with_the_estimate(monkey
 def test_evaluate_of_a_lying_config_exits_2_naming_the_field(tmp_path, tiny_model_dir):
     result = invoke("evaluate", _lying(tiny_model_dir, tmp_path, hidden_size=64, num_attention_heads=2))
     assert result.exit_code == 2 and "hidden_size is 64" in result.output, result.output
+
+
+# --- 4. no step writes into what it reads (tests/test_injection.py makes every write a case) ---------------------
+
+@contextmanager
+def writes_under(folder: Path):
+    """The writes this process makes under `folder` while the block runs (an audit hook, inert after it)."""
+    from tests.inject import EVENTS, _written
+
+    seen, active, root = [], [True], f"{os.path.abspath(folder)}{os.sep}"
+
+    def hook(event: str, args: tuple) -> None:
+        if active[0] and event in EVENTS and (path := _written(event, args)) and path.startswith(root):
+            seen.append((event, path))
+
+    sys.addaudithook(hook)
+    try:
+        yield seen
+    finally:
+        active[0] = False
+
+
+def test_a_quantizer_never_writes_into_the_artifact_it_reads(tmp_path, tiny_onnx_dir, movie_data):
+    """onnxruntime.quantization writes a shape-inferred copy beside the graph it is given: given a stage's artifact,
+    an int8 stage wrote into the stage before it (found by the injection harness: killed there, the earlier stage's
+    sha256 no longer held)."""
+    from edgepress.compress.quantize import Int8StaticConfig, int8_dynamic, int8_static
+
+    source = tmp_path / "stages" / "02-fuse" / "model"
+    shutil.copytree(tiny_onnx_dir, source)
+    texts = movie_data.validation.texts[:16]
+    with writes_under(source) as seen:
+        int8_dynamic(source, tmp_path / "a", texts)
+        int8_static(source, tmp_path / "b", texts, Int8StaticConfig(calibration_size=8))
+    assert seen == []
+    assert sorted(p.name for p in source.parent.iterdir()) == ["model"]  # its own temp dir gone with it

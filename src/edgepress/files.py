@@ -4,6 +4,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -115,6 +116,22 @@ def atomic_dir(path: Path) -> Iterator[Path]:
             shutil.rmtree(tmp)
 
 
+@contextlib.contextmanager
+def graph_apart(graph: Path, near: Path) -> Iterator[Path]:
+    """`graph` (an .onnx file) as a file of a temp dir beside `near`, with the other files of its dir: hard links
+    (no copy on one filesystem; copies where it takes none). onnxruntime.quantization writes a shape-inferred copy
+    beside the graph it is given and deletes it: given this one, it never writes into another stage's artifact."""
+    near.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=near.parent, prefix=f".{near.name}.", suffix=".tmp") as scratch:
+        for f in graph.parent.iterdir():
+            if f.is_file():
+                try:
+                    os.link(f, Path(scratch) / f.name)
+                except OSError:
+                    shutil.copy2(f, Path(scratch) / f.name)
+        yield Path(scratch) / graph.name
+
+
 def _refused(e: BaseException, path: Path, amount: str) -> None:
     """Raise the SystemRefused for `e` (errors.refused_by_system) where the machine refused the write of `path`."""
     from edgepress.errors import refused_by_system
@@ -134,10 +151,34 @@ def replace_dir(src: Path, dst: Path) -> None:
     if not dst.exists():
         os.replace(src, dst)
         return
-    old = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".old"))
-    os.replace(dst, old / dst.name)
+    old = _away(dst)
     os.replace(src, dst)
     shutil.rmtree(old)
+
+
+def remove_dir(path: Path) -> None:
+    """Remove the dir `path` whole, as a reader (or a process killed halfway) never meets half of it: renamed away
+    first (into `.NAME.*.old` beside it), then deleted."""
+    if path.is_dir():
+        shutil.rmtree(_away(path))
+
+
+def _away(path: Path) -> Path:
+    """`path` renamed into a new hidden dir beside it; returns that dir."""
+    old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old"))
+    os.replace(path, old / path.name)
+    return old
+
+
+LEFTOVER = re.compile(r"^\..+\.[a-z0-9_]{8}\.(tmp|old)$")  # a temp name of mkstemp/mkdtemp as the writes above make it
+
+
+def remove_leftovers(folder: Path) -> None:
+    """Remove what a killed process left in `folder` (held by this one's writer lock): the hidden temp and old dirs
+    and files that atomic writes make beside their artifacts (`.NAME.*.tmp`, `.NAME.*.old`)."""
+    for path in folder.glob(".*.*"):
+        if LEFTOVER.match(path.name):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def writes_artifacts() -> bool:

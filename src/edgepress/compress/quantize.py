@@ -41,7 +41,7 @@ from edgepress.export.parity import (
     ort_runner,
     spread_by_length,
 )
-from edgepress.files import atomic_dir, read_onnx
+from edgepress.files import atomic_dir, graph_apart, read_onnx
 from edgepress.logs import parity_text, readable
 from edgepress.runtime.session import SessionConfig, open_session, session_op_counts
 
@@ -168,12 +168,12 @@ def int8_dynamic(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
                  cfg: Int8DynamicConfig = Int8DynamicConfig()) -> dict:
     """Quantize `src_dir`/model.onnx dynamically to int8 into `out_dir` (smoothed first when `cfg.smooth`);
     returns the quantized op counts, the smoothing and parity against the graph as it came."""
-    with tempfile.TemporaryDirectory(prefix="edgepress-smooth-") as scratch:
-        src, smoothing = Path(src_dir) / ONNX_FILE, {}
+    with graph_apart(Path(src_dir) / ONNX_FILE, Path(out_dir)) as src:
+        smoothing = {}
         if cfg.smooth is not None:
-            smoothing = smooth_activations(src, Path(scratch) / ONNX_FILE, texts, cfg.smooth, cfg.max_length,
+            smoothing = smooth_activations(src, src.with_suffix(".smooth.onnx"), texts, cfg.smooth, cfg.max_length,
                                            fold_attention=cfg.per_channel)
-            src = Path(scratch) / ONNX_FILE
+            src = src.with_suffix(".smooth.onnx")
         return {**_int8_dynamic(src, Path(src_dir), Path(out_dir), texts, cfg),
                 **({"smooth": smoothing} if smoothing else {})}
 
@@ -299,7 +299,8 @@ def int8_static(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
               "entropy": CalibrationMethod.Entropy}[cfg.calibration]
     excluded = float_matmuls(graph)
     candidates = [n for n in _weighted(graph, ("MatMul",)) if n not in excluded]
-    with tempfile.TemporaryDirectory(prefix="edgepress-calibration-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="edgepress-calibration-") as scratch, \
+            graph_apart(src, Path(out_dir)) as src:
         cache = Path(scratch) / "ranges.json"  # calibrated once, by the first call; read back by the others
 
         def quantize(out: Path, only: list[str] | None = None, exclude: tuple[str, ...] = ()) -> None:
