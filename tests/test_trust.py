@@ -719,6 +719,9 @@ def test_a_run_killed_mid_stage_resumes_to_the_uninterrupted_result(good_run, tm
     assert json.loads((out / "report.json").read_text())["status"] == "running"
     page = (out / "report.html").read_text()  # the table of what finished; the plots are drawn when a run ends
     assert "<td>export</td>" in page and "<svg" not in page and "drawn when the run ends" in page
+    stopped = invoke("bundle", out, "--out", tmp_path / "b")  # no writer holds it: its writer is gone
+    assert stopped.exit_code == 2 and "is a run that stopped before it finished" in stopped.output \
+        and f"--out {out} --resume`" in stopped.output, stopped.output
     report = runner.run_pipeline(load_config(config), out, resume=True)
     assert [bool(s.get("reused_from")) for s in report["stages"]] == [True, False, False]
     uninterrupted = json.loads((good_run / "report.json").read_text())

@@ -115,10 +115,22 @@ def final_of_run(path: Path, verb: str = "bundle") -> Path | None:
         return None
     check_not_written(Path(path))
     final = Path(path) / "final"
+    if not _graph(final).is_file() and _stopped(Path(path)):
+        raise ModelError(f"{path} is a run that stopped before it finished: its report says running, and no process "
+                         f"is writing it (it was killed, or its machine went down). Fix: run it again with "
+                         f"`edgepress run CONFIG --out {path} --resume`: it continues from the last stage that passed")
     if not _graph(final).is_file():
         raise ModelError(f"{path} is a run without a final/ bundle (a gate failed, or it stopped before an export "
                          f"stage). Fix: finish the run, or {verb} one stage's model: {path}/stages/NN-NAME/model")
     return final
+
+
+def _stopped(run: Path) -> bool:
+    """The run dir `run` (no process writing it) holds a report of a run that never ended."""
+    try:
+        return json_object(run / "report.json").get("status") == "running"
+    except ModelError:
+        return False
 
 
 def _source(path: Path) -> tuple[Path, Path | None]:

@@ -6,7 +6,6 @@ an earlier one, whatever an interrupted run left behind."""
 
 import logging
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import numpy as np
 from edgepress.data import DataSplits
 from edgepress.device.bundle import json_object
 from edgepress.errors import ModelError
-from edgepress.files import read_arrays, tree_sha256, write_arrays, write_json
+from edgepress.files import read_arrays, remove_dir, remove_leftovers, tree_sha256, write_arrays, write_json
 
 # the report first: while a new attempt replaces an old one, no report may describe a mix of the two. run.json
 # stays (the mark of a run dir) until the new run overwrites it, right after `prepare`.
@@ -68,12 +67,14 @@ class RunDir:
         stages (each is checked before it is reused). Folders that edgepress did not name are left alone."""
         for name in REPORT_FILES:
             (self.root / name).unlink(missing_ok=True)
-        if (self.root / "final").is_dir():
-            shutil.rmtree(self.root / "final")
+        remove_dir(self.root / "final")
         keep = {self.stage_dir(i, n).name for i, n in enumerate(["baseline", *stage_names])} if resume else set()
         for folder in self._stage_folders():
             if folder.name not in keep:
-                shutil.rmtree(folder)
+                remove_dir(folder)
+        for folder in (self.root, self.root / "stages"):  # what a killed run's atomic writes left
+            if folder.is_dir():
+                remove_leftovers(folder)
         if not resume:
             (self.root / "data_split.json").unlink(missing_ok=True)
         (self.root / "run.log").unlink(missing_ok=True)
@@ -113,8 +114,7 @@ class RunDir:
     def clear_stage(self, index: int, name: str) -> Path:
         """An empty folder for a stage about to run (whatever an earlier or interrupted attempt left goes)."""
         folder = self.stage_dir(index, name)
-        if folder.exists():
-            shutil.rmtree(folder)
+        remove_dir(folder)
         folder.mkdir(parents=True)
         return folder
 
