@@ -15,7 +15,7 @@ import yaml
 
 from edgepress.compress.structured import BASELINE
 from edgepress.data.config import DataConfig
-from edgepress.errors import ConfigError, EdgepressError
+from edgepress.errors import ConfigError, EdgepressError, refused_by_system
 
 
 def fitting_length(tokenizer, texts: tuple[str, ...], positions: int) -> tuple[int, str]:
@@ -160,7 +160,8 @@ def write_starter(model: str, data: DataConfig, out: Path | None) -> str:
         try:
             fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
         except OSError as e:
-            raise ConfigError(f"--out {out} cannot be written: {e}. Fix: a file in a directory you can write") from None
+            raise refused_by_system(e, out) or ConfigError(f"--out {out} cannot be written: {e}. Fix: a file in a "
+                                                           f"directory you can write") from None
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)

@@ -11,8 +11,9 @@ from edgepress.data.movie import ID2LABEL as DEMO_LABELS
 from edgepress.deploy.web import web_modules
 from edgepress.device.bundle import MANIFEST
 from edgepress.device.feeds import fixed_shape_feeds, load_tokenizer, position_limit
+from edgepress.device.locks import SUFFIX
 from edgepress.errors import ConfigError, EdgepressError
-from edgepress.files import check_apart, check_owned, check_writable
+from edgepress.files import LEFTOVER, check_apart, check_owned, check_writable
 from edgepress.models.loading import label2id_of, read_model_config
 from edgepress.models.teacher import DEMO_TEACHERS, resolve_model
 from edgepress.pipeline.config import PipelineConfig
@@ -34,12 +35,18 @@ def check_run_dir(out: Path, inputs: dict[str, Path] | None = None) -> None:
     only the bundle's own files."""
     check_writable(out)
     check_apart(out, inputs or {}, (*(out / name for name in RUN_FILES), out / "stages", out / "final"))
-    if out.is_dir() and any(out.iterdir()) and not (out / "run.json").is_file():
+    if out.is_dir() and not (out / "run.json").is_file() and any(not _of_a_run(p.name) for p in out.iterdir()):
         raise ConfigError(f"--out {out} holds files that are not an edgepress run; a run writes report.*, run.*, "
                           f"stages/ and final/ there and would replace any of yours. Fix: give a new or empty "
                           f"directory, or the directory of an earlier run")
     if (out / "final").exists():
         check_owned(out / "final", MANIFEST, "bundle")
+
+
+def _of_a_run(name: str) -> bool:
+    """`name` in a dir without run.json is what a run stopped before it wrote one left: its log, a temp file of an
+    atomic write, a writer's lock."""
+    return name == "run.log" or bool(LEFTOVER.match(name)) or name.endswith(SUFFIX)
 
 
 def check_lengths(model_dir: Path, cfg: PipelineConfig) -> None:

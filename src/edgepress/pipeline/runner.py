@@ -245,7 +245,8 @@ def _run(cfg: PipelineConfig, run: RunDir, model_dir: Path | None, data, resume:
     try:
         run.prepare([s.name for s in cfg.stages], state.resume)
     except OSError as e:
-        raise ConfigError(f"--out {out} cannot be written: {e}. Fix: choose a directory you can write") from None
+        raise refused_by_system(e, out) or ConfigError(f"--out {out} cannot be written: {e}. Fix: choose a directory "
+                                                       f"you can write") from None
     handler = attach_log(run.root)
     if earlier:
         log.info("%s held an earlier run: every stage runs again (--resume reuses the stages whose config, input "
