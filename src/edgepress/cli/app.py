@@ -162,7 +162,8 @@ def search(
                                                         "report, best.yaml and the winner's run.")],
     budget: Annotated[str | None, typer.Option(help="Wall-clock time for trials, e.g. 2h or 45m: no trial starts "
                                                     "that would not end in it (by the median trial).")] = None,
-    trials: Annotated[int | None, typer.Option(min=1, help="Trials in the study in all (every worker's).")] = None,
+    trials: Annotated[int | None, typer.Option(min=1, help="Trials in the study in all (every worker's; one killed "
+                                                          "with its search is tried again).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the search in --out (or join it as a second worker).")]
     = False,
     storage: Annotated[str | None, typer.Option(help="A database URL for the study (e.g. postgresql://...) shared "

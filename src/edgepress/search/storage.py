@@ -166,13 +166,21 @@ def asked_trials(study) -> list:
     return [t for t in study.get_trials(deepcopy=False) if t.state != optuna.trial.TrialState.WAITING]
 
 
+def killed(trial) -> bool:
+    """A failed trial whose outcome was not told was stopped with its worker (killed, or its heartbeat lost)."""
+    return trial.state.name == "FAIL" and trial.user_attrs.get("stop") not in ("error", "interrupted", "beaten")
+
+
+def counted_trials(study) -> list:
+    """The trials `--trials N` counts: every one asked but those stopped with their worker, whose point is free
+    again (a search killed in its last trial, resumed, tries that point again rather than end without it)."""
+    return [t for t in asked_trials(study) if not killed(t)]
+
+
 def trial_rows(study) -> list[dict]:
     rows = []
     for t in asked_trials(study):
-        # a failed trial whose outcome was not told was stopped with its worker (killed, or its heartbeat lost)
-        stop = t.user_attrs.get("stop") or t.state.name.lower()
-        if t.state.name == "FAIL" and stop not in ("error", "interrupted", "beaten"):
-            stop = "killed"
+        stop = "killed" if killed(t) else t.user_attrs.get("stop") or t.state.name.lower()
         rows.append({"number": t.number, "params": t.params, "state": t.state.name.lower(), "stop": stop,
                      "why": t.user_attrs.get("why", ""),
                      "accuracy": t.values[0] if t.values else None,

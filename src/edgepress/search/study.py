@@ -43,7 +43,16 @@ from edgepress.pipeline.config import PipelineConfig
 from edgepress.search.config import SearchConfig, pipeline_for
 from edgepress.search.policy import best_passing, validation_front
 from edgepress.search.prepare import Prepared, distributions, point_of, prepare, search_noise
-from edgepress.search.storage import ask, asked_trials, await_others, fail_dead_trials, open_study, tell, trial_rows
+from edgepress.search.storage import (
+    ask,
+    asked_trials,
+    await_others,
+    counted_trials,
+    fail_dead_trials,
+    open_study,
+    tell,
+    trial_rows,
+)
 from edgepress.search.trial import settle, space_points, unsettled_points
 
 log = logging.getLogger(__name__)
@@ -65,14 +74,14 @@ def _expected(durations: list[tuple[float, str]]) -> float:
 
 def search_loop(cfg: SearchConfig, prepared: Prepared, out: Path, study, budget_s: float | None,
                 trials: int | None, progress) -> dict:
-    """Trials until `trials` are in the study or the budget would be overrun by one more (the median trial's time);
-    returns how the time was spent."""
+    """Trials until `trials` are in the study (one killed with its worker not counted) or the budget would be overrun
+    by one more (the median trial's time); returns how the time was spent."""
     started, durations, exhausted, settled = time.monotonic(), [], False, False
     drawn = distributions(prepared)
     while True:
         check_interrupt()
         fail_dead_trials(study)  # a killed local worker's trial: its point is free again
-        done = len(asked_trials(study))
+        done = len(counted_trials(study))
         if trials is not None and done >= trials:
             break
         elapsed = time.monotonic() - started
