@@ -5,7 +5,7 @@ lengths and at b32 x s128, timed interleaved (benchmarks/compare.py's rounds).
 
     .venv/bin/python benchmarks/base_teacher.py [--rounds 5] [--threads 2]
     # the teacher, demo:mpnet-movie, is built on first use into the cache (EDGEPRESS_CACHE/models/mpnet-movie), like
-    # the demo teacher (edgepress.models.teacher.BASE_RECIPE); on 2 CPU cores that is about an hour (one epoch;
+    # the demo teacher (edgepress.teacher.BASE_RECIPE); on 2 CPU cores that is about an hour (one epoch;
     # MiniLM-L6's two take 19 minutes there, and an MPNet-base training step 6.7x MiniLM's); on a GPU, minutes.
     # Writes benchmarks/results/base_teacher.{json,md}
     .venv/bin/python benchmarks/base_teacher.py --step-times
@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE))
 
 from compare import TEACHER, Candidate, fidelity_sets, latency_row, prepare, quality, time_round  # noqa: E402
 
-from edgepress.models.teacher import BASE_RECIPE, BASE_TEACHER  # noqa: E402
+from edgepress.teacher import BASE_RECIPE, BASE_TEACHER  # noqa: E402
 
 
 def step_times(threads: int, steps: int = 4, forwards: int = 12) -> None:
@@ -37,7 +37,7 @@ def step_times(threads: int, steps: int = 4, forwards: int = 12) -> None:
 
     from edgepress.data import DataConfig, load_data
     from edgepress.models.evaluate import forward_inputs
-    from edgepress.models.teacher import base_encoder_dir, encoder_dir
+    from edgepress.teacher import base_encoder_dir, encoder_dir
 
     torch.set_num_threads(threads)
     data = load_data(DataConfig())
@@ -83,7 +83,7 @@ def main() -> None:
     from edgepress.files import read_json
     from edgepress.models.introspect import param_counts
     from edgepress.models.loading import load_classifier
-    from edgepress.models.teacher import MANIFEST, teacher_dir
+    from edgepress.teacher import MANIFEST, teacher_dir
 
     data = load_data(DataConfig(max_length=128))
     paths = {TEACHER: teacher_dir(), "base-teacher-torch-fp32": teacher_dir(BASE_TEACHER)}  # the demo's: reference

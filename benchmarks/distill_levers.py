@@ -38,8 +38,8 @@ from edgepress.device.timing import cpu_model
 from edgepress.files import write_json
 from edgepress.models.evaluate import predict_logits
 from edgepress.models.loading import label2id_of, load_classifier
-from edgepress.models.teacher import resolve_model
 from edgepress.pipeline.environment import environment
+from edgepress.teacher import resolve_model
 
 OUT = Path(__file__).parent / "results" / "distill_levers.json"
 DEMO = {"student_layers": 3, "style": "hinton", "epochs": 4, "learning_rate": 1e-4, "temperature": 2.0,

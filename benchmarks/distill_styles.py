@@ -21,8 +21,8 @@ from edgepress.data.metrics import accuracy_drop_ci95
 from edgepress.files import write_json
 from edgepress.models.evaluate import evaluate_classifier
 from edgepress.models.loading import label2id_of, load_classifier
-from edgepress.models.teacher import resolve_model
 from edgepress.pipeline.environment import environment
+from edgepress.teacher import resolve_model
 
 OUT = Path(__file__).parent / "results" / "distill_styles.json"
 

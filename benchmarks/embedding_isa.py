@@ -35,7 +35,7 @@ def prepare(work: Path, out: Path, names: list[str]) -> None:
     from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
     from edgepress.data import DataConfig, load_data
     from edgepress.device.predictor import Predictor
-    from edgepress.models.teacher import encoder_dir
+    from edgepress.teacher import encoder_dir
 
     data = load_data(DataConfig())
     for name in names:

@@ -31,7 +31,7 @@ def main() -> None:
     from edgepress.data.sts import CITATION, REQUIREMENT, sts_pairs
     from edgepress.device.timing import cpu_model
     from edgepress.files import write_json
-    from edgepress.models.teacher import encoder_dir
+    from edgepress.teacher import encoder_dir
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=Path("runs/embeddings"))

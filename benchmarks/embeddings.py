@@ -51,7 +51,7 @@ def onnx_chain(source: Path, work: Path, texts: tuple[str, ...], keep_float: tup
     """{candidate: its dir}: `source` (a sentence-transformers dir) exported, fused, and int8 per channel with each
     of `keep_float` nodes left float, and smoothed (`smooth`) with each of `smooth_keep`, each made once into `work`
     (work/kept.json remembers what each left float)."""
-    from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+    from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic, int8_dynamic_as_shipped
     from edgepress.export.onnx import export_onnx
     from edgepress.export.optimize import OptimizeConfig, optimize_onnx
     from edgepress.files import read_json, write_json
@@ -61,8 +61,8 @@ def onnx_chain(source: Path, work: Path, texts: tuple[str, ...], keep_float: tup
     if not exported.is_dir():
         export_onnx(source, exported, texts)
     if not fused.is_dir():
-        optimize_onnx(exported, fused, texts, OptimizeConfig(threads=2,
-                                                             quantized_with=Int8DynamicConfig(per_channel=True)))
+        optimize_onnx(exported, fused, texts, OptimizeConfig(threads=2, quantized_with={"per_channel": True}),
+                      int8_dynamic_as_shipped)
     kept = read_json(work / "kept.json") if (work / "kept.json").is_file() else {}
     variants = {f"int8{f'-keep{keep}' if keep else ''}": {"keep_float": keep} for keep in keep_float}
     variants |= {f"int8-smooth{f'-keep{keep}' if keep else ''}": {"smooth": smooth, "keep_float": keep}
@@ -214,8 +214,8 @@ def main() -> None:
     from edgepress.device.timing import cpu_model
     from edgepress.files import read_json, write_json
     from edgepress.models.introspect import size_metrics
-    from edgepress.models.teacher import BASE_ENCODER, ENCODER, resolve_model
     from edgepress.pipeline.environment import environment
+    from edgepress.teacher import BASE_ENCODER, ENCODER, resolve_model
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=Path("runs/embeddings"))

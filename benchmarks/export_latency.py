@@ -15,9 +15,9 @@ from pathlib import Path
 from edgepress.data import DataConfig, load_data
 from edgepress.export.onnx import export_onnx
 from edgepress.export.optimize import OptimizeConfig, optimize_onnx
-from edgepress.models.teacher import resolve_model
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.latency import compare_latency
+from edgepress.teacher import resolve_model
 
 
 def main() -> None:

@@ -32,11 +32,11 @@ from edgepress.export.optimize import FUSED_OPS
 from edgepress.export.parity import ONNX_FILE, ort_runner, parity_feeds, spread_by_length
 from edgepress.models.heads import remove_heads
 from edgepress.models.loading import load_classifier
-from edgepress.models.teacher import encoder_dir, resolve_model
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.latency import compare_latency
 from edgepress.runtime.session import SessionConfig, open_session
 from edgepress.tasks import CLASSIFICATION
+from edgepress.teacher import encoder_dir, resolve_model
 
 
 def tiny_models():

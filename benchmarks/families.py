@@ -63,12 +63,12 @@ def tokenizer_of(family: str, data, cache: Path):
     from transformers import AutoTokenizer
 
     from edgepress.cache import cache_dir
-    from edgepress.models.teacher import encoder_dir
+    from edgepress.teacher import encoder_dir
 
     if family in ("bert", "distilbert", "electra"):
         return AutoTokenizer.from_pretrained(encoder_dir())
     if family == "mpnet":
-        from edgepress.models.teacher import base_encoder_dir
+        from edgepress.teacher import base_encoder_dir
 
         return AutoTokenizer.from_pretrained(base_encoder_dir())
     if family == "xlm-roberta":

@@ -21,8 +21,8 @@ from edgepress.compress.structured import FfnConfig, HeadsConfig, _keep_top, gat
 from edgepress.data import DataConfig, load_data
 from edgepress.models.evaluate import evaluate_classifier
 from edgepress.models.loading import label2id_of, load_classifier
-from edgepress.models.teacher import resolve_model
 from edgepress.pipeline.environment import environment
+from edgepress.teacher import resolve_model
 
 PRUNE = {"heads": prune_heads, "ffn": prune_ffn}
 

@@ -91,8 +91,8 @@ def main() -> None:
     from edgepress.data.conll import CITATION, REQUIREMENT, TAGS, conll2003
     from edgepress.data.metrics import entity_metrics
     from edgepress.files import atomic_dir, write_json
-    from edgepress.models.teacher import encoder_dir
     from edgepress.pipeline.environment import environment
+    from edgepress.teacher import encoder_dir
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)

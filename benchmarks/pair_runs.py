@@ -20,7 +20,7 @@ from edgepress.data.metrics import accuracy_drop_ci95
 from edgepress.device.predictor import Predictor
 from edgepress.files import read_json, write_json
 from edgepress.models.loading import label2id_of
-from edgepress.models.teacher import resolve_model
+from edgepress.teacher import resolve_model
 
 
 def bundle_labels(bundle: Path, sets: dict, label2id: dict) -> dict[str, list[int]]:

@@ -83,7 +83,7 @@ def build_peer(model_dir: Path, work: Path, peer: Path | None = None) -> tuple[P
 
 
 def main() -> None:
-    from edgepress.models.teacher import resolve_model
+    from edgepress.teacher import resolve_model
 
     parser = argparse.ArgumentParser()
     what = parser.add_mutually_exclusive_group(required=True)

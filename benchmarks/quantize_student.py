@@ -28,10 +28,10 @@ from edgepress.export.optimize import OptimizeConfig, optimize_onnx
 from edgepress.files import write_json
 from edgepress.models.introspect import size_metrics
 from edgepress.models.loading import label2id_of
-from edgepress.models.teacher import resolve_model
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.latency import compare_latency, onnx_path
 from edgepress.pipeline.measure import measure_model_dir, onnx_predictions
+from edgepress.teacher import resolve_model
 
 OUT = Path(__file__).parent / "results" / "quantize_student.json"
 

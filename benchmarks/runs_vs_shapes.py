@@ -21,9 +21,9 @@ from session_noise import THREADS, speeds_over
 
 from edgepress.data import DataConfig, load_data
 from edgepress.files import read_json
-from edgepress.models.teacher import resolve_model
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.search.shapes import Shape, shape_graphs
+from edgepress.teacher import resolve_model
 
 WINNER, DEMO = Shape(4, ffn_keep=0.5), Shape(3, heads_keep=0.5, ffn_keep=0.25)
 

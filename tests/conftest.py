@@ -52,7 +52,7 @@ def tokenizer():
     """The real MiniLM (BERT uncased) tokenizer from the installed encoder package."""
     from transformers import AutoTokenizer
 
-    from edgepress.models.teacher import encoder_dir
+    from edgepress.teacher import encoder_dir
 
     return AutoTokenizer.from_pretrained(encoder_dir())
 

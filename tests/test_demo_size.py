@@ -26,8 +26,8 @@ def demo_shape(tmp_path_factory, movie_data):
     from edgepress.compress.distill import DistillConfig, make_student
     from edgepress.compress.structured import FfnConfig, HeadsConfig, keep_top, prune_ffn, prune_heads
     from edgepress.models.loading import with_new_head
-    from edgepress.models.teacher import encoder_dir
     from edgepress.tasks import CLASSIFICATION
+    from edgepress.teacher import encoder_dir
 
     stages = demo_stages()
     model, tokenizer = with_new_head(encoder_dir(), CLASSIFICATION.auto_class, movie_data.id2label, seed=0)

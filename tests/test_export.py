@@ -4,7 +4,7 @@ import numpy as np
 import onnx
 import pytest
 
-from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic, int8_dynamic_as_shipped
 from edgepress.errors import ConfigError, ExportParityError
 from edgepress.export import onnx as onnx_export
 from edgepress.export.onnx import ExportConfig, export_onnx
@@ -253,8 +253,9 @@ def test_auto_fusions_time_the_int8_graph_at_natural_lengths_when_asked(tiny_onn
     # a quantization whose own parity check would fail: the copies are for timing; the int8 stage judges its graph
     strict = ParityConfig(max_abs_diff=1e-9, min_agreement=1.0)
     cfg = OptimizeConfig(latency=FAST, disable=("attention",), threads=1, natural=True,
-                         quantized_with=Int8DynamicConfig(per_channel=True, parity=strict, gptq=True))
-    timing = optimize_onnx(tiny_onnx_dir, tmp_path / "f", movie_data.validation.texts, cfg)["timing"]
+                         quantized_with=Int8DynamicConfig(per_channel=True, parity=strict, gptq=True).model_dump())
+    timing = optimize_onnx(tiny_onnx_dir, tmp_path / "f", movie_data.validation.texts, cfg,
+                           int8_dynamic_as_shipped)["timing"]
     assert timing["timed_int8"] is True and timing["threads"] == 1
     assert timing["shape"] == "natural"  # each text at its own length, as a min_natural_speedup gate times them
     assert "no attention" not in timing["candidates"]  # never used: not a candidate
@@ -274,8 +275,8 @@ def test_auto_fusions_time_keep_floats_nodes_float_and_leave_out_a_set_that_fuse
 
     monkeypatch.setattr(quantize, "int8_dynamic", recorded)
     cfg = OptimizeConfig(latency=FAST, threads=1,
-                         quantized_with=Int8DynamicConfig(keep_float=("EmbedLayerNormalization_0",)))
-    fused = optimize_onnx(tiny_onnx_dir, tmp_path / "f", movie_data.validation.texts, cfg)
+                         quantized_with={"keep_float": ("EmbedLayerNormalization_0",)})
+    fused = optimize_onnx(tiny_onnx_dir, tmp_path / "f", movie_data.validation.texts, cfg, int8_dynamic_as_shipped)
     candidates = fused["timing"]["candidates"]
     unusable = {name for name, c in candidates.items() if "unusable" in c}
     # (ORT's optimizer fuses the embedding's layer norm only where it feeds a fused Attention)
@@ -285,9 +286,10 @@ def test_auto_fusions_time_keep_floats_nodes_float_and_leave_out_a_set_that_fuse
     assert timed_with == [("EmbedLayerNormalization_0",)] * (len(candidates) - len(unusable))  # timed as it ships
     assert fused["timing"]["chosen"] not in unusable and "median_p50_ms" in candidates[fused["timing"]["chosen"]]
     assert fused["fused_ops"]["EmbedLayerNormalization"] == 1
-    int8_dynamic(tmp_path / "f", tmp_path / "q", movie_data.validation.texts, cfg.quantized_with)  # it quantizes
+    int8_dynamic(tmp_path / "f", tmp_path / "q", movie_data.validation.texts,
+                 Int8DynamicConfig(**cfg.quantized_with))  # it quantizes
 
     with pytest.raises(ConfigError, match="fits none of the 6 fusion sets.* Gather_9"):
         optimize_onnx(tiny_onnx_dir, tmp_path / "g", movie_data.validation.texts,
-                      cfg.model_copy(update={"quantized_with": Int8DynamicConfig(keep_float=("Gather_9",))}))
+                      cfg.model_copy(update={"quantized_with": {"keep_float": ("Gather_9",)}}), int8_dynamic_as_shipped)
     assert not (tmp_path / "g").exists()

@@ -169,7 +169,7 @@ def test_concurrent_first_uses_build_the_teacher_once(monkeypatch, tmp_path):
     import threading
     import time
 
-    from edgepress.models import teacher
+    from edgepress import teacher
 
     monkeypatch.setenv("EDGEPRESS_CACHE", str(tmp_path))
     builds = []
@@ -197,7 +197,7 @@ def test_a_teacher_recorded_before_a_recipe_field_existed_is_kept_and_another_re
     TrainConfig no longer has, is built again."""
     import json
 
-    from edgepress.models import teacher
+    from edgepress import teacher
 
     demo = teacher.DEMO_TEACHERS[teacher.TEACHER]
     recipe = demo.recipe.model_dump()
@@ -261,7 +261,7 @@ def test_a_model_zip_in_pieces_is_put_together_keeping_only_its_own_folder(tmp_p
     import io
     import zipfile
 
-    from edgepress.models.teacher import BASE_ROOT, _unzip_model
+    from edgepress.teacher import BASE_ROOT, _unzip_model
 
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
@@ -286,7 +286,7 @@ def test_a_model_zip_in_pieces_is_put_together_keeping_only_its_own_folder(tmp_p
 def test_the_base_encoder_not_installed_is_refused_with_the_make_target(monkeypatch, tmp_path):
     import importlib.metadata
 
-    from edgepress.models.teacher import BASE_ENCODER, BASE_TEACHER, resolve_model
+    from edgepress.teacher import BASE_ENCODER, BASE_TEACHER, resolve_model
 
     def absent(name):
         raise importlib.metadata.PackageNotFoundError(name)

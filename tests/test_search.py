@@ -127,9 +127,9 @@ def test_shapes_are_timed_as_they_ship_and_the_dominated_named(tiny_model_dir, m
 
     fused, real = [], shapes_module.optimize_onnx
 
-    def recording(src, out, texts, cfg):
+    def recording(src, out, texts, cfg, *as_shipped):
         fused.append(cfg)
-        details = real(src, out, texts, cfg)
+        details = real(src, out, texts, cfg, *as_shipped)
         return {**details, "disabled": ["skip_layer_norm"]} if cfg.fusions == "auto" else details
 
     monkeypatch.setattr(shapes_module, "optimize_onnx", recording)

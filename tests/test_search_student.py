@@ -117,7 +117,7 @@ def test_validate_takes_a_search_on_the_base_teacher_without_building_it(monkeyp
     encoder's depth (here a tiny MPNet standing in for all-mpnet-base-v2) and trains nothing."""
     import dataclasses
 
-    from edgepress.models import teacher
+    from edgepress import teacher
 
     encoder = save(tiny_encoder("mpnet", tokenizer, layers=4), tokenizer, tmp_path / "encoder")
     base = teacher.DEMO_TEACHERS[teacher.BASE_TEACHER]

@@ -720,10 +720,10 @@ def test_the_embedding_demo_runs_on_a_sentence_encoder(monkeypatch, tmp_path, se
     from typer.testing import CliRunner
 
     from edgepress.cli.app import app
-    from edgepress.models.teacher import ENCODER, encoder_dir, resolve_model
     from edgepress.pipeline import demo
     from edgepress.pipeline.config import RuntimeConfig
     from edgepress.tasks import EMBEDDING, task_of
+    from edgepress.teacher import ENCODER, encoder_dir, resolve_model
 
     cfg = demo.demo_config("embedding")
     assert cfg.model == ENCODER and resolve_model(ENCODER) == encoder_dir() and task_of(encoder_dir()) is EMBEDDING

@@ -11,6 +11,7 @@ with the kind it holds.
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Literal, get_args, get_origin
 
@@ -29,7 +30,13 @@ from edgepress.compress.lowrank import (
 )
 from edgepress.compress.magnitude import LotteryConfig, MagnitudeConfig, check_sparse, lottery, magnitude
 from edgepress.compress.qat import QatConfig, export_qat, qat
-from edgepress.compress.quantize import Int8DynamicConfig, Int8StaticConfig, int8_dynamic, int8_static
+from edgepress.compress.quantize import (
+    Int8DynamicConfig,
+    Int8StaticConfig,
+    int8_dynamic,
+    int8_dynamic_as_shipped,
+    int8_static,
+)
 from edgepress.compress.structured import (
     BASELINE,
     CUT_PARTS,
@@ -146,7 +153,7 @@ class Method:
     def model_dirs(self, params: dict) -> dict[str, Path]:
         """{param: model dir} of the model dirs its params name (a pretrained student, a recovery's teacher), demo
         encoders resolved; a demo teacher (built on first use) and what does not exist yet are left to the run."""
-        from edgepress.models.teacher import DEMO_TEACHERS, resolve_model
+        from edgepress.teacher import DEMO_TEACHERS, resolve_model
 
         dirs = {name: resolve_model(value) if value.startswith("demo:") else Path(value).expanduser()
                 for name, value in self._paths(params).items() if value not in DEMO_TEACHERS}
@@ -216,7 +223,9 @@ METHODS: dict[str, Method] = {
                      "torch -> ONNX (torch.onnx), parity-checked against torch on real sentences (a qat model: its "
                      "int8 QDQ graph)", gives_from=(("torch-qat", "onnx-int8"),),
                      runs_from=(("torch-qat", export_qat),), takes_task=True),
-    "optimize": Method(OptimizeConfig, optimize_onnx, ("onnx",), "onnx-fused",
+    # `fusions: auto` times each candidate as the int8-dynamic stage that follows would ship it
+    "optimize": Method(OptimizeConfig, partial(optimize_onnx, as_shipped=int8_dynamic_as_shipped), ("onnx",),
+                       "onnx-fused",
                        "ONNX Runtime transformer fusions (Attention, SkipLayerNorm, BiasGelu, EmbedLayerNorm)",
                        fill=fill_optimize, reads_later=later_params),
     "fp16": Method(Fp16Config, fp16_onnx, FLOAT_ONNX, "onnx-fp16",

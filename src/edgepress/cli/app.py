@@ -63,8 +63,8 @@ def teacher(
     out_dir: Annotated[Path, typer.Option("--out", parser=path, help="Directory to write the fine-tuned teacher to.")],
 ) -> None:
     """Build the demo teacher (MiniLM-L6 fine-tuned on the movie snippets) into --out."""
-    from edgepress.models.teacher import MANIFEST, build_teacher
     from edgepress.pipeline.inputs import check_artifact_out
+    from edgepress.teacher import MANIFEST, build_teacher
 
     _call(check_artifact_out, out_dir, MANIFEST, "teacher")
     result = _call(build_teacher, out_dir)

@@ -163,7 +163,7 @@ def _torch_weights(path: Path) -> int:
 def build_fallback(cfg: CascadeConfig, out: Path, texts: tuple[str, ...], task) -> dict:
     """The fallback's ONNX dir in `out`, and how it was made: a torch model (the baseline, or a model dir) through
     `FALLBACK_RECIPE`; an ONNX dir or bundle copied as it is."""
-    from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+    from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic, int8_dynamic_as_shipped
     from edgepress.export.onnx import ExportConfig, export_onnx
     from edgepress.export.optimize import OptimizeConfig, optimize_onnx
     from edgepress.export.parity import copy_side_files
@@ -187,8 +187,9 @@ def build_fallback(cfg: CascadeConfig, out: Path, texts: tuple[str, ...], task) 
         export_onnx(source, onnx, texts, ExportConfig(max_length=cfg.max_length), task=task)
         quantized = int8 if cfg.fallback_precision == "int8" else None
         fusing = optimize_onnx(onnx, fused if quantized else out, texts,
-                               OptimizeConfig(threads=cfg.threads, latency=cfg.latency, quantized_with=quantized,
-                                              max_length=cfg.max_length))
+                               OptimizeConfig(threads=cfg.threads, latency=cfg.latency, max_length=cfg.max_length,
+                                              quantized_with=quantized.model_dump() if quantized else None),
+                               int8_dynamic_as_shipped)
         if quantized:
             int8_dynamic(fused, out, texts, int8.model_copy(update={"max_length": cfg.max_length}))
     return {"source": str(source), "recipe": FALLBACK_RECIPE if quantized else "export, optimize (fusions: auto), "

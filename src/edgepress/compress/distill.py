@@ -139,7 +139,7 @@ def student_dir(spec: Path) -> Path:
     a ModelError naming the fix where it is not one."""
     from edgepress.errors import ModelError
     from edgepress.models.loading import check_model_dir
-    from edgepress.models.teacher import resolve_model
+    from edgepress.teacher import resolve_model
 
     try:
         path = resolve_model(str(spec))

@@ -35,6 +35,7 @@ from edgepress.export.parity import (
     LOOSE_PARITY,
     ONNX_FILE,
     PARITY_LENGTH,
+    UNCHECKED,
     ParityConfig,
     check_graph_change,
     copy_side_files,
@@ -42,7 +43,7 @@ from edgepress.export.parity import (
     spread_by_length,
 )
 from edgepress.files import atomic_dir, graph_apart, read_onnx
-from edgepress.logs import parity_text, readable
+from edgepress.logs import parity_text, quiet, readable
 from edgepress.runtime.session import SessionConfig, open_session, session_op_counts
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,29 @@ def int8_dynamic(src_dir: Path, out_dir: Path, texts: tuple[str, ...],
             src = src.with_suffix(".smooth.onnx")
         return {**_int8_dynamic(src, Path(src_dir), Path(out_dir), texts, cfg),
                 **({"smooth": smoothing} if smoothing else {})}
+
+
+def int8_dynamic_as_shipped(params: dict) -> Callable[[Path, Path, tuple[str, ...]], Path]:
+    """How a graph `int8-dynamic` would be given with `params` (a stage's, as a run fills them in) ships, for a
+    timing: `ship(src_dir, dst_dir, texts)` writes the quantized copy into `dst_dir` and returns its graph, or raises
+    the ConfigError this stage would (a node its keep_float names is not in the graph). A ConfigError here, before
+    any copy, for params int8-dynamic does not take. The copy's parity is not judged (the int8 stage judges its own
+    graph's parity and accuracy); GPTQ's rounding gives the same kernels at the same speed, and takes a while;
+    keep_float's measured choice (a number) is left out."""
+    from edgepress.configs import build
+
+    cfg = build(Int8DynamicConfig, params, where="the int8-dynamic stage a candidate is timed after")
+
+    def ship(src_dir: Path, dst_dir: Path, texts: tuple[str, ...]) -> Path:
+        if isinstance(cfg.keep_float, tuple):
+            check_keep_float(cfg.keep_float, int8_dynamic_nodes(Path(src_dir) / ONNX_FILE))
+        timing = cfg.model_copy(update={"keep_float": cfg.keep_float if isinstance(cfg.keep_float, tuple) else 0,
+                                        "parity": UNCHECKED, "gptq": False})
+        with quiet("edgepress.compress.quantize"):  # one candidate among several, timed after
+            int8_dynamic(src_dir, dst_dir, texts, timing)
+        return Path(dst_dir) / ONNX_FILE
+
+    return ship
 
 
 def _int8_dynamic(src: Path, src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: Int8DynamicConfig) -> dict:

@@ -12,7 +12,7 @@ from edgepress.device.bundle import MANIFEST, json_object
 from edgepress.device.feeds import position_limit
 from edgepress.errors import ConfigError, ModelError
 from edgepress.files import read_onnx, write_json
-from edgepress.models.sentence import TOKEN_OUTPUT, SentenceLayout
+from edgepress.models.sentence import TOKEN_OUTPUT
 
 # the page, the module that answers with the bundle's model or its cascade (the page and web/*.mjs import it),
 # and the folder of what the page loads
@@ -22,9 +22,6 @@ INDEX, CASCADE_JS, VENDOR = "index.html", "cascade.mjs", "vendor"
 WEB_ASSETS = {"transformers.min.js": "@huggingface/transformers/dist/transformers.min.js",
               "ort-wasm-simd-threaded.asyncify.wasm": "onnxruntime-web/dist/ort-wasm-simd-threaded.asyncify.wasm"}
 INT8_OPS = (*CPU_INTEGER_OPS, "QuantizeLinear", "DequantizeLinear")  # an int8 graph, dynamic or QDQ
-# The sentence-transformers pooling modes transformers.js's feature-extraction pipeline computes from token vectors,
-# by its own name for each: the mean over the attention mask, and the first token (both as edgepress's graph pools)
-WEB_POOLING = {"mean": "mean", "cls": "cls"}
 
 
 def web_modules() -> Path:
@@ -37,17 +34,6 @@ def web_modules() -> Path:
                           f"apt-get install nodejs npm), or set EDGEPRESS_WEB_MODULES to a node_modules holding "
                           f"@huggingface/transformers 4.x")
     return found
-
-
-def feature_extraction_options(layout: SentenceLayout, model: Path | str) -> dict:
-    """transformers.js feature-extraction's options {pooling, normalize} that compute the sentence vector of
-    `layout` (the model `model`'s) from its token vectors; a ConfigError for a pooling transformers.js lacks."""
-    if len(layout.pooling) != 1 or layout.pooling[0] not in WEB_POOLING:
-        raise ConfigError(f"target web: {model} pools its token vectors with {' + '.join(layout.pooling)}, and "
-                          f"transformers.js's feature-extraction pipeline pools with {' or '.join(WEB_POOLING)} "
-                          f"only. Fix: another target (x86-vnni, x86-avx2, arm64, mobile, cuda: their predict.py "
-                          f"pools inside the graph), or a model that pools with {' or '.join(WEB_POOLING)}")
-    return {"pooling": WEB_POOLING[layout.pooling[0]], "normalize": layout.normalize}
 
 
 def _token_output(path: Path) -> None:

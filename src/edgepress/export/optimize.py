@@ -18,13 +18,13 @@ rotary embeddings with local windows). The stage then says so (`unfused_attentio
 
 import logging
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgepress.compress.quantize import Int8DynamicConfig
 from edgepress.configs import Threads, Tokens
 from edgepress.device.feeds import (
     NATURAL_SENTENCES,
@@ -46,7 +46,7 @@ from edgepress.export.parity import (
     ort_runner,
 )
 from edgepress.files import atomic_dir, read_onnx, write_json
-from edgepress.logs import parity_text, quiet, readable, step
+from edgepress.logs import parity_text, readable, step
 from edgepress.models.loading import read_model_config
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.runtime.session import SessionConfig, open_session
@@ -83,8 +83,14 @@ class OptimizeConfig(BaseModel):
     natural: bool = Field(False, description="auto: time the candidates at the texts' natural lengths, one a call, "
                                              "not at latency's shape (a run sets it when a later stage gates "
                                              "min_natural_speedup)")
-    quantized_with: Int8DynamicConfig | None = Field(None, description="auto: the int8-dynamic each candidate is "
-                                                     "timed after (a run fills in the next stage's params)")
+    quantized_with: dict | None = Field(None, description="auto: the params of the int8-dynamic stage each "
+                                        "candidate is timed after (a run fills in the next stage's)")
+
+
+# The runner's "timed as shipped" service as `fusions: auto` meets it: the params of the pass that follows
+# (`quantized_with`) -> `ship(candidate_dir, dst_dir, texts)`, the candidate as that pass would ship it (a ConfigError
+# where the pass would refuse it). The registry gives optimize int8-dynamic's (`int8_dynamic_as_shipped`).
+AsShipped = Callable[[dict], Callable[[Path, Path, tuple[str, ...]], Path]]
 
 
 def later_params(params: dict, run) -> dict:
@@ -173,49 +179,38 @@ def _time_side_by_side(graphs: dict[str, Path], texts: tuple[str, ...], cfg: Opt
                         for name, run in runners.items()})
 
 
-# a throwaway copy's parity is not judged (the int8 stage judges its own graph); no limit a user may write
-UNCHECKED = ParityConfig.model_construct(max_abs_diff=float("inf"), min_agreement=0.0, n_texts=2, batch_size=2)
-
-
 def _timing_copy(src_dir: Path, dst: Path, off: tuple[str, ...], texts: tuple[str, ...],
-                 cfg: OptimizeConfig) -> tuple[dict, Path | None, str | None]:
-    """`src_dir`'s graph fused without `off` into `dst`, and quantized as it will ship when int8-dynamic follows
-    (`cfg.quantized_with`); returns (its fused op counts, the graph to time, or None and why the int8 stage would
-    refuse it: a node its keep_float names is fused away)."""
-    from edgepress.compress.quantize import check_keep_float, int8_dynamic, int8_dynamic_nodes
-
+                 ship: Callable[[Path, Path, tuple[str, ...]], Path] | None) -> tuple[dict, Path | None, str | None]:
+    """`src_dir`'s graph fused without `off` into `dst`, and with `ship` as the next pass will ship it; returns (its
+    fused op counts, the graph to time, or None and why the next pass would refuse it: int8-dynamic's keep_float
+    names a node the set fuses away)."""
     dst.mkdir()
     copy_side_files(src_dir, dst)
     ops = _fuse(src_dir / ONNX_FILE, dst, off)
-    if cfg.quantized_with is None:
+    if ship is None:
         return ops, dst / ONNX_FILE, None
-    keep = cfg.quantized_with.keep_float
-    if isinstance(keep, tuple):
-        try:
-            check_keep_float(keep, int8_dynamic_nodes(dst / ONNX_FILE))
-        except ConfigError as e:
-            return ops, None, str(e)
-    # timing only: the int8 stage checks its own graph's parity and accuracy, not this copy's; GPTQ's rounding gives
-    # the same kernels at the same speed, and takes a while; keep_float's measured choice (a number) is left out
-    int8 = cfg.quantized_with.model_copy(update={"keep_float": keep if isinstance(keep, tuple) else 0,
-                                                 "max_length": cfg.max_length, "parity": UNCHECKED, "gptq": False})
-    with quiet("edgepress.compress.quantize"):  # one candidate among several, timed after
-        int8_dynamic(dst, dst.with_name(f"{dst.name}-int8"), texts, int8)
-    return ops, dst.with_name(f"{dst.name}-int8") / ONNX_FILE, None
+    try:
+        return ops, ship(dst, dst.with_name(f"{dst.name}-shipped"), texts), None
+    except ConfigError as e:
+        return ops, None, str(e)
 
 
-def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple[tuple[str, ...], dict]:
+def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig,
+            as_shipped: AsShipped | None) -> tuple[tuple[str, ...], dict]:
     """The fastest candidate's left-out fusions, and every candidate's timings (or why it was not timed)."""
+    if cfg.quantized_with is not None and as_shipped is None:
+        raise ValueError("optimize: quantized_with needs as_shipped, the pass that quantizes the candidates")
+    ship = None if cfg.quantized_with is None else as_shipped({**cfg.quantized_with, "max_length": cfg.max_length})
     sets = candidate_sets(cfg.disable)
     with tempfile.TemporaryDirectory(prefix="edgepress-fusions-") as scratch, \
             step(f"optimize: {len(sets)} fusion sets{' quantized' if cfg.quantized_with else ''} and timed side by "
                  f"side", log):
-        made = {name: _timing_copy(Path(src_dir), Path(scratch) / str(k), off, texts, cfg)
+        made = {name: _timing_copy(Path(src_dir), Path(scratch) / str(k), off, texts, ship)
                 for k, (name, off) in enumerate(sets.items())}
         refused = {name: why for name, (_, graph, why) in made.items() if graph is None}
         if len(refused) == len(sets):
-            raise ConfigError(f"optimize: the next int8-dynamic stage's keep_float fits none of the {len(sets)} "
-                              f"fusion sets; with every fusion: {refused['all']}")
+            raise ConfigError(f"optimize: the next stage fits none of the {len(sets)} fusion sets (it would refuse "
+                              f"each); with every fusion: {refused['all']}")
         timings = _time_side_by_side({name: graph for name, (_, graph, _) in made.items() if graph}, texts, cfg)
     medians = {name: float(np.median(t)) for name, t in timings.items()}
     best = min(medians, key=medians.get)
@@ -234,10 +229,12 @@ def _choose(src_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig) -> tuple
                         "threads": cfg.threads}
 
 
-def optimize_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig = OptimizeConfig()) -> dict:
-    """Fuse `src_dir`/model.onnx into `out_dir` (with `fusions: auto`, the fastest candidate set); returns
-    {"fused_ops": {op: count}, "disabled": [...], "parity", and with auto "timing"}."""
-    off, timing = _choose(Path(src_dir), texts, cfg) if cfg.fusions == "auto" else (cfg.disable, None)
+def optimize_onnx(src_dir: Path, out_dir: Path, texts: tuple[str, ...], cfg: OptimizeConfig = OptimizeConfig(),
+                  as_shipped: AsShipped | None = None) -> dict:
+    """Fuse `src_dir`/model.onnx into `out_dir` (with `fusions: auto`, the fastest candidate set, each timed as
+    `as_shipped` ships it when `cfg.quantized_with` is set); returns {"fused_ops": {op: count}, "disabled": [...],
+    "parity", and with auto "timing"}."""
+    off, timing = _choose(Path(src_dir), texts, cfg, as_shipped) if cfg.fusions == "auto" else (cfg.disable, None)
     with atomic_dir(Path(out_dir)) as tmp:
         copy_side_files(Path(src_dir), tmp)
         ops = _fuse(Path(src_dir) / ONNX_FILE, tmp, off)

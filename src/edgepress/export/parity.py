@@ -37,6 +37,8 @@ class ParityConfig(BaseModel):
     batch_size: int = Field(8, ge=2, le=4096, description="the batched (padded) pass uses batches of this size")
 
 
+# a throwaway copy's parity is not judged (the stage judges its own graph's); no limit a user may write
+UNCHECKED = ParityConfig.model_construct(max_abs_diff=float("inf"), min_agreement=0.0, n_texts=2, batch_size=2)
 PARITY_LENGTH = "tokens the parity sentences are cut to"
 LOOSE_PARITY = ("a loose check that catches a broken graph (quantization moves logits; the accuracy gate decides "
                 "whether the move costs predictions); left at its default, a token classifier's graph may move a "

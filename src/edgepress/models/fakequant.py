@@ -77,12 +77,10 @@ def detach(model, names: list[str]) -> dict[str, list[float]]:
     return ranges
 
 
-def load_for_inference(path: str | Path, task=None):
-    """(model, tokenizer) as its task loads it (`task`, edgepress.tasks; None: the model dir's own, `task_of`), with
-    a QAT artifact's fake quantization applied."""
-    from edgepress.tasks import task_of
-
-    model, tokenizer = (task or task_of(Path(path))).load_model(path)
+def load_for_inference(path: str | Path, task):
+    """(model, tokenizer) as its task loads it (`task`, edgepress.tasks), with a QAT artifact's fake quantization
+    applied."""
+    model, tokenizer = task.load_model(path)
     qat = Path(path) / QAT_FILE
     if qat.is_file():
         recorded = read_json(qat)

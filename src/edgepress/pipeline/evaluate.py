@@ -6,10 +6,10 @@ from dataclasses import replace
 from edgepress.data import DataConfig
 from edgepress.errors import ConfigError
 from edgepress.models.loading import label2id_of
-from edgepress.models.teacher import resolve_model
 from edgepress.pipeline.measure import measure_artifact, measure_model_dir
 from edgepress.runtime.latency import LatencyConfig
 from edgepress.tasks import task_of
+from edgepress.teacher import resolve_model
 
 
 def recorded_max_length(model: str) -> int | None:

@@ -11,9 +11,9 @@ from edgepress.errors import ConfigError
 from edgepress.export.onnx import ExportConfig
 from edgepress.export.optimize import OptimizeConfig, optimize_onnx
 from edgepress.files import listed_files, replace_dir, write_json
-from edgepress.models.teacher import resolve_model
 from edgepress.registry import METHODS, torch_kind
 from edgepress.tasks import task_of
+from edgepress.teacher import resolve_model
 
 
 def export_model(model: str, out: Path, optimize: OptimizeConfig | None, cfg: ExportConfig = ExportConfig(),

@@ -90,10 +90,10 @@ def starter_config(model: str, data: DataConfig) -> str:
     from edgepress.configs import build
     from edgepress.device.feeds import position_limit
     from edgepress.models.loading import label2id_of, read_model_config
-    from edgepress.models.teacher import DEMO_TEACHERS, resolve_model
     from edgepress.pipeline.config import PipelineConfig
     from edgepress.pipeline.inputs import check_inputs, check_model
     from edgepress.tasks import task_of
+    from edgepress.teacher import DEMO_TEACHERS, resolve_model
 
     task = task_of(None if model in DEMO_TEACHERS else resolve_model(model))
     model_dir, (loaded, tokenizer) = check_model(model, build_teacher=True, task=task)

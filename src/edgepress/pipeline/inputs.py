@@ -15,7 +15,6 @@ from edgepress.device.locks import SUFFIX
 from edgepress.errors import ConfigError, EdgepressError
 from edgepress.files import LEFTOVER, check_apart, check_owned, check_writable
 from edgepress.models.loading import label2id_of, read_model_config
-from edgepress.models.teacher import DEMO_TEACHERS, resolve_model
 from edgepress.pipeline.config import PipelineConfig
 from edgepress.pipeline.gates import noisy_gates
 from edgepress.pipeline.rundir import RUN_FILES
@@ -27,6 +26,7 @@ from edgepress.tasks import (
     check_metrics_for,
     task_of,
 )
+from edgepress.teacher import DEMO_TEACHERS, resolve_model
 
 
 def check_run_dir(out: Path, inputs: dict[str, Path] | None = None) -> None:

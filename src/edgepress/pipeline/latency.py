@@ -55,10 +55,11 @@ def torch_model_runner(model_dir: Path, threads: int | None):
 
     from edgepress.export.onnx import torch_runner
     from edgepress.models.fakequant import load_for_inference
+    from edgepress.tasks import task_of
 
     if threads:
         torch.set_num_threads(threads)
-    model, tokenizer = load_for_inference(model_dir)
+    model, tokenizer = load_for_inference(model_dir, task_of(model_dir))
     return torch_runner(model), tuple(tokenizer.model_input_names)
 
 

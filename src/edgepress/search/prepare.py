@@ -137,9 +137,9 @@ def check_search(cfg: SearchConfig, build_teacher: bool = True) -> tuple[Path | 
     teacher."""
     from edgepress.models.arch import depth as depth_of
     from edgepress.models.sentence import encoder_of
-    from edgepress.models.teacher import DEMO_TEACHERS, resolve_model
     from edgepress.pipeline.inputs import check_inputs, check_model
     from edgepress.tasks import task_of
+    from edgepress.teacher import DEMO_TEACHERS, resolve_model
 
     task = task_of(None if cfg.model in DEMO_TEACHERS else resolve_model(cfg.model))
     model_dir, loaded = check_model(cfg.model, build_teacher, task)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from edgepress.compress.distill import DistillConfig, keep_layers, student_dir, student_layers
 from edgepress.compress.lowrank import LowRankConfig, ranks_of
-from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic
+from edgepress.compress.quantize import Int8DynamicConfig, int8_dynamic, int8_dynamic_as_shipped
 from edgepress.compress.structured import prune_ffn, prune_heads
 from edgepress.export.onnx import ExportConfig, export_model_object
-from edgepress.export.optimize import UNCHECKED, OptimizeConfig, optimize_onnx
-from edgepress.export.parity import ONNX_FILE
+from edgepress.export.optimize import OptimizeConfig, optimize_onnx
+from edgepress.export.parity import ONNX_FILE, UNCHECKED
 from edgepress.logs import quiet
 from edgepress.models.arch import arch_of, depth
 from edgepress.models.loading import with_new_head
@@ -100,14 +100,15 @@ def shape_graphs(teacher_dir: Path, shapes: list[Shape], texts: tuple[str, ...],
     task = task or task_of(teacher_dir)
     teacher, tokenizer = task.load_model(teacher_dir)
     sources = {student: shape_source(teacher, tokenizer, student, task) for student in {s.student for s in shapes}}
-    graphs, fuse = {}, OptimizeConfig(threads=threads, latency=latency, quantized_with=int8)
+    graphs, fuse = {}, OptimizeConfig(threads=threads, latency=latency,
+                                      quantized_with=None if int8 is None else int8.model_dump())
     for k, shape in enumerate(shapes):
         step = Path(scratch) / str(k)
         source, words = sources[shape.student]
         with quiet("edgepress"):  # a line per shape and step would drown the table
             export_model_object(build_shape(source, shape), words, step / "onnx", texts, ExportConfig(),
                                 f"shape {shape.name}", task=task)
-            left_out = optimize_onnx(step / "onnx", step / "fused", texts, fuse)["disabled"]
+            left_out = optimize_onnx(step / "onnx", step / "fused", texts, fuse, int8_dynamic_as_shipped)["disabled"]
             fuse = OptimizeConfig(fusions="all", disable=tuple(left_out))
             if int8 is not None:  # timing only: the graph a run ships is checked by its own stages
                 int8_dynamic(step / "fused", step / "int8", texts, int8.model_copy(update={"parity": UNCHECKED}))

@@ -10,6 +10,9 @@ from edgepress.data.dataset import PairSet, TextSet
 from edgepress.logs import tracked
 from edgepress.tasks.classification import Classification
 
+# The sentence-transformers pooling modes transformers.js's feature-extraction pipeline computes from token vectors,
+# by its own name for each: the mean over the attention mask, and the first token (both as edgepress's graph pools)
+WEB_POOLING = {"mean": "mean", "cls": "cls"}
 NEIGHBOURS = 10  # the k of neighbour_overlap
 # `edgepress init`'s final gate: each test text finds 80% of its 10 nearest test texts again (int8-dynamic per
 # channel kept 0.84 of all-MiniLM-L6-v2's on the demo's texts; smoothed, 0.91 on a VNNI CPU and 0.89 on AVX2 with its
@@ -108,11 +111,18 @@ class Embedding:
     def web_pipeline(self, model_dir) -> dict:
         """feature-extraction, with the options that pool as the model in `model_dir` does; a ConfigError for a
         pooling transformers.js lacks."""
-        from edgepress.deploy.web import feature_extraction_options
+        from edgepress.errors import ConfigError
         from edgepress.models.sentence import read_layout
 
+        layout = read_layout(model_dir)
+        pooling = layout.pooling
+        if len(pooling) != 1 or pooling[0] not in WEB_POOLING:
+            raise ConfigError(f"target web: {model_dir} pools its token vectors with {' + '.join(pooling)}, and "
+                              f"transformers.js's feature-extraction pipeline pools with {' or '.join(WEB_POOLING)} "
+                              f"only. Fix: another target (x86-vnni, x86-avx2, arm64, mobile, cuda: their predict.py "
+                              f"pools inside the graph), or a model that pools with {' or '.join(WEB_POOLING)}")
         return {"pipeline": "feature-extraction",
-                "options": feature_extraction_options(read_layout(model_dir), model_dir)}
+                "options": {"pooling": WEB_POOLING[pooling[0]], "normalize": layout.normalize}}
 
     def load_model(self, model_dir):
         """(sentence encoder, tokenizer) of a sentence-transformers dir (models/sentence.py)."""
