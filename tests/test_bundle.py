@@ -23,6 +23,7 @@ from edgepress.errors import ConfigError, ModelError
 from edgepress.files import file_sha256, foreign_files
 from edgepress.pipeline.config import PipelineConfig
 from edgepress.pipeline.measure import onnx_predictions
+from edgepress.tasks import CLASSIFICATION
 
 runner = CliRunner()
 RUNTIME_PACKAGES = {"numpy", "onnxruntime", "tokenizers"}
@@ -84,6 +85,62 @@ def test_a_bundle_carries_the_model_the_predictor_and_a_manifest(tiny_onnx_dir, 
     assert set(manifest["files"]) == names - {"edgepress.json"}
     assert all(file_sha256(out / name) == digest for name, digest in manifest["files"].items())
     assert manifest.get("metrics") is None  # a model dir brings no measurements; a run's bundle does
+
+
+def _card_code(card: str) -> str:
+    """The Python block of a model card's "onnxruntime alone" section."""
+    return card.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_a_bundle_is_a_hub_model_repo_with_a_card_whose_code_runs(tiny_onnx_dir, tmp_path):
+    """README.md: front matter huggingface_hub's ModelCard parses; a model dir's bundle says nothing was measured;
+    the card's onnxruntime code, run in the bundle dir, gives the predictor's logits."""
+    from huggingface_hub import ModelCard
+
+    out = bundle_model(tiny_onnx_dir, tmp_path / "bundle")
+    card = ModelCard.load(out / "README.md")
+    assert card.data.library_name == "onnx" and card.data.pipeline_tag == "text-classification"
+    assert {"edgepress", "onnx", "classification", targets.detect_target()} <= set(card.data.tags)
+    assert card.data.eval_results is None and "edgepress measured nothing of it" in card.text
+    assert "README.md" in json.loads((out / "edgepress.json").read_text())["files"]  # hashed like the rest
+    done = subprocess.run([sys.executable, "-c", _card_code(card.text) + "\nprint(logits.tolist())"], cwd=out,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    numpy.testing.assert_allclose(json.loads(done.stdout), Predictor(out).logits([CLASSIFICATION.example_text]),
+                                  atol=1e-5)
+    web = ModelCard.load(bundle_model(tiny_onnx_dir, tmp_path / "web", "web") / "README.md")
+    assert web.data.library_name == "transformers.js" and "web" in web.data.tags
+
+
+def test_a_runs_bundle_card_gives_the_runs_figures_machine_date_and_gates(tmp_path, tiny_model_dir):
+    """A run's bundle: model-index holds the test split's and each scored set's figures as the manifest records
+    them, and the card names the gates passed, the machine and the date."""
+    import yaml
+    from huggingface_hub import ModelCard
+
+    from edgepress.pipeline import runner as pipeline
+
+    cfg = PipelineConfig.model_validate({
+        "model": str(tiny_model_dir), "runtime": {"threads": 1, "latency": {"warmup": 1, "runs": 5}},
+        "stages": [{"name": "export", "method": "export"},
+                   {"name": "int8", "method": "int8-dynamic", "gates": {"accuracy": {"max_drop": 0.5},
+                                                                        "size": {"max_mb": 100}}}]})
+    pipeline.run_pipeline(cfg, tmp_path / "run")
+    final = tmp_path / "run" / "final"
+    manifest = json.loads((final / "edgepress.json").read_text())
+    card = ModelCard.load(final / "README.md")
+    figures = {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results}
+    metrics = manifest["metrics"]
+    assert figures[("test", "accuracy")] == round(metrics["accuracy"], 4)
+    assert figures[("test", "agreement")] == round(metrics["agreement"], 4)
+    assert figures[("typos", "agreement")] == round(metrics["sets"]["typos"]["agreement"], 4)
+    assert "int8" in card.data.tags and card.data.to_dict()["edgepress"]["run_id"] == manifest["run_id"]
+    assert [(g["stage"], g["kind"], g["passed"]) for g in manifest["gates"]] == [("int8", "accuracy", True),
+                                                                                 ("int8", "size", True)]
+    assert "| int8 | accuracy | max_drop | 0.5 |" in card.text and "| int8 | size | max_mb | 100 |" in card.text
+    assert manifest["measured_at"][:10] in card.text and manifest["environment"]["cpu"] in card.text
+    front = yaml.safe_load(card.content.split("---")[1])  # plain YAML too, as the Hub reads it
+    assert front["model-index"][0]["results"][0]["metrics"][0]["type"] == "accuracy"
 
 
 def test_minimum_onnxruntime_follows_the_newest_feature_used(int8_dirs, tmp_path):

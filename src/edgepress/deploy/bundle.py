@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from edgepress import __version__, device
+from edgepress.deploy.card import CARD, write_card
 from edgepress.deploy.targets import check_artifact, detect_target, resolve_target
 from edgepress.deploy.web import CASCADE_JS, INDEX, web_files
 from edgepress.device.bundle import BUNDLE_FILES, MANIFEST, check_readable, json_object, model_file
@@ -46,7 +47,7 @@ if __name__ == "__main__":
 '''
 ORT_MODEL, ORT_OPERATORS, USABILITY = "model.ort", "model.required_operators.config", "mobile_usability.txt"
 EXPORTED = "edgepress-export.json"  # what `edgepress export` wrote (its record and files): not a bundle's file
-GENERATED = (MANIFEST, PREDICT, ORT_MODEL, ORT_OPERATORS, USABILITY, INDEX, CASCADE_JS, EXPORTED)
+GENERATED = (MANIFEST, PREDICT, ORT_MODEL, ORT_OPERATORS, USABILITY, INDEX, CASCADE_JS, EXPORTED, CARD)
 # manifest fields a bundle derives itself: not carried over when a bundle is bundled again
 _DERIVED = ("edgepress", "target", "ir_version", "opsets", "operators", "inputs", "onnxruntime", "files", "mobile",
             "web", "model_file")
@@ -276,6 +277,7 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict, cascade: bool = Tru
             web = web_files(tmp, facts["operators"], manifest.get("max_length"), pipeline, fallback)
             manifest = {**manifest, "web": web, "model_file": web["model_file"]}
             facts = graph_facts(tmp / web["model_file"])  # with what the web layout added
+        write_card(tmp, {"edgepress": __version__, **manifest}, task, facts["operators"])
         files = {f.relative_to(tmp).as_posix(): file_sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
         write_json(tmp / MANIFEST, {
             "edgepress": __version__, **manifest, **facts,
@@ -322,19 +324,27 @@ def bundle_model(source: Path, out: Path, target: str | None = None, overwrite: 
         return write_bundle(model_dir, out, {**base, "target": resolved}, cascade=cascade)
 
 
-def run_manifest(run_root: Path, cfg, data, metrics: dict, meta: dict, source: Path, task) -> dict:
+def run_manifest(run_root: Path, cfg, data, metrics: dict, meta: dict, source: Path, task,
+                 gates: list[dict] = ()) -> dict:
     """What a run's bundle says of the run: model, data, stages, its `task` (edgepress.tasks) and labels (a
-    classifier's, a token classifier's tags), max length, and what was measured (the task's primary metric and
-    latency) on which machine (`environment`, `measured_on`: that machine's own target)."""
+    classifier's, a token classifier's tags), max length, what was measured (the task's primary metric, agreement
+    with the baseline, per scored set too, and latency) on which machine (`environment`, `measured_on`: that
+    machine's own target) and when, and the `gates` its stages passed ({stage, kind, rule, limit, value, passed})."""
     primary = task.primary  # an embedder's: neighbour_overlap, against the baseline
     summary = {k: metrics[k] for k in (primary, f"{primary}_ci95", "n_test", "size_bytes")}
-    summary |= {k: metrics[k] for k in ("primary_metric", "cosine", "cosine_ci95") if k in metrics}
+    summary |= {k: metrics[k] for k in ("primary_metric", "cosine", "cosine_ci95", "agreement", "agreement_ci95")
+                if k in metrics}
     pairs = metrics.get("sets", {}).get("pairs", {})  # data.pairs: the labelled check of an embedder
     summary |= {k: pairs[k] for k in ("spearman", "spearman_ci95", "n_pairs") if k in pairs}
+    summary["sets"] = {name: {k: figures[k] for k in (primary, "agreement", "spearman") if k in figures}
+                       for name, figures in metrics.get("sets", {}).items()}
     summary["latency_p50_ms"] = {p: m["p50_ms"] for p, m in metrics.get("latency", {}).items()}
+    summary["latency"] = {p: {k: m[k] for k in ("p50_ms", "p99_ms", "mean_ms", "batch_size", "sequence_length",
+                                                "natural") if k in m} for p, m in metrics.get("latency", {}).items()}
     labels = {"labels": {str(k): v for k, v in data.id2label.items()}} if task.labelled else {}
     return {"model": cfg.model, "data": data.source, "max_length": cfg.data.max_length, **labels,
             "task": task.name, "stages": [s.name for s in cfg.stages],
             "source_artifact": str(source), "metrics": summary, "environment": meta.get("environment"),
-            "measured_on": detect_target(), "run_id": meta.get("run_id"), "run": str(run_root)}
+            "measured_on": detect_target(), "measured_at": meta.get("started"), "run_id": meta.get("run_id"),
+            "run": str(run_root), "gates": list(gates)}
 

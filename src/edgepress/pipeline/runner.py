@@ -31,7 +31,7 @@ from edgepress.pipeline.gates import evaluate_gates, gate_name
 from edgepress.pipeline.inputs import check_inputs, config_notes, local_inputs, run_task
 from edgepress.pipeline.latency import onnx_path
 from edgepress.pipeline.measure import ONNX_EVALUATION
-from edgepress.pipeline.report import write_report
+from edgepress.pipeline.report import build_report, write_report
 from edgepress.pipeline.rundir import RunDir, attach_log
 from edgepress.pipeline.stagecache import open_cache
 from edgepress.pipeline.state import RunState
@@ -156,7 +156,9 @@ def _final_bundle(state: RunState) -> None:
     """RUN_DIR/final: the model that passed every gate, shaped for the run's target (only when every stage
     passed); `edgepress bundle` calls the same function."""
     root = state.run.root
-    manifest = run_manifest(root, state.cfg, state.data, state.previous, state.meta, state.source, state.task)
+    gates = [{"stage": stage["name"], **{k: gate.get(k) for k in ("kind", "rule", "limit", "value", "passed")}}
+             for stage in build_report(state.run)["stages"] for gate in stage.get("gates", [])]
+    manifest = run_manifest(root, state.cfg, state.data, state.previous, state.meta, state.source, state.task, gates)
     bundle_model(state.source, root / "final", state.cfg.runtime.target, overwrite=True, manifest=manifest,
                  run_root=root)
     summarise_library_messages("final bundle")

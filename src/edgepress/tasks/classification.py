@@ -26,6 +26,12 @@ def _labelled(part: TextSet) -> bool:
 @dataclass(frozen=True)
 class Classification:
     name: str = "classification"
+    # what a bundle's model card says of the task: the Hub's name for it, the graph's output a caller reads, a text
+    # to show it on, and the optimum class that loads the bundle (None: none checked)
+    pipeline_tag: str = "text-classification"
+    graph_output: str = "logits"
+    example_text: str = "A gripping, beautifully acted film."
+    optimum_class: str | None = "ORTModelForSequenceClassification"
     output: str = "logits"
     predicts: str = "labels"  # what a run's progress says it is predicting
     primary: str = "accuracy"

@@ -23,6 +23,11 @@ STARTER_DROP = 0.2
 @dataclass(frozen=True)
 class Embedding:
     name: str = "embedding"
+    # a bundle's model card (Classification's)
+    pipeline_tag: str = "feature-extraction"
+    graph_output: str = "sentence_embedding"
+    example_text: str = "A sentence to embed."
+    optimum_class: str | None = None
     output: str = "sentence_embedding"
     predicts: str = "vectors"
     primary: str = "neighbour_overlap"

@@ -26,6 +26,11 @@ class TokenClassification:
 
     tags: tuple[str, ...] = ()
     name: str = "token-classification"
+    # a bundle's model card (Classification's)
+    pipeline_tag: str = "token-classification"
+    graph_output: str = "logits"
+    example_text: str = "Ada Lovelace was born in London."
+    optimum_class: str | None = None
     output: str = "logits"
     predicts: str = "tags"
     primary: str = "f1"
