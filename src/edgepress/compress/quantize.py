@@ -188,7 +188,8 @@ def int8_dynamic_as_shipped(params: dict) -> Callable[[Path, Path, tuple[str, ..
     keep_float's measured choice (a number) is left out."""
     from edgepress.configs import build
 
-    cfg = build(Int8DynamicConfig, params, where="the int8-dynamic stage a candidate is timed after")
+    cfg = build(Int8DynamicConfig, params,
+                where="quantized_with (the params of the int8-dynamic stage each candidate is timed after)")
 
     def ship(src_dir: Path, dst_dir: Path, texts: tuple[str, ...]) -> Path:
         if isinstance(cfg.keep_float, tuple):

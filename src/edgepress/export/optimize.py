@@ -93,6 +93,13 @@ class OptimizeConfig(BaseModel):
 AsShipped = Callable[[dict], Callable[[Path, Path, tuple[str, ...]], Path]]
 
 
+def check_optimize(model, tokenizer, cfg: OptimizeConfig, task, as_shipped: AsShipped | None = None) -> None:
+    """The pre-run check of `optimize`: a `quantized_with` a config writes must be params the pass that quantizes the
+    candidates (`as_shipped`) takes."""
+    if cfg.quantized_with is not None and as_shipped is not None:
+        as_shipped(cfg.quantized_with)
+
+
 def later_params(params: dict, run) -> dict:
     """What an `optimize` stage that times its fusions takes from the stages after it (`RunContext.later`): the next
     stage's int8-dynamic params with the target's defaults (`quantized_with`), and `natural` when a later stage's
