@@ -12,6 +12,7 @@ from edgepress.models.fakequant import QAT_FILE, attach, detach, input_qparams, 
 from edgepress.models.loading import load_classifier
 from edgepress.pipeline.config import PipelineConfig
 from edgepress.registry import METHODS, torch_kind
+from edgepress.tasks import CLASSIFICATION
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def test_qat_saves_a_plain_model_and_its_learned_ranges(qat_dir, tiny_model_dir,
     assert len(ranges) == 2 * 6 and all(lo < 0 < hi for lo, hi in ranges.values())
     plain, _ = load_classifier(qat_dir)  # no extra keys: loads like any HF model
     assert set(plain.state_dict()) == set(load_classifier(tiny_model_dir)[0].state_dict())
-    quantized, tokenizer = load_for_inference(qat_dir)
+    quantized, tokenizer = load_for_inference(qat_dir, CLASSIFICATION)
     batch = tokenizer(list(small_data.test.texts[:16]), padding=True, return_tensors="pt")
     with torch.no_grad():
         fake, float_ = quantized(**batch).logits, plain(**batch).logits
@@ -81,7 +82,7 @@ def test_reduce_range_trains_and_exports_7_bit_weights(tiny_model_dir, small_dat
     qat(tiny_model_dir, trained, small_data, QatConfig(epochs=1, learning_rate=1e-4, max_length=64,
                                                        reduce_range=True))
     assert json.loads((trained / QAT_FILE).read_text())["weight_qmax"] == 64
-    assert load_for_inference(trained)[0].bert.encoder.layer[0].intermediate.dense.qat_weight_qmax == 64
+    assert load_for_inference(trained, CLASSIFICATION)[0].bert.encoder.layer[0].intermediate.dense.qat_weight_qmax == 64
     details = METHODS["export"].function(torch_kind(trained))(trained, tmp_path / "onnx", small_data.validation.texts)
     assert set(int8_weight_ranges(tmp_path / "onnx" / "model.onnx").values()) == {64}
     assert details["parity"]["agreement"] >= 0.99
