@@ -10,14 +10,14 @@ dir's bundle saying that nothing was measured."""
 import json
 from pathlib import Path
 
+from edgepress.deploy.web import INT8_OPS
+
 CARD = "README.md"
 
 # the words of the figures a card reports, by metric name
 FIGURE_WORDS = {"accuracy": "Accuracy", "f1": "Entity F1", "neighbour_overlap": "Neighbour overlap with the "
                 "teacher's vectors (top 10)", "agreement": "Agreement with the teacher", "spearman": "Spearman "
                 "correlation with the pairs' scores", "cosine": "Cosine with the teacher's vectors"}
-LOW_BIT = {"MatMulInteger": "int8", "DynamicQuantizeLinear": "int8", "QLinearMatMul": "int8", "QAttention": "int8",
-           "DequantizeLinear": "int8", "MatMulNBits": "int4"}
 
 
 def _yaml(value, indent: int = 0) -> list[str]:
@@ -71,7 +71,8 @@ def _results(manifest: dict, task) -> list[dict]:
 def card_metadata(manifest: dict, task, operators: list[dict]) -> dict:
     """The front matter: what the Hub indexes the bundle by, and (a run's bundle) what the run measured."""
     target = (manifest.get("target") or {}).get("name")
-    precision = sorted({LOW_BIT[op["op_type"]] for op in operators if op["op_type"] in LOW_BIT})
+    types = {op["op_type"] for op in operators}
+    precision = [*(["int8"] if types & set(INT8_OPS) else []), *(["int4"] if "MatMulNBits" in types else [])]
     tags = ["edgepress", "onnx", task.name, *([target] if target else []), *precision,
             *(["cascade"] if "cascade" in manifest else [])]
     meta = {"library_name": "transformers.js" if target == "web" else "onnx", "pipeline_tag": task.pipeline_tag,
@@ -153,7 +154,7 @@ def render_card(manifest: dict, task, operators: list[dict]) -> str:
              f"edgepress "
              f"{manifest.get('edgepress', '')} through the stages {', '.join(manifest.get('stages', [])) or '(none)'}.",
              ""]
-    results = meta.get("model-index", [{}])[0].get("results", [])
+    results = _results(manifest, task)
     if results:
         lines += ["## What the run measured", "", "| set | figure | value |", "|---|---|---|"]
         lines += [f"| {r['dataset']['split']} | {m['name']} | {m['value']:.4f} |" for r in results
