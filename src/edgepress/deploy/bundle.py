@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from edgepress import __version__, device
+from edgepress import device
 from edgepress.deploy.card import CARD, write_card
 from edgepress.deploy.targets import check_artifact, detect_target, resolve_target
 from edgepress.deploy.web import CASCADE_JS, INDEX, web_files
@@ -23,6 +23,7 @@ from edgepress.errors import ConfigError, ModelError
 from edgepress.files import atomic_dir, check_apart, check_owned, check_writable, file_sha256, read_onnx, write_json
 from edgepress.models.sentence import module_folders
 from edgepress.tasks import task_of
+from edgepress.version import __version__
 
 PREDICT = "predict.py"
 DEVICE = "edgepress_device"  # the device package (`edgepress.device`), as a bundle carries it beside predict.py

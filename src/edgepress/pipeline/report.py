@@ -4,13 +4,13 @@ import functools
 import json
 from itertools import pairwise
 
-from edgepress import __version__
 from edgepress.data.dataset import missing_classes
 from edgepress.files import read_json, write_json, write_text
 from edgepress.logs import words
 from edgepress.pipeline.gates import gate_name, speedup_of
 from edgepress.pipeline.rundir import RunDir
 from edgepress.tasks import recorded_task
+from edgepress.version import __version__
 
 REPORT_VERSION = 1
 

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from edgepress import __version__
 from edgepress.errors import ConfigError, refused_by_system
 from edgepress.files import atomic_dir, read_json, resolved, tree_sha256, write_json
 from edgepress.pipeline.rundir import loaded_predictions, stored_predictions
+from edgepress.version import __version__
 
 ENTRY = "entry.json"
 
