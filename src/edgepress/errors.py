@@ -48,9 +48,15 @@ class ExportParityError(EdgepressError):
 
 
 class GateFailed(EdgepressError):
-    """A stage missed one of its gates."""
+    """A stage missed one of its gates: `stage` names it and `gates` holds the gates it missed (each's kind, rule,
+    value and limit, as the report records them); the Python API sets `result`, the run's result as it was
+    written (edgepress.results.RunResult)."""
 
     exit_code = 3
+
+    def __init__(self, message: str, stage: str | None = None, gates: tuple[dict, ...] = ()):
+        super().__init__(message)
+        self.stage, self.gates, self.result = stage, tuple(gates), None
 
 
 class SystemRefused(EdgepressError):

@@ -52,13 +52,13 @@ def step(what: str, logger: logging.Logger = log) -> Iterator[None]:
 
 
 def tracked(items: Iterable, total: int, what: str) -> Iterator:
-    """`items` one by one, with a progress bar (what, how many, time left) on a terminal, drawn on stderr and
-    cleared at the end; nothing elsewhere (a log file would keep every redraw)."""
+    """`items` one by one, with a progress bar (what, how many, time left) on a terminal, drawn on stderr, or in a
+    notebook's cell, and cleared at the end; nothing elsewhere (a log file would keep every redraw)."""
     from rich.console import Console
     from rich.progress import Progress
 
     console = Console(stderr=True)
-    if not console.is_terminal:
+    if not (console.is_terminal or console.is_jupyter):
         yield from items
         return
     with Progress(*Progress.get_default_columns(), console=console, transient=True) as progress:
@@ -179,6 +179,53 @@ def collected(logger_name: str):
         logger.setLevel(saved[2])
 
 
+# transformers imports torchao (neural-compressor's dependency) on every model load; its import logs CUDA-only kernels
+# it could not load, and torch a deprecation of torchao's pytree registration: neither concerns a run
+NOISY = ("torchao", "torch.utils._pytree")
+
+
+@contextmanager
+def library_call(transformers: bool = True) -> Iterator[None]:
+    """A call of the Python API: inside, the libraries under edgepress print nothing of their own (their log
+    records and Python warnings collected as the CLI collects them, said once each in edgepress's log; with
+    `transformers`, its per-load tables and progress bars off) and edgepress prints nothing but through the
+    handlers its caller configured; on leaving, every setting changed is as it was."""
+    import warnings
+
+    root, levels = logging.getLogger(), {name: logging.getLogger(name).level for name in NOISY}
+    added = LIBRARY_MESSAGES not in root.handlers
+    capturing = getattr(logging, "_warnings_showwarning", None) is not None
+    hub = hf = None
+    if transformers:
+        import huggingface_hub.utils as hub
+        import transformers.utils.logging as hf
+
+        said = hf.get_verbosity(), hf.is_progress_bar_enabled(), hub.are_progress_bars_disabled()
+        hf.set_verbosity_error()
+        hf.disable_progress_bar()
+        hub.disable_progress_bars()
+    for name in NOISY:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if added:
+        root.addHandler(LIBRARY_MESSAGES)  # and so no library's module-level logging.warning installs a stderr one
+    try:
+        with warnings.catch_warnings():
+            logging.captureWarnings(True)
+            yield
+    finally:
+        if not capturing:
+            logging.captureWarnings(False)
+        if added:
+            root.removeHandler(LIBRARY_MESSAGES)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+        if hf is not None:
+            hf.set_verbosity(said[0])
+            (hf.enable_progress_bar if said[1] else hf.disable_progress_bar)()
+            if not said[2]:
+                hub.enable_progress_bars()
+
+
 def log_to(console) -> None:
     """A command's logging: edgepress's progress (INFO) to the rich `console`; the libraries' noise quieted (set
     TRANSFORMERS_VERBOSITY or HF_HUB_DISABLE_PROGRESS_BARS to see it again); ONNX Runtime's warnings collected, said
@@ -191,9 +238,7 @@ def log_to(console) -> None:
     # reports what matters itself (a missing head is a ModelError)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    # transformers imports torchao (neural-compressor's dependency) on every model load; its import logs CUDA-only
-    # kernels it could not load, and torch a deprecation of torchao's pytree registration: neither concerns a run
-    for noisy in ("torchao", "torch.utils._pytree"):
+    for noisy in NOISY:
         logging.getLogger(noisy).setLevel(logging.ERROR)
     collect_library_messages()
     package = logging.getLogger("edgepress")

@@ -63,11 +63,9 @@ def teacher(
     out_dir: Annotated[Path, typer.Option("--out", parser=path, help="Directory to write the fine-tuned teacher to.")],
 ) -> None:
     """Build the demo teacher (MiniLM-L6 fine-tuned on the movie snippets) into --out."""
-    from edgepress.pipeline.inputs import check_artifact_out
-    from edgepress.teacher import MANIFEST, build_teacher
+    from edgepress import api
 
-    _call(check_artifact_out, out_dir, MANIFEST, "teacher")
-    result = _call(build_teacher, out_dir)
+    result = _call(api.teacher, out_dir)
     out.print(f"teacher written to {out_dir}: validation accuracy {result.best_val_accuracy:.4f} "
               f"(epoch {result.best_epoch}, {result.seconds:.0f} s)")
 
@@ -87,24 +85,22 @@ def demo(
     """Run the embedded default end to end on movie-review snippets, with gates, the report and the final bundle.
     classification: the MiniLM teacher (built and cached on first use), distill -> heads -> ffn -> vocab -> export
     -> fuse -> int8. embedding: all-MiniLM-L6-v2, export -> fuse -> smoothed int8."""
-    from edgepress.pipeline.demo import run_demo
+    from edgepress import api
 
-    _summary(_call(run_demo, out_dir, quick=quick, resume=resume, task=DemoTask(task).value), out_dir)
+    _summary(_call(api.demo, out_dir, quick=quick, resume=resume, task=DemoTask(task).value))
 
 
-def _summary(report: dict, out_dir: Path) -> None:
-    """One line per stage: status, its primary metric (accuracy; an embedder's neighbour overlap), size, CPU p50."""
-    from edgepress.tasks import recorded_task
-
-    rows = [("baseline", "passed", report["baseline"]["metrics"])]
-    rows += [(s["name"], s["status"], s["metrics"]) for s in report["stages"]]
-    primary = recorded_task(report["baseline"]["metrics"]).primary
-    for name, status, m in rows:
-        cpu = m.get("latency", {}).get("cpu", {})
-        out.print(f"{name:<12} {status:<7} {words(primary)} {m.get(primary, float('nan')):.4f}  "
-                  f"size {m.get('size_bytes', 0) / 1e6:6.1f} MB  cpu p50 {cpu.get('p50_ms', float('nan')):7.2f} ms",
+def _summary(result) -> None:
+    """One line per stage of a RunResult: status, its primary metric (accuracy; an embedder's neighbour overlap),
+    size, CPU p50."""
+    primary = result.baseline.metrics.primary
+    for stage in (result.baseline, *result.stages):
+        m, nan = stage.metrics, float("nan")
+        cpu = m.latency.get("cpu")
+        out.print(f"{stage.name:<12} {stage.status:<7} {words(primary)} {m.value if m.value is not None else nan:.4f}  "
+                  f"size {(m.size_bytes or 0) / 1e6:6.1f} MB  cpu p50 {cpu.p50_ms if cpu else nan:7.2f} ms",
                   highlight=False)
-    out.print(f"report: {out_dir / 'report.md'}", highlight=False)
+    out.print(f"report: {result.out / 'report.md'}", highlight=False)
 
 
 @app.command()
@@ -125,31 +121,10 @@ def run(
 ) -> None:
     """Run a pipeline: baseline, then every stage with its gates. Exit 0 all gates passed, 3 a gate failed,
     2 bad input, 1 internal error."""
-    from edgepress.pipeline.config import load_config, with_runtime
-    from edgepress.pipeline.runner import run_pipeline
+    from edgepress import api
 
-    cfg = _call(load_config, config)
-    if device is not None:
-        cfg = _call(with_runtime, cfg, f"--device {device.value}", providers=[device.value])
-    if target is not None:
-        cfg = _call(with_runtime, cfg, f"--target {target.value}", target=target.value)
-    _summary(_call(run_pipeline, cfg, out_dir, resume=resume, config_file=config, cache=cache), out_dir)
-
-
-def _seconds(budget: str) -> float:
-    """'2h', '90m', '45s', '1h30m' or plain seconds, as seconds."""
-    import re
-
-    from edgepress.errors import ConfigError
-
-    parts = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*", budget)
-    if not budget.strip() or parts is None:
-        raise ConfigError(f"--budget {budget!r} is not a duration. Fix: e.g. 2h, 90m, 1h30m or 600s")
-    hours, minutes, seconds = (float(p) if p else 0.0 for p in parts.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise ConfigError(f"--budget {budget!r} is no time at all. Fix: e.g. 2h")
-    return total
+    _summary(_call(api.run, config, out_dir, resume=resume, cache=cache, device=device.value if device else None,
+                   target=target.value if target else None))
 
 
 @app.command()
@@ -178,11 +153,10 @@ def search(
 
     from rich.markup import escape
 
-    from edgepress.search.config import load_search
-    from edgepress.search.study import run_search
+    from edgepress import api
 
-    cfg = _call(load_search, config)
-    seconds = _call(_seconds, budget) if budget is not None else None
+    cfg = _call(api.search_of, config)
+    seconds = _call(api.seconds, budget) if budget is not None else None
     for handler in logging.getLogger("edgepress").handlers:  # each trial's run.log keeps every stage's lines
         handler.addFilter(lambda record: record.name.startswith("edgepress.search") and
                           record.levelno >= logging.WARNING)
@@ -198,11 +172,11 @@ def search(
         err.print(f"trial {number}: {result['stop']}{why} {measured} "
                   f"({result['seconds']:.0f} s) · {leader}{left}", highlight=False, soft_wrap=True)
 
-    report = _call(run_search, cfg, out_dir, budget_s=seconds, trials=trials, resume=resume, storage=storage,
-                   config_file=config, progress=progress)
+    result = _call(api.search, config, out_dir, seconds, trials=trials, resume=resume, storage=storage,
+                   progress=progress)
     from edgepress.search.report import status_line
 
-    out.print(status_line(report), highlight=False, soft_wrap=True)
+    out.print(status_line(result.report), highlight=False, soft_wrap=True)
     out.print(f"report: {out_dir / 'report.md'}", highlight=False)
 
 
@@ -211,39 +185,23 @@ def validate(config: Annotated[Path, typer.Argument(parser=path, help="Pipeline 
     """Check a pipeline without running it: the config (every problem listed), then that the model loads, the data
     loads and fits the model's labels, and each provider asked for runs here. A search config: the same, for every
     point of its space. Exit 2 at the first problem."""
-    from edgepress.pipeline.config import is_search, pipeline_config, read_yaml
-    from edgepress.pipeline.inputs import check_inputs, config_notes
+    from edgepress import api
 
-    data = _call(read_yaml, config)
-    if is_search(data):
-        _validate_search(config, data)
-        return
-    cfg = _call(pipeline_config, data, config)
-    _, data = _call(check_inputs, cfg, build_teacher=False)
-    sizes = ", ".join(f"{name} {n}" for name, n in data.manifest()["sizes"].items())
-    n = len(cfg.stages)
-    out.print(f"{config}: valid ({n} stage{'s' * (n != 1)}: {', '.join(s.name for s in cfg.stages) or 'none'}; "
-              f"model {cfg.model}; data {sizes}; providers {', '.join(cfg.runtime.providers)}"
-              f"{f'; training stages launched with: {cfg.runtime.launch}' if cfg.runtime.launch else ''})",
-              highlight=False,
-              soft_wrap=True)
-    for line in config_notes(cfg, len(data.test)):
-        out.print(f"note: {line}", highlight=False, soft_wrap=True)
-
-
-def _validate_search(config: Path, data: Any) -> None:
-    from edgepress.search.config import search_config
-    from edgepress.search.prepare import check_search, search_noise
-
-    cfg = _call(search_config, data, config)
-    _, _, depth, space, data, task = _call(check_search, cfg, build_teacher=False)
-    sizes = ", ".join(f"{name} {n}" for name, n in data.manifest()["sizes"].items())
-    points, shapes = len(space.points()), len(space.shapes())
-    out.print(f"{config}: valid search ({points} point{'s' * (points != 1)}, {shapes} shape{'s' * (shapes != 1)}, "
-              f"of a {depth}-layer {task.name} teacher; model {cfg.model}; data {sizes}; objective {cfg.objective}; "
-              f"providers "
-              f"{', '.join(cfg.runtime.providers)})", highlight=False, soft_wrap=True)
-    if (line := search_noise(cfg, len(data.validation))) is not None:
+    found = _call(api.validate, config)
+    sizes = ", ".join(f"{name} {n}" for name, n in found.sizes.items())
+    cfg = found.config
+    if found.is_search:
+        points, shapes = found.points, found.shapes
+        out.print(f"{config}: valid search ({points} point{'s' * (points != 1)}, {shapes} shape{'s' * (shapes != 1)}"
+                  f", of a {found.depth}-layer {found.task} teacher; model {cfg.model}; data {sizes}; objective "
+                  f"{cfg.objective}; providers {', '.join(cfg.runtime.providers)})", highlight=False, soft_wrap=True)
+    else:
+        n = len(cfg.stages)
+        out.print(f"{config}: valid ({n} stage{'s' * (n != 1)}: {', '.join(s.name for s in cfg.stages) or 'none'}; "
+                  f"model {cfg.model}; data {sizes}; providers {', '.join(cfg.runtime.providers)}"
+                  f"{f'; training stages launched with: {cfg.runtime.launch}' if cfg.runtime.launch else ''})",
+                  highlight=False, soft_wrap=True)
+    for line in found.notes:
         out.print(f"note: {line}", highlight=False, soft_wrap=True)
 
 
@@ -261,13 +219,9 @@ def init(
 ) -> None:
     """Write a commented starting pipeline that fits MODEL and DATA: the methods this model takes, a max_length
     that covers the texts, a final gate the test split can resolve; validated before it is written."""
-    from edgepress.configs import build
-    from edgepress.data import DataConfig
-    from edgepress.pipeline.init import write_starter
+    from edgepress import api
 
-    data_cfg = _call(build, DataConfig, where="data options", source=data, text_column=text_column,
-                     label_column=label_column)
-    text = _call(write_starter, model, data_cfg, out_file)
+    text = _call(api.init, model, data, text_column=text_column, label_column=label_column, out=out_file)
     if out_file is None:
         print(text, end="")
     else:
@@ -308,16 +262,11 @@ def evaluate(
 ) -> None:
     """Accuracy (with its 95% CI) and macro-F1 of a model (torch model dir, ONNX model dir or bundle) on some
     data; of a token classifier, entity-level F1 (with its 95% CI), precision and recall on tagged data."""
-    from edgepress.configs import build
-    from edgepress.data import DataConfig
-    from edgepress.pipeline.evaluate import evaluate_model, recorded_max_length
+    from edgepress import api
     from edgepress.tasks import recorded_task
 
-    if max_length is None:
-        max_length = _call(recorded_max_length, model) or 128
-    data_cfg = _call(build, DataConfig, where="data options", source=data, text_column=text_column,
-                     label_column=label_column, max_length=max_length)
-    metrics = _call(evaluate_model, model, data_cfg, split.value)
+    metrics = _call(api.evaluate, model, data, split=split.value, max_length=max_length, text_column=text_column,
+                    label_column=label_column).raw
     if recorded_task(metrics).name == "token-classification":  # entity-level figures over sentences
         lo, hi = metrics["f1_ci95"]
         out.print(f"entity F1 {metrics['f1']:.4f} [{lo:.4f}, {hi:.4f}]  precision {metrics['precision']:.4f}  "
@@ -347,25 +296,15 @@ def export_command(
     max_length: Annotated[int, typer.Option(help="Tokens per text after truncation (8 to 8192).")] = 128,
 ) -> None:
     """Export a model to ONNX, checked against torch on real sentences (and fused, checked again)."""
-    from edgepress.configs import build
-    from edgepress.deploy.bundle import EXPORTED
-    from edgepress.export.onnx import ExportConfig
-    from edgepress.export.optimize import OptimizeConfig
+    from edgepress import api
     from edgepress.logs import readable
-    from edgepress.pipeline.export import export_model
-    from edgepress.pipeline.inputs import check_artifact_out, local_inputs
 
-    cfg = _call(build, ExportConfig, where="export options", max_length=max_length)
-    _call(check_artifact_out, out_dir, EXPORTED, "export", local_inputs(model, data))
-    fusion = _call(build, OptimizeConfig, where="fusion options", fusions="all",
-                   disable=disable_fusion or []) if optimize else None
-    steps = _call(export_model, model, out_dir, fusion, cfg, data, text_column)
-    parity = steps["export"]["parity"]
-    out.print(f"exported to {out_dir / 'model.onnx'}: torch vs ONNX max |Δlogit| {parity['max_abs_diff']:.2e}, "
-              f"agreement {parity['agreement']:.4f} on {parity['n_examples']} examples")
-    if "optimize" in steps:
-        fused = steps["optimize"]
-        out.print(f"fused: {readable(fused['fused_ops'])}; max |Δlogit| {fused['parity']['max_abs_diff']:.2e}")
+    done = _call(api.export, model, out_dir, optimize=optimize, disable_fusion=tuple(disable_fusion or ()), data=data,
+                 text_column=text_column, max_length=max_length)
+    out.print(f"exported to {out_dir / 'model.onnx'}: torch vs ONNX max |Δlogit| {done.max_abs_diff:.2e}, "
+              f"agreement {done.agreement:.4f} on {done.n_examples} examples")
+    if done.fused is not None:
+        out.print(f"fused: {readable(done.fused)}; max |Δlogit| {done.steps['optimize']['parity']['max_abs_diff']:.2e}")
 
 
 @app.command()
@@ -426,10 +365,10 @@ def bundle(
     """Write the device bundle: model, tokenizer, config.json, edgepress.json and predict.py, which runs with
     onnxruntime, tokenizers and numpy alone (`python predict.py "text"`); a cascade's carries its fallback in
     fallback/."""
-    from edgepress.deploy.bundle import bundle_model
+    from edgepress import api
 
-    written = _call(bundle_model, source, out_dir, target.value if target else None, overwrite=overwrite,
-                    no_cascade=no_cascade)
+    written = _call(api.bundle, source, out_dir, target.value if target else None, overwrite=overwrite,
+                    cascade=not no_cascade)
     out.print(f"bundle for {_target_of(written)}: {written} (run it: python {written / 'predict.py'} \"text\")",
               highlight=False, soft_wrap=True)
 
@@ -459,10 +398,10 @@ def predict(
     """Classify texts with a bundle, torch-free (onnxruntime, tokenizers and numpy only); an embedding model's
     bundle gives each text's vector, one JSON object a line, or with --corpus the corpus's nearest texts; a token
     classifier's, the entities in each text."""
-    from edgepress.device.cascade import open_predictor
+    from edgepress import api
     from edgepress.device.cli import embedding_json, entity_lines, prediction_line, read_corpus, similar, similar_line
 
-    predictor = _call(open_predictor, bundle, providers=(provider.value,))
+    predictor = _call(api.load, bundle, provider=provider.value)
     if corpus is not None:
         found = _call(similar, predictor, texts, _call(read_corpus, str(corpus)), top)
         for query, hits in zip(texts, found, strict=True):

@@ -127,12 +127,23 @@ class Gates(BaseModel):
         return self
 
 
+def params_dict(value: Any) -> Any:
+    """A method's params as a config holds them: a params object built in code (`Int8DynamicConfig(...)`) becomes
+    the dict of the fields it was given; anything else is checked as it is."""
+    return value.model_dump(mode="json", exclude_unset=True) if isinstance(value, BaseModel) else value
+
+
 class Alternative(BaseModel):
     """A method (with params) to try when a stage misses a gate."""
 
     model_config = Strict
     method: str = Field(description="a registry method")
     params: dict[str, Any] = Field({}, description="the method's params (Methods reference)")
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _params_object(cls, value: Any) -> Any:
+        return params_dict(value)
 
     @model_validator(mode="after")
     def _known_method_and_params(self) -> "Alternative":
@@ -158,6 +169,11 @@ class StageConfig(BaseModel):
     params: dict[str, Any] = Field({}, description="the method's params (Methods reference)")
     gates: Gates = Field(Gates(), description="what the stage's result must meet")
     on_fail: OnFail = Field(OnFail(), description="what to try when a gate is missed or the method fails")
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _params_object(cls, value: Any) -> Any:
+        return params_dict(value)
 
     @model_validator(mode="after")
     def _known_method_and_params(self) -> "StageConfig":

@@ -6,6 +6,8 @@ an earlier one, whatever an interrupted run left behind."""
 
 import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,12 +156,20 @@ class RunDir:
         return record if record.get("run_id") == run_id else None
 
 
-def attach_log(root: Path) -> logging.Handler:
-    """Send edgepress's log records to RUN_DIR/run.log; returns the handler to remove when the run ends."""
+@contextmanager
+def run_log(root: Path) -> Iterator[logging.Handler]:
+    """Inside, edgepress's log records (INFO and up) also go to RUN_DIR/run.log; on leaving, the handler is removed
+    and the "edgepress" logger's level is as it was (a library call leaves logging as it found it)."""
     root.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(root / "run.log", encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger = logging.getLogger("edgepress")
-    logger.setLevel(logging.INFO)
+    level = logger.level
+    logger.setLevel(logging.INFO if level == logging.NOTSET or level > logging.INFO else level)
     logger.addHandler(handler)
-    return handler
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+        logger.setLevel(level)

@@ -10,6 +10,7 @@ the end (`passed`, `failed` or `error`), describes this attempt alone. A killed 
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +33,7 @@ from edgepress.pipeline.inputs import check_inputs, config_notes, local_inputs, 
 from edgepress.pipeline.latency import onnx_path
 from edgepress.pipeline.measure import ONNX_EVALUATION
 from edgepress.pipeline.report import build_report, write_report
-from edgepress.pipeline.rundir import RunDir, attach_log
+from edgepress.pipeline.rundir import RunDir, run_log
 from edgepress.pipeline.stagecache import open_cache
 from edgepress.pipeline.state import RunState
 from edgepress.registry import METHODS
@@ -149,6 +150,8 @@ def _stages(state: RunState) -> tuple[str, Outcome] | None:
             state.advance(state.run.stage_dir(index, stage.name) / "model", sha256, outcome.metrics)
             state.kind = METHODS[outcome.method].output(state.kind)
         write_report(state.run)
+        if state.progress is not None:
+            state.progress(stage.name)
     return None
 
 
@@ -199,7 +202,8 @@ def _failure_error(state: RunState, name: str, outcome: Outcome) -> EdgepressErr
     where = f"report: {state.run.root / 'report.json'}"
     if outcome.error is not None:
         return type(outcome.error)(f"stage '{name}' failed: {outcome.error}\n{where}")
-    return GateFailed(f"stage '{name}' missed its gates ({_missed(outcome)}); {where}")
+    return GateFailed(f"stage '{name}' missed its gates ({_missed(outcome)}); {where}", stage=name,
+                      gates=tuple(g for g in outcome.gates if not g["passed"]))
 
 
 TRIAL_NOTE = ("a search trial: the validation split stands in for the test split, which the search scores only "
@@ -207,7 +211,8 @@ TRIAL_NOTE = ("a search trial: the validation split stands in for the test split
 
 
 def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_file: Path | None = None,
-                 cache: Path | None = None, evaluate_on: str = "test", noise_note: bool = True) -> dict:
+                 cache: Path | None = None, evaluate_on: str = "test", noise_note: bool = True,
+                 progress: Callable[[str], None] | None = None) -> dict:
     """Run `cfg` into `out`; returns the report. Raises GateFailed (after writing the report) when a stage and all
     its fallbacks miss a gate. With `resume`, each stage an earlier run in `out` passed with the same config,
     input artifact and data (every split's ids, texts and labels) is reused instead of run again. `config_file`, the
@@ -217,16 +222,17 @@ def run_pipeline(cfg: PipelineConfig, out: Path, resume: bool = False, config_fi
     stands in for the test split everywhere (the methods' own details included, the data's digest and so every
     cache and resume key too): a trial never reads the test split. `noise_note=False`: no warning for an accuracy
     gate inside the test split's noise nor for a part of the config left unused (`config_notes`): a search's winner,
-    whose report speaks of its constraint and whose config the search wrote."""
+    whose report speaks of its constraint and whose config the search wrote. `progress(name)` is called as each
+    stage passes (run or reused), once the report holds it."""
     run = RunDir(Path(out))
     check_not_written(run.root)  # before the checks: what they read there is another process's, half written
     model_dir, data = check_inputs(cfg, run.root, config_file=config_file)
     with writing(run.root, "--out"):
-        return _run(cfg, run, model_dir, data, resume, cache, evaluate_on, noise_note)
+        return _run(cfg, run, model_dir, data, resume, cache, evaluate_on, noise_note, progress)
 
 
 def _run(cfg: PipelineConfig, run: RunDir, model_dir: Path | None, data, resume: bool, cache: Path | None,
-         evaluate_on: str, noise_note: bool) -> dict:
+         evaluate_on: str, noise_note: bool, progress: Callable[[str], None] | None) -> dict:
     """`run_pipeline` once its inputs are checked and it holds the run dir's lock."""
     out = run.root
     if evaluate_on == "validation":
@@ -243,39 +249,37 @@ def _run(cfg: PipelineConfig, run: RunDir, model_dir: Path | None, data, resume:
     earlier = not resume and (run.root / "run.json").is_file()
     state = RunState(cfg, run, uuid.uuid4().hex[:12], data, data_sha256, resume=resume and same_data,
                      fit_sha256=data.content_sha256(("train", "validation")),
-                     target=resolve_target(cfg.runtime.target), cache=stage_cache, task=run_task(cfg))
+                     target=resolve_target(cfg.runtime.target), cache=stage_cache, task=run_task(cfg),
+                     progress=progress)
     try:
         run.prepare([s.name for s in cfg.stages], state.resume)
     except OSError as e:
         raise refused_by_system(e, out) or ConfigError(f"--out {out} cannot be written: {e}. Fix: choose a directory "
                                                        f"you can write") from None
-    handler = attach_log(run.root)
-    if earlier:
-        log.info("%s held an earlier run: every stage runs again (--resume reuses the stages whose config, input "
-                 "and data are unchanged)", out)
-    try:
-        _record_run(state, "running")
-        run.write_split(data)
-        for line in missing_classes(data.class_counts()):
-            log.warning("data: %s (the report says so too)", line)
-        for line in config_notes(cfg, len(data.test)) if evaluate_on == "test" and noise_note else ():
-            log.warning("%s", line)
-        _baseline(state, model_dir)
-        write_report(run)
-        failed = _stages(state)
-        if failed is None and onnx_path(state.source) is not None:
-            _final_bundle(state)
-        report = _record_run(state, "passed" if failed is None else "failed",
-                             None if failed is None else f"stage '{failed[0]}': {_missed(failed[1])}")
-    except BaseException as e:
-        _stopped(state, e)
-        refused = refused_by_system(e)
-        if refused is not None and refused is not e:
-            raise refused from None
-        raise
-    finally:
-        logging.getLogger("edgepress").removeHandler(handler)
-        handler.close()
+    with run_log(run.root):
+        if earlier:
+            log.info("%s held an earlier run: every stage runs again (--resume reuses the stages whose config, input "
+                     "and data are unchanged)", out)
+        try:
+            _record_run(state, "running")
+            run.write_split(data)
+            for line in missing_classes(data.class_counts()):
+                log.warning("data: %s (the report says so too)", line)
+            for line in config_notes(cfg, len(data.test)) if evaluate_on == "test" and noise_note else ():
+                log.warning("%s", line)
+            _baseline(state, model_dir)
+            write_report(run)
+            failed = _stages(state)
+            if failed is None and onnx_path(state.source) is not None:
+                _final_bundle(state)
+            report = _record_run(state, "passed" if failed is None else "failed",
+                                 None if failed is None else f"stage '{failed[0]}': {_missed(failed[1])}")
+        except BaseException as e:
+            _stopped(state, e)
+            refused = refused_by_system(e)
+            if refused is not None and refused is not e:
+                raise refused from None
+            raise
     if failed is not None:
         raise _failure_error(state, *failed)
     return report

@@ -2,6 +2,7 @@
 the keys a stage's result is reused and cached by (`reuse_key`, `attempt_key`, `measured_key`): everything it
 depends on. `stage_context` is what a stage's methods may take from the run (`registry.RunContext`)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,7 @@ class RunState:
     meta: dict = field(default_factory=dict)  # run.json: id, start time, config, environment
     cache: StageCache | None = None  # --cache: attempts shared with other runs
     task: object = CLASSIFICATION  # what the model does (edgepress.tasks): how its predictions are scored
+    progress: Callable[[str], None] | None = None  # called with a stage's name once the report holds it, passed
 
     def measure(self, artifact: Path, who: str) -> tuple[dict, dict[str, np.ndarray]]:
         runtime, sets = self.cfg.runtime, [name for name in self.scored if name != "test"]
