@@ -273,8 +273,94 @@ def errors_page() -> str:
     return "\n".join(out) + "\n"
 
 
+def _signature(obj) -> str:
+    """`obj`'s signature as its source writes it (annotations unquoted, modules dropped)."""
+    import inspect
+
+    sig = inspect.signature(obj)
+    params, star = [], False
+    for p in sig.parameters.values():
+        if p.kind is p.KEYWORD_ONLY and not star:
+            params.append("*")
+            star = True
+        text = p.name + (f": {_signature_type(p.annotation)}" if p.annotation is not p.empty else "")
+        params.append(text + (f" = {p.default!r}" if p.default is not p.empty else ""))
+    back = f" -> {_signature_type(sig.return_annotation)}" if sig.return_annotation is not sig.empty else ""
+    return f"({', '.join(params)}){back}"
+
+
+def _doc(obj) -> str:
+    import inspect
+
+    return inspect.cleandoc(obj.__doc__ or "").replace("\n\n", "\n\n")
+
+
+def python_page() -> str:
+    """The Python API (edgepress/__init__.py's names): each function's signature and docstring, each result's fields
+    and properties, the errors, and where the config classes' fields are told."""
+    import dataclasses
+
+    import edgepress
+    from edgepress import api, results
+
+    where = {name: edgepress._WHERE[name] for name in edgepress.__all__ if name != "__version__"}
+    out = [f"{HEADER}# Python API reference\n", "Every name below is `edgepress.NAME` (imported on first use). "
+           "[From Python](../python.md) shows them at work.\n", "## Functions\n"]
+    for name in (n for n, module in where.items() if module == "edgepress.api"):
+        obj = getattr(api, name)
+        if isinstance(obj, type):
+            continue
+        out += [f"### `{name}`\n", f"```python\nedgepress.{name}{_signature(obj)}\n```\n", _doc(obj) + "\n"]
+    out.append("## Results\n")
+    classes = [getattr(api, n) for n, m in where.items() if m == "edgepress.api" and isinstance(getattr(api, n), type)]
+    classes += [getattr(results, n) for n, m in where.items() if m == "edgepress.results"]
+    for cls in classes:
+        out += [f"### `{cls.__name__}`\n", _doc(cls) + "\n", "| field | type |", "|---|---|"]
+        out += [f"| `{f.name}` | `{_cell(_signature_type(f.type))}` |" for f in dataclasses.fields(cls)]
+        props = [(n, v) for n, v in vars(cls).items() if isinstance(v, property) or
+                 (isinstance(v, classmethod) and n == "read")]
+        out += [f"| `{n}` | {'property' if isinstance(v, property) else 'classmethod'}: "
+                f"{_cell(_doc(v.fget if isinstance(v, property) else v.__func__) or '')} |" for n, v in props]
+        out.append("")
+    out += ["## Errors\n", "Bad input raises `ConfigError`, `DataError` or `ModelError` (the CLI's exit 2), a missed "
+            "gate `GateFailed` (exit 3; a search none of whose trials passed, `SearchExhausted`). Every one is an "
+            "`EdgepressError`; each message names the fix.\n", "| error | when |",
+            "|---|---|"]
+    out += [f"| `{n}` | {_cell(_doc(getattr(edgepress, n)) or '')} |" for n, m in where.items()
+            if m in ("edgepress.errors", "edgepress.search.study")]
+    out += ["", "## Configs\n", "A pipeline or search built in code takes the fields of its YAML: "
+            "[Pipeline YAML](pipeline.md) (`PipelineConfig` and its sections: "
+            + ", ".join(f"`{n}`" for n, m in where.items()
+                        if m in ("edgepress.pipeline.config", "edgepress.data.config") and n != "PipelineConfig")
+            + "), [Search YAML](search.md) (`SearchConfig`), and each method's params class by its name "
+            "([Methods](methods.md)): "
+            + ", ".join(f"`{m.config.__name__}`" for m in _methods().values()) + ".\n"]
+    return "\n".join(out)
+
+
+def _signature_type(annotation) -> str:
+    import re
+
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", None) or str(annotation)
+    if not isinstance(annotation, str) and getattr(annotation, "__args__", None):
+        text = str(annotation)
+    return re.sub(r"\b(?:[a-z_]+\.)+(?=[A-Z])", "", text.replace("typing.", ""))
+
+
+def _methods() -> dict:
+    from edgepress.registry import METHODS
+
+    seen, out = set(), {}
+    for name, method in METHODS.items():
+        if method.config.__name__ not in seen:
+            seen.add(method.config.__name__)
+            out[name] = method
+    return out
+
+
 PAGES = {"pipeline.md": pipeline_page, "methods.md": methods_page, "search.md": search_page,
-         "targets.md": targets_page, "cli.md": cli_page, "errors.md": errors_page}
+         "targets.md": targets_page, "cli.md": cli_page, "errors.md": errors_page,
+         "python.md": python_page}
 
 
 def pages() -> dict[str, str]:
