@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy
 import onnxruntime
 import tokenizers
+from harness import provenance, write_results
 
 from edgepress.data import DataConfig, load_data
 
@@ -144,20 +145,18 @@ def main() -> None:
     }
     agree = sum(a == b for a, b in zip(arm, native, strict=True))
     result = {
+        "provenance": provenance(),
         "bundle": str(args.bundle),
         "n": len(texts),
         "agreement": agree / len(texts),
         "agreeing": agree,
         "differing": [i for i, (a, b) in enumerate(zip(arm, native, strict=True)) if a != b],
         "timing_indicative_only": timing,
-        "host": platform.machine(),
-        "onnxruntime": onnxruntime.__version__,
         "tokenizers": tokenizers.__version__,
         "numpy": numpy.__version__,
         "userland": "Debian bookworm arm64 python3.11 under qemu-aarch64-static",
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_results(args.out, result)
     print(
         f"arm64 (emulated) vs {platform.machine()}: {agree} of {len(texts)} labels agree; "
         f"b1 x 128 p50 {timing['arm64_emulated']['fixed']['p50_ms']:.1f} ms emulated vs "

@@ -13,10 +13,11 @@ and by the share each rule needs to reach an agreement. With two classes the rul
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 from pathlib import Path
+
+from harness import provenance, write_results
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
@@ -39,8 +40,6 @@ def needed(front: list[dict], agreement: float) -> float | None:
 def main() -> None:
     from edgepress.compress.cascade import CascadeConfig, cascade
     from edgepress.data import DataConfig
-    from edgepress.device.timing import cpu_model
-    from edgepress.files import write_json
     from edgepress.models.loading import label2id_of
     from edgepress.tasks import task_of
 
@@ -66,9 +65,8 @@ def main() -> None:
                    "share_needed": {str(a): needed(front, a) for a in AGREEMENTS}} for rule, front in fronts.items()}
     result = {"teacher": str(args.teacher), "student": str(args.student), "fallback": args.fallback,
               "data": args.data, "task": task.name, "labels": len(data.id2label), "n_validation": len(data.validation),
-              "cpu": cpu_model(), "machine": platform.machine(), "command": " ".join(sys.argv),
-              "rules": rows, "fronts": fronts}
-    write_json(args.out, result)
+              "provenance": provenance(args.threads), "rules": rows, "fronts": fronts}
+    write_results(args.out, result)
     print(f"{task.name}, {len(data.id2label)} labels, validation n = {len(data.validation)}")
     print("deferred | " + " | ".join(f"{rule} agreement" for rule in fronts))
     for share in SHARES:

@@ -16,7 +16,8 @@ of the winner's run, SEARCH_DIR/best/final, of a search on the same teacher and 
 Per candidate: test accuracy (n, BCa 95% CI) and the paired CI of its drop against teacher-torch-fp32; size and gzip
 size; p50/p90/p99 at batch 1 x 128 real tokens, p50 over the first 200 test sentences one by one (natural
 lengths), sentences per second at batch 32 x 128; the FLOP floor of its shape at this CPU's measured fp32 and int8
-peaks (benchmarks/gemm_peak.py's kernels, measured here first) and the fraction of it reached; fidelity: agreement
+peaks (one MatMul and one MatMulInteger at BERT-base's FFN shape, measured here first) and the fraction of it
+reached; fidelity: agreement
 with the teacher's labels on the test split, on the test split perturbed (typos, `perturbed`) and on three other
 registers of human-rated sentiment text shipped with the demo data (tweets, Amazon reviews, NYT editorials;
 `edgepress.data.movie.load_register`), when the run's data is the demo's.
@@ -33,7 +34,6 @@ other rounds; the spread is the per-round p50s (`round_p50_ms`). Writes FILE.jso
 import argparse
 import hashlib
 import json
-import platform
 import subprocess
 import sys
 import tempfile
@@ -49,14 +49,13 @@ from edgepress.data.metrics import accuracy_drop_ci95, classification_metrics
 from edgepress.deploy.targets import CPU_INTEGER_OPS
 from edgepress.device.cascade import FALLBACK, is_cascade
 from edgepress.device.feeds import bundle_tokenizer, fixed_shape_feeds, load_tokenizer, natural_feeds, position_limit
-from edgepress.device.timing import ROUNDS, cpu_model, interleaved, isa_flags, seconds_of, summarize
+from edgepress.device.timing import ROUNDS, interleaved, seconds_of, summarize
 from edgepress.errors import ConfigError
 from edgepress.export.onnx import ExportConfig, export_onnx
 from edgepress.export.optimize import OptimizeConfig, optimize_onnx
-from edgepress.files import read_json, write_json
+from edgepress.files import read_json
 from edgepress.models.introspect import size_metrics
 from edgepress.models.loading import label2id_of, read_model_config
-from edgepress.pipeline.environment import environment
 from edgepress.pipeline.latency import prepared_cascade
 from edgepress.pipeline.measure import deferred_share, onnx_graph_metrics, onnx_predictions
 from edgepress.pipeline.plots import pareto_svg
@@ -64,7 +63,7 @@ from edgepress.runtime.latency import LatencyConfig
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from gemm_peak import giga_ops_per_second, session as gemm_session  # noqa: E402, I001
+from harness import measured, provenance, table, write_results  # noqa: E402
 
 TEACHER, PEER, FINAL = "teacher-torch-fp32", "peer-optimum-o2-int8", "edgepress-final"
 NATURAL, REGISTER_SIZE, PAUSE_S = 200, None, 0.5  # None: every sentence of a register
@@ -176,6 +175,43 @@ def floor_ms(flops: dict, kind: str, peaks: dict) -> float:
     scores stay float in ORT's QAttention), everything else at the fp32 peak."""
     linear_peak = peaks["int8_u8s8"] if kind == "int8" else peaks["fp32"]
     return 1e3 * (flops["linear"] / linear_peak + flops["attention"] / peaks["fp32"])
+
+
+GEMM = (512, 768, 3072)  # 4 sentences x 128 tokens through BERT-base's first FFN matrix
+
+
+def gemm_session(int8: bool, threads: int):
+    """One ONNX Runtime MatMul (fp32) or MatMulInteger (u8 x s8, what dynamic int8 runs) at GEMM, and its feed."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    (m, k, n), rng = GEMM, np.random.default_rng(0)
+    if int8:
+        weight = rng.integers(-128, 128, (k, n), dtype=np.int8)
+        kinds, op = (TensorProto.UINT8, TensorProto.INT32), "MatMulInteger"
+    else:
+        weight = rng.random((k, n), dtype=np.float32)
+        kinds, op = (TensorProto.FLOAT, TensorProto.FLOAT), "MatMul"
+    graph = helper.make_graph([helper.make_node(op, ["a", "w"], ["y"])], "gemm",
+                              [helper.make_tensor_value_info("a", kinds[0], [m, k])],
+                              [helper.make_tensor_value_info("y", kinds[1], [m, n])],
+                              [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9  # what onnxruntime 1.31 reads (onnx 1.23 writes 14 by default)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    feed = rng.integers(0, 256, (m, k), dtype=np.uint8) if int8 else rng.random((m, k), dtype=np.float32)
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]), feed
+
+
+def giga_ops_per_second(sess, feed, runs: int = 30) -> float:
+    for _ in range(5):
+        sess.run(None, {"a": feed})
+    start = time.perf_counter()
+    for _ in range(runs):
+        sess.run(None, {"a": feed})
+    m, k, n = GEMM
+    return 2 * m * k * n * runs / (time.perf_counter() - start) / 1e9
 
 
 def measured_peaks(threads: int, rounds: int = ROUNDS) -> dict:
@@ -387,10 +423,8 @@ def compare(run: Path, threads: int, rounds: int, peer_python: Path, work: Path,
                    size_gzip_bytes=sizes["size_gzip_bytes"], **latency_row(candidate),
                    gflop_b1_s128=flops, floor_ms=floor_ms(flops, kind, peaks))
         row["fraction_of_peak"] = row["floor_ms"] / row["fixed"]["p50_ms"]
-    return {"run": str(run), "run_id": report["run_id"], "environment": environment(threads),
-            "machine": platform.node(), "cpu": cpu_model(),
-            "isa": isa_flags(),
-            "threads": threads, "rounds": rounds, "peer_preset": preset, "peaks_gops": peaks,
+    return {"provenance": provenance(threads), "run": str(run), "run_id": report["run_id"], "rounds": rounds,
+            "peer_preset": preset, "peaks_gops": peaks,
             "sets": {s: {"n": len(v["texts"]), "how": v["how"]} for s, v in sets.items()},
             "candidates": rows, "targets": targets, "headline": headline(rows, TARGETS[targets]),
             **({"cascade": cascade_headline(rows, sets)} if FINAL in rows and "deferred" in rows[FINAL] else {})}
@@ -401,26 +435,25 @@ def compare(run: Path, threads: int, rounds: int, peer_python: Path, work: Path,
 def markdown(result: dict) -> str:
     teacher = result["candidates"][TEACHER]
     sets = list(result["sets"])
-    lines = [f"CPU: {result['cpu']} ({', '.join(result['isa'])}), {result['threads']} threads, onnxruntime "
-             f"{result['environment']['onnxruntime']}, torch {result['environment']['torch']}; {result['rounds']} "
-             f"rounds. Run: `{result['run']}`. Peer preset: {result['peer_preset']}.", "",
-             "| candidate | precision | accuracy [95% CI] | drop vs teacher [paired 95% CI] | MB | gzip MB | "
-             "p50 / p90 / p99 ms b1×s128 | p50 per round (min–max) | speedup vs torch | p50 ms natural | "
-             "mean / p99 ms natural | sentences/s b32×s128 | "
-             "floor ms (% of peak) | " + " | ".join(f"agree {s}" for s in sets) + " |",
-             "|" + "---|" * (13 + len(sets))]
+    lines = [f"{measured(result['provenance'])} {result['rounds']} rounds. Run: `{result['run']}`. Peer preset: "
+             f"{result['peer_preset']}.", ""]
+    header = ["candidate", "precision", "accuracy [95% CI]", "drop vs teacher [paired 95% CI]", "MB", "gzip MB",
+              "p50 / p90 / p99 ms b1×s128", "p50 per round (min–max)", "speedup vs torch", "p50 ms natural",
+              "mean / p99 ms natural", "sentences/s b32×s128", "floor ms (% of peak)", *(f"agree {s}" for s in sets)]
+    rows = []
     for name, c in result["candidates"].items():
-        lo, hi = c["accuracy_drop_ci95"]
-        f = c["fixed"]
-        lines.append(
-            f"| {name} | {c['precision']} | {c['accuracy']:.4f} [{c['accuracy_ci95'][0]:.4f}, "
-            f"{c['accuracy_ci95'][1]:.4f}] | {teacher['accuracy'] - c['accuracy']:+.4f} [{lo:+.4f}, {hi:+.4f}] | "
-            f"{c['size_bytes'] / 1e6:.1f} | {c['size_gzip_bytes'] / 1e6:.1f} | {f['p50_ms']:.2f} / {f['p90_ms']:.2f} "
-            f"/ {f['p99_ms']:.2f} | {min(f['round_p50_ms']):.2f}–{max(f['round_p50_ms']):.2f} | "
-            f"{teacher['fixed']['p50_ms'] / f['p50_ms']:.1f}x | {c['natural']['p50_ms']:.2f} | "
-            f"{c['natural']['mean_ms']:.2f} / {c['natural']['p99_ms']:.2f} | "
-            f"{_per_s(c['batch32']['sentences_per_s'])} | {c['floor_ms']:.2f} ({100 * c['fraction_of_peak']:.0f}%) | "
-            + " | ".join(f"{c['agreement'][s]:.3f}" for s in sets) + " |")
+        (lo, hi), f, (a_lo, a_hi) = c["accuracy_drop_ci95"], c["fixed"], c["accuracy_ci95"]
+        rows.append([name, c["precision"], f"{c['accuracy']:.4f} [{a_lo:.4f}, {a_hi:.4f}]",
+                     f"{teacher['accuracy'] - c['accuracy']:+.4f} [{lo:+.4f}, {hi:+.4f}]",
+                     f"{c['size_bytes'] / 1e6:.1f}",
+                     f"{c['size_gzip_bytes'] / 1e6:.1f}", f"{f['p50_ms']:.2f} / {f['p90_ms']:.2f} / {f['p99_ms']:.2f}",
+                     f"{min(f['round_p50_ms']):.2f}–{max(f['round_p50_ms']):.2f}",
+                     f"{teacher['fixed']['p50_ms'] / f['p50_ms']:.1f}x", f"{c['natural']['p50_ms']:.2f}",
+                     f"{c['natural']['mean_ms']:.2f} / {c['natural']['p99_ms']:.2f}",
+                     _per_s(c["batch32"]["sentences_per_s"]),
+                     f"{c['floor_ms']:.2f} ({100 * c['fraction_of_peak']:.0f}%)",
+                     *(f"{c['agreement'][s]:.3f}" for s in sets)])
+    lines += table(header, rows)
     h = result["headline"]
     targets = [f"{k} {v:.2f} (target {h['target'][k]:g}: {'met' if h['met'][k] else 'MISSED'})"
                for k, v in h["value"].items()]
@@ -468,11 +501,10 @@ def main() -> None:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    write_json(args.out, result)
-    args.out.with_suffix(".md").write_text(markdown(result))
     points = [(name, c["fixed"]["p50_ms"], c["accuracy"], c["accuracy_ci95"]) for name, c in
               result["candidates"].items()]
-    args.out.with_suffix(".svg").write_text(pareto_svg(points, "p50 ms, batch 1 × 128 tokens (log scale)"))
+    svg = pareto_svg(points, "p50 ms, batch 1 × 128 tokens (log scale)")
+    write_results(args.out, result, markdown(result), svg=svg)
     print(markdown(result))
 
 

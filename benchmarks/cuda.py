@@ -15,11 +15,11 @@ each candidate on it and agreement with the teacher's fp16 torch labels are repo
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
+from harness import provenance, write_results
 
 from edgepress.device.feeds import encode, fixed_shape_feeds, load_tokenizer
 from edgepress.device.timing import summarize
@@ -123,7 +123,6 @@ def timed(candidates: dict, rounds: int) -> dict[str, dict]:
 
 
 def main() -> None:
-    import onnxruntime
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -154,10 +153,10 @@ def main() -> None:
         predicted = np.asarray(logits).argmax(-1)
         rows[name] |= {"accuracy": float(np.mean(predicted == labels)), "n": int(len(labels)),
                        "agreement_with_teacher_torch_fp16": float(np.mean(predicted == teacher_labels))}
-    result = {"gpu": torch.cuda.get_device_name(), "machine": platform.node(), "torch": torch.__version__,
-              "onnxruntime": onnxruntime.__version__, "providers_verified": CUDA, "rounds": args.rounds,
+    result = {"provenance": provenance(), "gpu": torch.cuda.get_device_name(), "providers_verified": CUDA,
+              "rounds": args.rounds,
               "shapes": {k: v[:2] for k, v in SHAPES.items()}, "candidates": rows}
-    write_json(args.out, result)
+    write_results(args.out, result)
     print(json.dumps(result, indent=1))
 
 

@@ -37,6 +37,7 @@ sys.path.insert(0, str(HERE))
 
 from compare import NATURAL, Candidate, latency_row, prepare, time_round  # noqa: E402
 from embedding_peers import built, st_runner  # noqa: E402
+from harness import measured, provenance, table, write_results  # noqa: E402
 
 TORCH = "torch-fp32"
 STUDENT = {"student_layers": 3, "epochs": 3, "learning_rate": 1e-4, "max_length": 128}
@@ -172,23 +173,22 @@ def quality(vectors: dict[str, object]) -> dict[str, dict]:
 def markdown(result: dict) -> str:
     rows = result["candidates"]
     base = rows[TORCH]
-    lines = [f"Encoder: {result.get('encoder', 'demo:minilm')}. CPU: {result['cpu']}, 2 threads, onnxruntime "
-             f"{result['environment']['onnxruntime']}, torch "
-             f"{result['environment']['torch']}; {result['rounds']} interleaved rounds; {result['n_test']:,} test "
-             f"texts of {result['data']}. Command: `{result['command']}`.", "",
-             "| candidate | neighbour overlap top-10 [95% CI] | cosine to torch [95% CI] | MB | p50 ms b1×s128 "
-             "(per round) | vs torch | p50 ms natural | vs torch | b32×s128 sentences/s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"Encoder: {result.get('encoder', 'demo:minilm')}. {measured(result['provenance'])} "
+             f"{result['rounds']} interleaved rounds; {result['n_test']:,} test texts of {result['data']}.", ""]
+    header = ["candidate", "neighbour overlap top-10 [95% CI]", "cosine to torch [95% CI]", "MB",
+              "p50 ms b1×s128 (per round)", "vs torch", "p50 ms natural", "vs torch", "b32×s128 sentences/s"]
+    cells = []
     for name, c in rows.items():
         (olo, ohi), fixed, natural = c["neighbour_overlap_ci95"], c["fixed"], c["natural"]
         cosine = "–" if c["cosine"] is None else f"{c['cosine']:.4f} [{c['cosine_ci95'][0]:.4f}, " \
                                                    f"{c['cosine_ci95'][1]:.4f}]"
-        lines.append(f"| {name} | {c['neighbour_overlap']:.4f} [{olo:.4f}, {ohi:.4f}] | {cosine} "
-                     f"| {c['size_bytes'] / 1e6:.1f} | {fixed['p50_ms']:.2f} "
-                     f"({min(fixed['round_p50_ms']):.2f}–{max(fixed['round_p50_ms']):.2f}) | "
-                     f"{base['fixed']['p50_ms'] / fixed['p50_ms']:.1f}x | {natural['p50_ms']:.2f} | "
-                     f"{base['natural']['p50_ms'] / natural['p50_ms']:.1f}x | "
-                     f"{c['batch32']['sentences_per_s']:.0f} |")
+        cells.append([name, f"{c['neighbour_overlap']:.4f} [{olo:.4f}, {ohi:.4f}]", cosine,
+                      f"{c['size_bytes'] / 1e6:.1f}",
+                      f"{fixed['p50_ms']:.2f} ({min(fixed['round_p50_ms']):.2f}–{max(fixed['round_p50_ms']):.2f})",
+                      f"{base['fixed']['p50_ms'] / fixed['p50_ms']:.1f}x", f"{natural['p50_ms']:.2f}",
+                      f"{base['natural']['p50_ms'] / natural['p50_ms']:.1f}x",
+                      f"{c['batch32']['sentences_per_s']:.0f}"])
+    lines += table(header, cells)
     kept, taught = result["kept_float"], result["student"]
     if taught:
         lines += ["", f"Student: {taught['student_layers']} layers from the teacher's {taught['layer_map']}, "
@@ -211,10 +211,8 @@ def main() -> None:
 
     from edgepress.data import DataConfig, load_data
     from edgepress.deploy.targets import detect_target
-    from edgepress.device.timing import cpu_model
-    from edgepress.files import read_json, write_json
+    from edgepress.files import read_json
     from edgepress.models.introspect import size_metrics
-    from edgepress.pipeline.environment import environment
     from edgepress.teacher import BASE_ENCODER, ENCODER, resolve_model
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -264,14 +262,12 @@ def main() -> None:
     for candidate in candidates:
         graph = candidate.path / "model.onnx" if candidate.onnx else candidate.path
         rows[candidate.name].update(**size_metrics(graph), **latency_row(candidate))
-    result = {"cpu": cpu_model(), "rounds": args.rounds, "environment": environment(2), "data": data.source,
-              "n_test": len(data.test), "command": "python benchmarks/embeddings.py " + " ".join(sys.argv[1:]),
+    result = {"provenance": provenance(2), "rounds": args.rounds, "data": data.source, "n_test": len(data.test),
               "encoder": args.encoder, "reduce_range": reduce_range,
               "student": {**STUDENT, **read_json(args.work / "student.json")} if args.student else None,
               "peers": peers, "kept_float": read_json(args.work / "kept.json"), "candidates": rows,
               "fusions_left_out": left_out(args.work / "fuse")}
-    write_json(args.out, result)
-    args.out.with_suffix(".md").write_text(markdown(result))
+    write_results(args.out, result, markdown(result))
     print(markdown(result))
 
 

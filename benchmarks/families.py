@@ -46,6 +46,7 @@ from compare import (  # noqa: E402
     quality,
     time_round,
 )
+from harness import measured, provenance, table, write_results  # noqa: E402
 
 FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta", "electra", "deberta-v2", "modernbert", "mpnet")
 SHAPE = {"hidden_size": 256, "intermediate_size": 1024, "max_position_embeddings": 514}
@@ -143,24 +144,22 @@ def side_by_side(run: Path, rounds: int, threads: int = 2) -> dict:
 
 
 def markdown(result: dict) -> str:
-    lines = [f"CPU: {result['cpu']}, {result['threads']} threads, onnxruntime {result['environment']['onnxruntime']},"
-             f" torch {result['environment']['torch']}; {result['rounds']} interleaved rounds per family.", "",
-             "| family (vocabulary) | candidate | precision | test acc | drop vs teacher [paired 95% CI] | MB | "
-             "p50 ms b1×s128 (per round) | vs torch | p50 ms natural | vs torch | agree test / typos |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"{measured(result['provenance'])} {result['rounds']} interleaved rounds per family.", ""]
+    header = ["family (vocabulary)", "candidate", "precision", "test acc", "drop vs teacher [paired 95% CI]", "MB",
+              "p50 ms b1×s128 (per round)", "vs torch", "p50 ms natural", "vs torch", "agree test / typos"]
+    rows = []
     for family, f in result["families"].items():
-        rows = f["candidates"]
-        teacher = rows[TEACHER]
-        for name, c in rows.items():
-            lo, hi = c["accuracy_drop_ci95"]
-            fixed = c["fixed"]
-            lines.append(
-                f"| {family} ({f['vocabulary']}) | {name} | {c['precision']} | {c['accuracy']:.4f} | "
-                f"{100 * (teacher['accuracy'] - c['accuracy']):+.2f} [{100 * lo:+.2f}, {100 * hi:+.2f}] | "
-                f"{c['size_bytes'] / 1e6:.1f} | {fixed['p50_ms']:.2f} ({min(fixed['round_p50_ms']):.2f}–"
-                f"{max(fixed['round_p50_ms']):.2f}) | {teacher['fixed']['p50_ms'] / fixed['p50_ms']:.1f}x | "
-                f"{c['natural']['p50_ms']:.2f} | {teacher['natural']['p50_ms'] / c['natural']['p50_ms']:.1f}x | "
-                f"{c['agreement']['test']:.3f} / {c['agreement']['perturbed']:.3f} |")
+        teacher = f["candidates"][TEACHER]
+        for name, c in f["candidates"].items():
+            (lo, hi), fixed = c["accuracy_drop_ci95"], c["fixed"]
+            rows.append([f"{family} ({f['vocabulary']})", name, c["precision"], f"{c['accuracy']:.4f}",
+                         f"{100 * (teacher['accuracy'] - c['accuracy']):+.2f} [{100 * lo:+.2f}, {100 * hi:+.2f}]",
+                         f"{c['size_bytes'] / 1e6:.1f}", f"{fixed['p50_ms']:.2f} ({min(fixed['round_p50_ms']):.2f}–"
+                         f"{max(fixed['round_p50_ms']):.2f})", f"{teacher['fixed']['p50_ms'] / fixed['p50_ms']:.1f}x",
+                         f"{c['natural']['p50_ms']:.2f}",
+                         f"{teacher['natural']['p50_ms'] / c['natural']['p50_ms']:.1f}x",
+                         f"{c['agreement']['test']:.3f} / {c['agreement']['perturbed']:.3f}"])
+    lines += table(header, rows)
     lines += ["", "Vocabulary rows kept (vocab stage): " + "; ".join(
         f"{family} {f['details']['vocab']['rows_before']:,} → {f['details']['vocab']['rows_after']:,}"
         for family, f in result["families"].items() if "vocab" in f["details"])]
@@ -180,10 +179,6 @@ def markdown(result: dict) -> str:
 def main() -> None:
     from edgepress.cache import cache_dir
     from edgepress.data import DataConfig, load_data
-    from edgepress.device.timing import cpu_model
-    from edgepress.files import write_json
-    from edgepress.pipeline.environment import environment
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     parser.add_argument("--work", type=Path, default=Path("runs/families"))
@@ -200,15 +195,19 @@ def main() -> None:
     command = "python benchmarks/families.py " + " ".join(sys.argv[1:])
     families = {family: {"vocabulary": vocabulary[family], "command": command, **side_by_side(run, args.rounds)}
                 for family, run in runs.items()}
-    result = {"cpu": cpu_model(), "threads": 2, "rounds": args.rounds, "environment": environment(2)}
+    result = {"provenance": provenance(2), "rounds": args.rounds}
     before = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    if all(before.get(key) == value for key, value in result.items()):  # the other families: same CPU and versions
-        families = {family: {"command": before.get("command"), **f} for family, f in before["families"].items()
+    if before.get("rounds") == args.rounds and _like(before.get("provenance", {})) == _like(result["provenance"]):
+        families = {family: f for family, f in before["families"].items()  # the other families: same CPU, versions
                     if family not in families} | families
     result["families"] = {family: families[family] for family in FAMILIES if family in families}
-    write_json(args.out, result)
-    args.out.with_suffix(".md").write_text(markdown(result))
+    write_results(args.out, result, markdown(result))
     print(markdown(result))
+
+
+def _like(p: dict) -> dict:
+    """What makes two measurements comparable: the CPU, its instruction sets, the threads and the libraries."""
+    return {key: p.get(key) for key in ("cpu", "isa", "threads", "torch", "transformers", "onnxruntime")}
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ candidate in turn): b1 x 128 tokens and the test sentences at their natural leng
 """
 
 import argparse
-import json
 from pathlib import Path
+
+from harness import measured, provenance, table, write_results
 
 
 def main() -> None:
@@ -28,7 +29,6 @@ def main() -> None:
     from edgepress.files import read_json
     from edgepress.models.introspect import size_metrics
     from edgepress.models.loading import label2id_of, load_classifier
-    from edgepress.pipeline.environment import environment
     from edgepress.pipeline.latency import compare_latency, onnx_path
     from edgepress.tasks import task_of
 
@@ -73,37 +73,29 @@ def main() -> None:
     teacher_ms = timings["torch teacher"]["natural_p50_ms"]
     for name, latency in timings.items():
         rows[name] |= latency | {"natural_speedup_vs_teacher": teacher_ms / latency["natural_p50_ms"]}
-    command = " ".join(["python benchmarks/ner_compare.py --run", str(args.run),
-                        *([f"--peer {args.peer}"] if args.peer else []), *(f"--extra '{e}'" for e in args.extra),
-                        *([f"--stages {' '.join(args.stages)}"] if args.stages is not None else [])])
-    result = {"environment": environment(args.threads), "data": f"{DEMO_TAGGED} test, {len(data.test):,} sentences",
-              "run": str(args.run), "teacher": str(teacher), "rounds": args.rounds, "command": command,
-              "candidates": rows}
+    result = {"provenance": provenance(args.threads), "data": f"{DEMO_TAGGED} test, {len(data.test):,} sentences",
+              "run": str(args.run), "teacher": str(teacher), "rounds": args.rounds, "candidates": rows}
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-        args.out.with_suffix(".md").write_text(table(result) + "\n")
-    print(table(result))
+        write_results(args.out, result, markdown(result))
+    print(markdown(result))
 
 
-def table(result: dict) -> str:
+def markdown(result: dict) -> str:
     """The side-by-side table as markdown."""
     rows = result["candidates"]
     types = list(next(iter(rows.values()))["per_type_f1"])
-    lines = [f"{result['data']}; {result['environment']['cpu']}, {result['environment'].get('threads')} threads; "
-             f"latency: median of {result['rounds']} interleaved rounds. Command: `{result['command']}`.", "",
-             "| candidate | entity F1 [95% CI] | drop vs teacher [paired 95% CI] | agreement | "
-             + " | ".join(f"{t} F1" for t in types) + " | MB | p50 ms b1×s128 | p50 ms natural | vs teacher |",
-             "|---" * (8 + len(types)) + "|"]
+    lines = [f"{result['data']}. {measured(result['provenance'])} Latency: median of {result['rounds']} "
+             f"interleaved rounds.", ""]
+    header = ["candidate", "entity F1 [95% CI]", "drop vs teacher [paired 95% CI]", "agreement",
+              *(f"{t} F1" for t in types), "MB", "p50 ms b1×s128", "p50 ms natural", "vs teacher"]
+    cells = []
     for name, r in rows.items():
-        lo, hi = r["f1_ci95"]
-        dlo, dhi = r["f1_drop_ci95"]
-        lines.append(f"| {name} | {r['f1']:.4f} [{lo:.4f}, {hi:.4f}] | [{dlo:+.4f}, {dhi:+.4f}] | "
-                     f"{r['agreement']:.4f} | "
-                     + " | ".join(f"{r['per_type_f1'][t]:.4f}" for t in types)
-                     + f" | {r['size_bytes'] / 1e6:.1f} | {r['fixed_p50_ms']:.2f} | {r['natural_p50_ms']:.2f} | "
-                     f"{r['natural_speedup_vs_teacher']:.1f}x |")
-    return "\n".join(lines)
+        (lo, hi), (dlo, dhi) = r["f1_ci95"], r["f1_drop_ci95"]
+        cells.append([name, f"{r['f1']:.4f} [{lo:.4f}, {hi:.4f}]", f"[{dlo:+.4f}, {dhi:+.4f}]", f"{r['agreement']:.4f}",
+                      *(f"{r['per_type_f1'][t]:.4f}" for t in types), f"{r['size_bytes'] / 1e6:.1f}",
+                      f"{r['fixed_p50_ms']:.2f}", f"{r['natural_p50_ms']:.2f}",
+                      f"{r['natural_speedup_vs_teacher']:.1f}x"])
+    return "\n".join([*lines, *table(header, cells)]) + "\n"
 
 
 if __name__ == "__main__":

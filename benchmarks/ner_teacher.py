@@ -15,12 +15,12 @@ per-epoch validation F1, test F1 with its CI and per-type F1); also benchmarks/r
 """
 
 import argparse
-import json
 import random
 import time
 from pathlib import Path
 
 import numpy as np
+from harness import provenance
 
 RESULT = Path(__file__).parent / "results" / "ner_teacher.json"
 
@@ -91,7 +91,6 @@ def main() -> None:
     from edgepress.data.conll import CITATION, REQUIREMENT, TAGS, conll2003
     from edgepress.data.metrics import entity_metrics
     from edgepress.files import atomic_dir, write_json
-    from edgepress.pipeline.environment import environment
     from edgepress.teacher import encoder_dir
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -144,10 +143,9 @@ def main() -> None:
     record = {"data": f"demo:conll2003 ({REQUIREMENT}; {CITATION})", "encoder": "all-MiniLM-L6-v2 (uncased)",
               "recipe": {k: getattr(args, k) for k in ("epochs", "lr", "batch", "max_length", "seed")},
               "epochs": history, "kept_epoch": max(history, key=lambda h: h["validation_f1"])["epoch"],
-              "test": test, "command": f"python benchmarks/ner_teacher.py --out {args.out} --epochs {args.epochs}",
-              "environment": environment()}
+              "test": test, "provenance": provenance()}
     write_json(args.out.parent / "ner-teacher.json", record)
-    RESULT.write_text(json.dumps(record, indent=1) + "\n")
+    write_json(RESULT, record)
     print(f"test F1 {test['f1']:.4f} {test['f1_ci95']}", {k: round(v["f1"], 4) for k, v in test["per_type"].items()})
 
 

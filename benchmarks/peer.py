@@ -19,18 +19,17 @@ passed to the quantizer optimum builds (`peer_quantize`).
 
 import argparse
 import json
-import platform
 import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
+from harness import provenance, write_results
 
 from edgepress.data import DataConfig, load_data
 from edgepress.device.predictor import Predictor
 from edgepress.device.timing import cpu_flags
 from edgepress.models.introspect import size_metrics
-from edgepress.pipeline.environment import environment
 from edgepress.pipeline.latency import compare_latency
 
 
@@ -104,8 +103,8 @@ def main() -> None:
     data = load_data(DataConfig())
     peer, preset = build_peer(resolve_model(args.model), work)
     candidates = {"peer_optimum_o2_int8": peer, "edgepress_bundle": Path(args.bundle)}
-    result = {"environment": environment(args.threads), "machine": platform.node(), "threads": args.threads,
-              "peer_preset": preset, "model": args.model, "bundle": args.bundle, "candidates": {}}
+    result = {"provenance": provenance(args.threads), "peer_preset": preset, "model": args.model,
+              "bundle": args.bundle, "candidates": {}}
     for name, path in candidates.items():
         logits = Predictor(path, threads=args.threads).logits(data.test.texts)
         accuracy = float(np.mean(logits.argmax(-1) == data.test.labels))  # both keep the teacher's label ids
@@ -114,8 +113,7 @@ def main() -> None:
         result["candidates"][name] |= latency
     peer_row, ours = result["candidates"]["peer_optimum_o2_int8"], result["candidates"]["edgepress_bundle"]
     result["speedup_vs_peer"] = {k: peer_row[k] / ours[k] for k in ("fixed_p50_ms", "natural_p50_ms")}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    write_results(Path(args.out), result)
     print(json.dumps(result["candidates"], indent=1), json.dumps(result["speedup_vs_peer"]))
 
 

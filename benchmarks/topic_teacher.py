@@ -24,11 +24,12 @@ import importlib.util
 import json
 from pathlib import Path
 
+from harness import provenance
+
 from edgepress.data import DataConfig, load_data
 from edgepress.files import atomic_dir, write_json
 from edgepress.models.evaluate import evaluate_classifier
 from edgepress.models.train import TrainConfig, train_classifier
-from edgepress.pipeline.environment import environment
 from edgepress.tasks import CLASSIFICATION
 from edgepress.teacher import encoder_dir
 
@@ -91,7 +92,7 @@ def main() -> None:
                   "best_epoch": result.best_epoch, "val_accuracy": result.best_val_accuracy,
                   "history": result.history, "train_seconds": round(result.seconds, 1),
                   "test": {k: test[k] for k in ("accuracy", "accuracy_ci95", "macro_f1") if k in test},
-                  "environment": environment()}
+                  "provenance": provenance()}
         write_json(tmp / "topic-teacher.json", record)
     if not args.limit:
         write_json(RESULT, record)
