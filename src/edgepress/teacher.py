@@ -31,8 +31,9 @@ BASE_ROOT = "all-mpnet-base-v2/"  # the zip's folder of the model
 BASE_TEACHER = "demo:mpnet-movie"
 RECIPE = TrainConfig(epochs=2, batch_size=32, learning_rate=5e-5, max_length=64, seed=13)
 # the demo's recipe at a base model's learning rate (base encoders fine-tune at 2e-5 to 3e-5), for one epoch, not two:
-# a base encoder's training step is 6.7x MiniLM's on 2 CPU cores (benchmarks/base_teacher.py --step-times), so one
-# epoch there is about an hour; the linear schedule still warms up and decays to 0 within it
+# a base encoder's training step is 6.7x MiniLM's on 2 CPU cores
+# (benchmarks/base_teacher.py --step-times; retired after commit e7d753d: git show e7d753d:benchmarks/base_teacher.py),
+# so one epoch there is about an hour; the linear schedule still warms up and decays to 0 within it
 BASE_RECIPE = TrainConfig(epochs=1, batch_size=32, learning_rate=3e-5, max_length=64, seed=13)
 RECIPE_VERSION = 1  # bump when the recipe or the data changes: the cached teacher is rebuilt
 MANIFEST = "edgepress-teacher.json"

@@ -52,7 +52,7 @@ from edgepress.errors import ConfigError, ModelError
 log = logging.getLogger(__name__)
 
 
-UNLABELED_MIN_COUNT = 3  # chosen by measurement on the demo (benchmarks/vocab_unlabeled.py, docs/results.md)
+UNLABELED_MIN_COUNT = 3  # chosen by measurement on the demo (benchmarks/results/vocab_unlabeled.json, docs/results.md)
 
 
 class VocabConfig(BaseModel):

@@ -92,8 +92,9 @@ def session_options(threads: int | None, optimization: str = "all", spinning: bo
 
     Within a run the workers always spin between operators, as torch's OpenMP threads do: parked, every operator of
     a short text pays a thread wake-up (all-MiniLM-L6-v2 int8 at natural lengths, 2 threads: 3.20 -> 2.87 ms,
-    `benchmarks/spinning.py`). Unless `spinning`, `session.force_spinning_stop` parks them as the run returns: no core
-    is taken between calls, from a device's other work or from the next candidate timed side by side."""
+    `benchmarks/spinning.py` (retired after commit e7d753d: `git show e7d753d:benchmarks/spinning.py`)). Unless
+    `spinning`, `session.force_spinning_stop` parks them as the run returns: no core is taken between calls, from a
+    device's other work or from the next candidate timed side by side."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()

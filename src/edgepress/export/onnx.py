@@ -3,7 +3,9 @@ check against the torch model on real sentences.
 
 The exporter is the TorchScript one (`dynamo=False`) over eager attention: its graph matches torch to a few 1e-6 on
 padded batches and ONNX Runtime's BERT optimizer fuses all of it (Attention, EmbedLayerNormalization, ...). The
-dynamo exporter and `sdpa` attention were measured against it (benchmarks/exporters.py, README): see there."""
+dynamo exporter and `sdpa` attention were measured against it
+(benchmarks/exporters.py, retired after commit e7d753d: `git show e7d753d:benchmarks/exporters.py`; README): see
+there."""
 
 import copy
 import logging
@@ -63,7 +65,7 @@ def model_inputs(model, tokenizer) -> tuple[str, ...]:
 
 
 # Two sentences of different lengths: the example batch is padded, so no exporter can drop the attention mask as a
-# no-op (the dynamo exporter does, from an unpadded example: benchmarks/exporters.py).
+# no-op (the dynamo exporter does, from an unpadded example: benchmarks/results/exporters.json).
 EXAMPLE = ("a", "the film is a gorgeous, moving piece of work")
 
 
@@ -73,7 +75,9 @@ def write_onnx(model, tokenizer, path: Path, opset: int, *, task, dynamo: bool =
     (`logits`; a sentence encoder's `sentence_embedding`, with the token vectors its pooling reads named
     `token_embeddings` inside the graph) with the task's dynamic axes, the inputs' batch and sequence axes dynamic.
     Exported with eager attention (the graph ONNX Runtime fuses); `dynamo=True` (torch's newer exporter), other
-    attentions and other example batches are what benchmarks/exporters.py compares it with."""
+    attentions and other example batches are what
+    benchmarks/exporters.py (retired after commit e7d753d: `git show e7d753d:benchmarks/exporters.py`) compares it
+    with."""
     import torch
 
     names, output = model_inputs(model, tokenizer), task.output

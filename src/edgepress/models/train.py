@@ -39,9 +39,9 @@ MAX_LENGTH = "tokens per example after truncation (in a pipeline: data.max_lengt
 TRAIN_PRECISION = ("the precision the model being trained computes its forward pass and loss in: bf16 runs them under "
                    "torch's bf16 autocast (the weights, their gradients, the optimizer and every validation stay "
                    "float32): MPNet-base cut to 6 layers trained twice as fast as in fp32 on a CPU with AMX "
-                   "(benchmarks/train_precision.py); it needs hardware that computes bf16 (AMX or AVX-512 BF16, a "
-                   "recent GPU) and may be slower than fp32 elsewhere; the trained model differs from fp32's within "
-                   "the noise (docs/methods.md)")
+                   "(benchmarks/results/train_precision.json); it needs hardware that computes bf16 (AMX or "
+                   "AVX-512 BF16, a recent GPU) and may be slower than fp32 elsewhere; the trained model differs from "
+                   "fp32's within the noise (docs/methods.md)")
 
 
 class TrainConfig(BaseModel):

@@ -184,10 +184,11 @@ def compare_latency(artifacts: dict[str, Path], texts: tuple[str, ...], threads:
     and warmed up once; then `rounds` × `SHORT_ROUNDS` short rounds, interleaved (`device.timing.interleaved`), each
     timing every candidate on a share of `cfg.runs` fixed-shape calls and of the natural-length sentences (texts
     cut at `max_length`: `natural_cut`), so that the machine's drift falls on all of them alike. A session opened
-    anew for each round strayed up to 16% from itself (benchmarks/session_noise.py). Per name: the fixed-shape
-    p50, p90, p99 and mean (`fixed_p50_ms`, ...) and (unless `natural=False`) the natural-length ones
-    (`natural_p50_ms`, ...) over all its timed calls, natural_mean_tokens; providers_used; a cascade's deferred
-    share."""
+    anew for each round strayed up to 16% from itself
+    (benchmarks/session_noise.py, retired after commit e7d753d: `git show e7d753d:benchmarks/session_noise.py`).
+    Per name: the fixed-shape p50, p90, p99 and mean (`fixed_p50_ms`, ...) and (unless `natural=False`) the
+    natural-length ones (`natural_p50_ms`, ...) over all its timed calls, natural_mean_tokens; providers_used; a
+    cascade's deferred share."""
     with torch_threads_kept():
         ready = {name: prepared(Path(artifact), texts, "cpu", threads, cfg, natural, max_length)
                  for name, artifact in artifacts.items()}
