@@ -118,6 +118,19 @@ def test_import_edgepress_imports_no_library_until_a_name_is_used():
         edgepress.NopeConfig  # noqa: B018
 
 
+def test_search_and_export_are_the_api_s_functions_once_their_packages_are_imported():
+    """edgepress.search and edgepress.export are also packages: importing one sets it on edgepress over the function,
+    so the package itself calls the function (a whole test session imports both before any test runs)."""
+    import edgepress.export.onnx  # noqa: F401
+    import edgepress.search.study  # noqa: F401
+
+    with pytest.raises(edgepress.ConfigError, match="a config is a YAML file's path"):
+        edgepress.search(3, "/nonexistent/out")
+    with pytest.raises(edgepress.ModelError, match="the model /nonexistent/model does not exist"):
+        edgepress.export("/nonexistent/model", "/nonexistent/out")
+    assert edgepress.search.study.run_search is not None and edgepress.export.onnx.export_onnx is not None
+
+
 def test_the_readme_s_python_lines_run_as_the_python_page_shows_them(tiny_model_dir, data, tmp_path, monkeypatch):
     shown = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S).group(1)
     assert f"```python\n{shown}```" in (ROOT / "docs" / "python.md").read_text(encoding="utf-8")

@@ -8,7 +8,7 @@ The Python API (edgepress/api.py; every name is imported on first use, PEP 562, 
     predictor = edgepress.load(result.bundle)
     predictor.predict_each(["a quietly moving film"])
 
-Also `validate`, `search`, `evaluate`, `export`, `bundle`, `init`, `demo` and `teacher`; the config classes
+Also `validate`, `search`, `evaluate`, `export`, `bundle`, `init`, `demo` and `demo_teacher`; the config classes
 (`PipelineConfig`, `StageConfig`, `DataConfig`, ... and each method's params class by its name, e.g.
 `Int8DynamicConfig`); the results (`RunResult`, `SearchResult`, ...); the errors (`ConfigError`, `DataError`,
 `GateFailed`, ...)."""
@@ -25,7 +25,7 @@ logging.getLogger("edgepress").addHandler(logging.NullHandler())
 
 _FROM = {
     "edgepress.api": ("run", "validate", "search", "evaluate", "export", "bundle", "init", "load", "demo",
-                      "teacher", "pipeline", "search_of", "Validated", "Exported"),
+                      "demo_teacher", "pipeline_config", "search_config", "Validated", "Exported"),
     "edgepress.results": ("RunResult", "SearchResult", "Stage", "Gate", "Metrics", "Latency", "Trial"),
     "edgepress.errors": ("EdgepressError", "ConfigError", "DataError", "ModelError", "GateFailed",
                          "ExportParityError", "ProviderUnavailable", "SystemRefused"),
@@ -35,12 +35,15 @@ _FROM = {
     "edgepress.data.config": ("DataConfig", "SplitConfig"),
     "edgepress.search.study": ("SearchExhausted",),
 }
+PACKAGES = ("search", "export")  # functions of the API that share a package's name
 _WHERE = {name: module for module, names in _FROM.items() for name in names}
 __all__ = ["__version__", *_WHERE]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _WHERE:
+    if name in PACKAGES:  # the package itself, made callable (edgepress/callable_package.py)
+        value = import_module(f"edgepress.{name}")
+    elif name in _WHERE:
         value = getattr(import_module(_WHERE[name]), name)
     else:  # a method's params class, by its class name (Int8DynamicConfig, DistillConfig, ...)
         if not name.endswith("Config"):

@@ -55,20 +55,22 @@ def _read(config: Any) -> tuple[Any, Path | None]:
                       f"Fix: pass the path of a pipeline YAML, or edgepress.PipelineConfig(...)")
 
 
-def pipeline(config: "str | Path | dict | PipelineConfig") -> "PipelineConfig":
+def pipeline_config(config: "str | Path | dict | PipelineConfig") -> "PipelineConfig":
     """The checked pipeline config of `config` (every problem listed in one ConfigError)."""
-    from edgepress.pipeline.config import PipelineConfig, pipeline_config
+    from edgepress.pipeline.config import PipelineConfig
+    from edgepress.pipeline.config import pipeline_config as checked
 
     data, path = _read(config)
-    return data if isinstance(data, PipelineConfig) else pipeline_config(data, path or IN_CODE)
+    return data if isinstance(data, PipelineConfig) else checked(data, path or IN_CODE)
 
 
-def search_of(config: "str | Path | dict | SearchConfig") -> "SearchConfig":
+def search_config(config: "str | Path | dict | SearchConfig") -> "SearchConfig":
     """The checked search config of `config` (every problem listed in one ConfigError)."""
-    from edgepress.search.config import SearchConfig, search_config
+    from edgepress.search.config import SearchConfig
+    from edgepress.search.config import search_config as checked
 
     data, path = _read(config)
-    return data if isinstance(data, SearchConfig) else search_config(data, path or IN_CODE)
+    return data if isinstance(data, SearchConfig) else checked(data, path or IN_CODE)
 
 
 @dataclass(frozen=True)
@@ -103,14 +105,14 @@ def validate(config: "str | Path | dict | PipelineConfig | SearchConfig") -> Val
     if isinstance(data, SearchConfig) or (not isinstance(data, PipelineConfig) and is_search(data)):
         from edgepress.search.prepare import check_search, search_noise
 
-        cfg = search_of(config)
+        cfg = search_config(config)
         _, _, depth, space, splits, task = check_search(cfg, build_teacher=False)
         note = search_noise(cfg, len(splits.validation))
         return Validated(cfg, splits.manifest()["sizes"], (note,) if note else (), len(space.points()),
                          len(space.shapes()), depth, task.name)
     from edgepress.pipeline.inputs import check_inputs, config_notes
 
-    cfg = pipeline(config)
+    cfg = pipeline_config(config)
     _, splits = check_inputs(cfg, build_teacher=False)
     return Validated(cfg, splits.manifest()["sizes"], tuple(config_notes(cfg, len(splits.test))))
 
@@ -139,7 +141,7 @@ def run(config: "str | Path | dict | PipelineConfig", out: str | Path, *, resume
     from edgepress.pipeline.config import with_runtime
     from edgepress.pipeline.runner import run_pipeline
 
-    cfg, config_file = pipeline(config), Path(config) if isinstance(config, str | Path) else None
+    cfg, config_file = pipeline_config(config), Path(config) if isinstance(config, str | Path) else None
     if device is not None:
         cfg = with_runtime(cfg, f"--device {device}", providers=[device])
     if target is not None:
@@ -187,7 +189,7 @@ def search(config: "str | Path | dict | SearchConfig", out: str | Path, budget: 
     trial passed."""
     from edgepress.search.study import run_search
 
-    cfg = search_of(config)
+    cfg = search_config(config)
     config_file = Path(config) if isinstance(config, str | Path) else None
     run_search(cfg, Path(out), budget_s=seconds(budget) if budget is not None else None, trials=trials,
                resume=resume, storage=storage, config_file=config_file, progress=progress)
@@ -286,7 +288,7 @@ def load(bundle_dir: str | Path, *, provider: str = "cpu", threads: int | None =
 
 
 @quiet()
-def teacher(out: str | Path) -> "TrainResult":
+def demo_teacher(out: str | Path) -> "TrainResult":
     """Build the demo teacher (MiniLM-L6 fine-tuned on the movie snippets) into `out`; returns its training
     result (best_val_accuracy, best_epoch, seconds)."""
     from edgepress.pipeline.inputs import check_artifact_out

@@ -65,7 +65,7 @@ def teacher(
     """Build the demo teacher (MiniLM-L6 fine-tuned on the movie snippets) into --out."""
     from edgepress import api
 
-    result = _call(api.teacher, out_dir)
+    result = _call(api.demo_teacher, out_dir)
     out.print(f"teacher written to {out_dir}: validation accuracy {result.best_val_accuracy:.4f} "
               f"(epoch {result.best_epoch}, {result.seconds:.0f} s)")
 
@@ -155,7 +155,7 @@ def search(
 
     from edgepress import api
 
-    cfg = _call(api.search_of, config)
+    cfg = _call(api.search_config, config)
     seconds = _call(api.seconds, budget) if budget is not None else None
     for handler in logging.getLogger("edgepress").handlers:  # each trial's run.log keeps every stage's lines
         handler.addFilter(lambda record: record.name.startswith("edgepress.search") and
