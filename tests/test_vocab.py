@@ -103,9 +103,9 @@ def test_min_count_drops_the_tokens_seen_fewer_times(pruned, tmp_path, small_dat
 def test_the_runs_unlabeled_texts_keep_their_frequent_tokens_too_unless_asked_not_to(pruned, tmp_path, small_data,
                                                                                     tokenizer):
     """data.unlabeled's texts are the user's in-domain text: the tokens they give at least `unlabeled_min_count`
-    times (3) are kept beside the train split's (benchmarks/vocab_unlabeled.py); a token they give once is kept at
-    `unlabeled_min_count: 1`; `unlabeled: false` keeps the train split's alone, as a run without unlabeled texts
-    does."""
+    times (3) are kept beside the train split's (benchmarks/results/vocab_unlabeled.json); a token they give once is
+    kept at `unlabeled_min_count: 1`; `unlabeled: false` keeps the train split's alone, as a run without unlabeled
+    texts does."""
     import dataclasses
 
     src, _, alone = pruned
