@@ -4,6 +4,7 @@ code is checked as its YAML is, a missed gate raises GateFailed naming the stage
 imports no library until a name is used."""
 
 import importlib.util
+import inspect
 import json
 import re
 import subprocess
@@ -90,8 +91,23 @@ def test_a_pipeline_built_in_code_is_checked_as_its_yaml_is(tiny_model_dir):
         edgepress.validate({"model": str(tiny_model_dir), "stages": [{"name": "x", "method": "nope"}]})
     with pytest.raises(edgepress.ConfigError, match="a config is a YAML file's path, a dict or a config object"):
         edgepress.run(3, "runs/never")
-    found = edgepress.validate({"model": str(tiny_model_dir), "runtime": FAST_RUNTIME, "stages": STAGES})
+    with pytest.raises(ValueError, match="method int8-dynamic takes Int8DynamicConfig params, not DistillConfig"):
+        edgepress.StageConfig(name="int8", method="int8-dynamic", params=edgepress.DistillConfig())
+    found = edgepress.validate({"model": tiny_model_dir, "runtime": FAST_RUNTIME, "stages": STAGES})  # a Path too
     assert not found.is_search and set(found.sizes) == {"train", "validation", "test"}
+
+
+@pytest.mark.parametrize("call, expected", [
+    (lambda: edgepress.run({"stages": []}, None), "out is a path (a str or pathlib.Path), not None"),
+    (lambda: edgepress.load(3), "bundle_dir is a path"),
+    (lambda: edgepress.demo("/nonexistent/out", task="nope"), "task 'nope' is not one of classification, embedding"),
+    (lambda: edgepress.evaluate("/nonexistent/model", split="tst"), "split 'tst' is not one of test, validation"),
+    (lambda: edgepress.search({"model": "demo:minilm-movie"}, "/nonexistent/out", trials=0), "trials 0 is not"),
+    (lambda: edgepress.RunResult.read("/"), "/ holds no report.json: it is not a run dir"),
+])
+def test_bad_arguments_raise_config_errors_that_name_the_fix_before_anything_runs(call, expected):
+    with pytest.raises(edgepress.ConfigError, match=re.escape(expected)):
+        call()
 
 
 def test_a_missed_gate_raises_gate_failed_naming_the_stage_the_gate_and_the_result(tiny_model_dir, data, tmp_path):
@@ -129,6 +145,7 @@ def test_search_and_export_are_the_api_s_functions_once_their_packages_are_impor
     with pytest.raises(edgepress.ModelError, match="the model /nonexistent/model does not exist"):
         edgepress.export("/nonexistent/model", "/nonexistent/out")
     assert edgepress.search.study.run_search is not None and edgepress.export.onnx.export_onnx is not None
+    assert "budget" in inspect.signature(edgepress.search).parameters and edgepress.export.__doc__.startswith("Export")
 
 
 def test_the_readme_s_python_lines_run_as_the_python_page_shows_them(tiny_model_dir, data, tmp_path, monkeypatch):

@@ -42,17 +42,45 @@ def quiet(transformers: bool = True) -> Callable:
 
 
 def _read(config: Any) -> tuple[Any, Path | None]:
-    """(the parsed config, the file it came from): a path is read as YAML, a dict or config object taken as is."""
+    """(the parsed config, the file it came from): a path is read as YAML, a dict or config object taken as is (a
+    dict's paths as the text a YAML would hold)."""
     from pydantic import BaseModel
 
     from edgepress.pipeline.config import read_yaml
 
     if isinstance(config, str | Path):
         return read_yaml(Path(config)), Path(config)
-    if isinstance(config, dict | BaseModel):
+    if isinstance(config, dict):
+        return _texts(config), None
+    if isinstance(config, BaseModel):
         return config, None
     raise ConfigError(f"a config is a YAML file's path, a dict or a config object, not a {type(config).__name__}. "
-                      f"Fix: pass the path of a pipeline YAML, or edgepress.PipelineConfig(...)")
+                      f"Fix: pass the path of a pipeline or search YAML, a dict of the same shape, or "
+                      f"edgepress.PipelineConfig(...) / edgepress.SearchConfig(...)")
+
+
+def _texts(value: Any) -> Any:
+    """`value` with every Path in it as its text (what a YAML holds)."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _texts(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_texts(v) for v in value]
+    return value
+
+
+def _path(value: Any, what: str) -> Path:
+    """`value` (a str or Path) as a Path; a ConfigError naming `what` for anything else."""
+    if isinstance(value, str | Path) and str(value).strip():
+        return Path(value)
+    raise ConfigError(f"{what} is a path (a str or pathlib.Path), not {value!r}. Fix: pass the directory's path")
+
+
+def _one_of(value: Any, what: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(f"{what} {value!r} is not one of {', '.join(choices)}. Fix: one of them")
+    return value
 
 
 def pipeline_config(config: "str | Path | dict | PipelineConfig") -> "PipelineConfig":
@@ -146,18 +174,19 @@ def run(config: "str | Path | dict | PipelineConfig", out: str | Path, *, resume
         cfg = with_runtime(cfg, f"--device {device}", providers=[device])
     if target is not None:
         cfg = with_runtime(cfg, f"--target {target}", target=target)
-    out = Path(out)
+    out = _path(out, "out")
     told = (lambda name: progress(RunResult.read(out).stage(name))) if progress is not None else None
     return _with_result(lambda: run_pipeline(cfg, out, resume=resume, config_file=config_file,
-                                             cache=Path(cache) if cache is not None else None, progress=told), out)
+                                             cache=_path(cache, "cache") if cache is not None else None,
+                                             progress=told), out)
 
 
 @quiet()
 def demo(out: str | Path, *, quick: bool = False, resume: bool = False, task: str = "classification") -> RunResult:
     """Run the embedded demo pipeline of `task` (classification or embedding) into `out`."""
-    from edgepress.pipeline.demo import run_demo
+    from edgepress.pipeline.demo import DEMOS, run_demo
 
-    out = Path(out)
+    out, task = _path(out, "out"), _one_of(task, "task", tuple(DEMOS))
     return _with_result(lambda: run_demo(out, quick=quick, resume=resume, task=task), out)
 
 
@@ -189,10 +218,17 @@ def search(config: "str | Path | dict | SearchConfig", out: str | Path, budget: 
     trial passed."""
     from edgepress.search.study import run_search
 
-    cfg = search_config(config)
+    cfg, out = search_config(config), _path(out, "out")
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
+        raise ConfigError(f"trials {trials!r} is not a number of trials. Fix: a whole number, 1 or more")
     config_file = Path(config) if isinstance(config, str | Path) else None
-    run_search(cfg, Path(out), budget_s=seconds(budget) if budget is not None else None, trials=trials,
-               resume=resume, storage=storage, config_file=config_file, progress=progress)
+    try:
+        run_search(cfg, out, budget_s=seconds(budget) if budget is not None else None, trials=trials,
+                   resume=resume, storage=storage, config_file=config_file, progress=progress)
+    except GateFailed as e:  # SearchExhausted: no trial passed; the report says what each found
+        if (out / "report.json").is_file():
+            e.result = SearchResult.read(out)
+        raise
     return SearchResult.read(out)
 
 
@@ -215,6 +251,7 @@ def evaluate(model: str | Path, data: "str | Path | Any" = DEMO_DATA, *, split: 
     defaults to a bundle's own, else 128."""
     from edgepress.pipeline.evaluate import evaluate_model, recorded_max_length
 
+    model, split = _path(model, "model"), _one_of(split, "split", ("test", "validation", "train", "all"))
     if max_length is None:
         max_length = recorded_max_length(str(model)) or 128
     return Metrics.of(evaluate_model(str(model), _data(data, text_column=text_column, label_column=label_column,
@@ -246,7 +283,7 @@ def export(model: str | Path, out: str | Path, *, optimize: bool = True, disable
     from edgepress.pipeline.export import export_model
     from edgepress.pipeline.inputs import check_artifact_out, local_inputs
 
-    out = Path(out)
+    model, out = _path(model, "model"), _path(out, "out")
     cfg = build(ExportConfig, where="export options", max_length=max_length)
     check_artifact_out(out, EXPORTED, "export", local_inputs(str(model), data))
     fusion = build(OptimizeConfig, where="fusion options", fusions="all", disable=list(disable_fusion)) \
@@ -264,7 +301,8 @@ def bundle(source: str | Path, out: str | Path, target: str | None = None, *, ov
     (default: this machine) into `out`; returns its dir. `cascade=False`: a cascade's student alone."""
     from edgepress.deploy.bundle import bundle_model
 
-    return bundle_model(Path(source), Path(out), target, overwrite=overwrite, no_cascade=not cascade)
+    return bundle_model(_path(source, "source"), _path(out, "out"), target, overwrite=overwrite,
+                        no_cascade=not cascade)
 
 
 @quiet()
@@ -273,8 +311,8 @@ def init(model: str | Path, data: str | Path, *, text_column: str = "text", labe
     """A commented starting pipeline that fits `model` and `data`, validated; also written to the new file `out`."""
     from edgepress.pipeline.init import write_starter
 
-    return write_starter(str(model), _data(data, text_column=text_column, label_column=label_column),
-                         Path(out) if out is not None else None)
+    return write_starter(str(_path(model, "model")), _data(data, text_column=text_column, label_column=label_column),
+                         _path(out, "out") if out is not None else None)
 
 
 @quiet(transformers=False)
@@ -284,7 +322,7 @@ def load(bundle_dir: str | Path, *, provider: str = "cpu", threads: int | None =
     `entities(text)` (a token classifier's)."""
     from edgepress.device.cascade import open_predictor
 
-    return open_predictor(bundle_dir, providers=(provider,), threads=threads)
+    return open_predictor(_path(bundle_dir, "bundle_dir"), providers=(provider,), threads=threads)
 
 
 @quiet()
@@ -294,5 +332,6 @@ def demo_teacher(out: str | Path) -> "TrainResult":
     from edgepress.pipeline.inputs import check_artifact_out
     from edgepress.teacher import MANIFEST, build_teacher
 
-    check_artifact_out(Path(out), MANIFEST, "teacher")
-    return build_teacher(Path(out))
+    out = _path(out, "out")
+    check_artifact_out(out, MANIFEST, "teacher")
+    return build_teacher(out)

@@ -6,7 +6,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgepress.errors import ConfigError
 from edgepress.files import read_json
+
+
+def _report(out: Path, kind: str, holds: str) -> dict:
+    """The report.json of the `kind` (run, search) dir `out`, which must hold `holds`; a ConfigError naming the fix
+    when it is not there, not whole, or another kind's."""
+    try:
+        report = read_json(out / "report.json")
+    except FileNotFoundError:
+        raise ConfigError(f"{out} holds no report.json: it is not a {kind} dir (or the {kind} has not written one "
+                          f"yet). Fix: give the dir the {kind} wrote into (its out)") from None
+    except ValueError as e:
+        raise ConfigError(f"{out}/report.json is not whole JSON ({e}). Fix: run the {kind} again, with "
+                          f"resume=True") from None
+    if not isinstance(report, dict) or holds not in report:
+        other = "search" if kind == "run" else "run"
+        raise ConfigError(f"{out} is not a {kind} dir: its report.json has no {holds}. Fix: read a {other}'s with "
+                          f"edgepress.{'SearchResult' if other == 'search' else 'RunResult'}.read")
+    return report
 
 
 def _pair(value: Any) -> tuple[float, float] | None:
@@ -122,8 +141,10 @@ class RunResult:
     def read(cls, out: str | Path) -> "RunResult":
         """The result of the run in `out`, from its report.json."""
         out = Path(out)
-        r = read_json(out / "report.json")
-        baseline = Stage.of({"name": "baseline", "method": None, "status": "passed", **r["baseline"]})
+        r = _report(out, "run", "baseline")
+        measured = bool((r["baseline"] or {}).get("metrics"))  # a run that failed before measuring its model: not
+        baseline = Stage.of({"name": "baseline", "method": None, "status": "passed" if measured else "skipped",
+                             **(r["baseline"] or {})})
         final = (r.get("final") or {}).get("artifact")
         return cls(out, r["run_id"], r["status"], r.get("error"), baseline, tuple(Stage.of(s) for s in r["stages"]),
                    Path(final) if final else None, r)
@@ -182,7 +203,7 @@ class SearchResult:
     def read(cls, out: str | Path) -> "SearchResult":
         """The result of the search in `out`, from its report.json."""
         out = Path(out)
-        r = read_json(out / "report.json")
+        r = _report(out, "search", "trials")
         best = r.get("best") or {}
         run = RunResult.read(out / "best") if (out / "best" / "report.json").is_file() else None
         return cls(out, tuple(Trial.of(t) for t in r.get("trials", ())), best.get("trial"),

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from edgepress.compress.structured import factored_fix
 from edgepress.configs import Logits, Megabytes, Milliseconds, PathText, Ratio, build, validated
@@ -127,10 +127,17 @@ class Gates(BaseModel):
         return self
 
 
-def params_dict(value: Any) -> Any:
+def params_dict(value: Any, info: ValidationInfo) -> Any:
     """A method's params as a config holds them: a params object built in code (`Int8DynamicConfig(...)`) becomes
-    the dict of the fields it was given; anything else is checked as it is."""
-    return value.model_dump(mode="json", exclude_unset=True) if isinstance(value, BaseModel) else value
+    the dict of the fields it was given, once it is the method's own class; anything else is checked as it is."""
+    if not isinstance(value, BaseModel):
+        return value
+    method = info.data.get("method")
+    wanted = METHODS[method].config if method in METHODS else None
+    if wanted is not None and type(value) is not wanted:
+        raise ValueError(f"method {method} takes {wanted.__name__} params, not {type(value).__name__}. Fix: "
+                         f"params={wanted.__name__}(...), or a dict of its fields")
+    return value.model_dump(mode="json", exclude_unset=True)
 
 
 class Alternative(BaseModel):
@@ -142,8 +149,8 @@ class Alternative(BaseModel):
 
     @field_validator("params", mode="before")
     @classmethod
-    def _params_object(cls, value: Any) -> Any:
-        return params_dict(value)
+    def _params_object(cls, value: Any, info: ValidationInfo) -> Any:
+        return params_dict(value, info)
 
     @model_validator(mode="after")
     def _known_method_and_params(self) -> "Alternative":
@@ -172,8 +179,8 @@ class StageConfig(BaseModel):
 
     @field_validator("params", mode="before")
     @classmethod
-    def _params_object(cls, value: Any) -> Any:
-        return params_dict(value)
+    def _params_object(cls, value: Any, info: ValidationInfo) -> Any:
+        return params_dict(value, info)
 
     @model_validator(mode="after")
     def _known_method_and_params(self) -> "StageConfig":
