@@ -4,10 +4,10 @@ problem is listed at once, and each stage's `params` are checked against its met
 import re
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from edgepress.compress.structured import factored_fix
 from edgepress.configs import Logits, Megabytes, Milliseconds, PathText, Ratio, build, validated
@@ -130,14 +130,14 @@ class Gates(BaseModel):
 def params_dict(value: Any, info: ValidationInfo) -> Any:
     """A method's params as a config holds them: a params object built in code (`Int8DynamicConfig(...)`) becomes
     the dict of the fields it was given, once it is the method's own class; anything else is checked as it is."""
-    if not isinstance(value, BaseModel):
-        return value
-    method = info.data.get("method")
-    wanted = METHODS[method].config if method in METHODS else None
-    if wanted is not None and type(value) is not wanted:
-        raise ValueError(f"method {method} takes {wanted.__name__} params, not {type(value).__name__}. Fix: "
-                         f"params={wanted.__name__}(...), or a dict of its fields")
-    return value.model_dump(mode="json", exclude_unset=True)
+    method = METHODS.get(info.data.get("method"))  # an unknown one: check_method says so
+    if isinstance(value, BaseModel) and method is not None and type(value) is not method.config:
+        raise ValueError(f"method {info.data['method']} takes {method.config.__name__} params, not "
+                         f"{type(value).__name__}. Fix: params={method.config.__name__}(...), or a dict of its fields")
+    return value.model_dump(mode="json", exclude_unset=True) if isinstance(value, BaseModel) else value
+
+
+Params = Annotated[dict[str, Any], BeforeValidator(params_dict)]  # a dict, or the method's params object
 
 
 class Alternative(BaseModel):
@@ -145,12 +145,7 @@ class Alternative(BaseModel):
 
     model_config = Strict
     method: str = Field(description="a registry method")
-    params: dict[str, Any] = Field({}, description="the method's params (Methods reference)")
-
-    @field_validator("params", mode="before")
-    @classmethod
-    def _params_object(cls, value: Any, info: ValidationInfo) -> Any:
-        return params_dict(value, info)
+    params: Params = Field({}, description="the method's params (Methods reference)")
 
     @model_validator(mode="after")
     def _known_method_and_params(self) -> "Alternative":
@@ -173,14 +168,9 @@ class StageConfig(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="unique in the pipeline; names the "
                                                                      "stage's dir (stages/NN-name)")
     method: str = Field(description="a registry method")
-    params: dict[str, Any] = Field({}, description="the method's params (Methods reference)")
+    params: Params = Field({}, description="the method's params (Methods reference)")
     gates: Gates = Field(Gates(), description="what the stage's result must meet")
     on_fail: OnFail = Field(OnFail(), description="what to try when a gate is missed or the method fails")
-
-    @field_validator("params", mode="before")
-    @classmethod
-    def _params_object(cls, value: Any, info: ValidationInfo) -> Any:
-        return params_dict(value, info)
 
     @model_validator(mode="after")
     def _known_method_and_params(self) -> "StageConfig":
