@@ -172,8 +172,8 @@ before = state()
 try:
     edgepress.run({"model": sys.argv[1], "data": {"source": sys.argv[2]}, "runtime": FAST_RUNTIME,
                    "stages": [*STAGES[:2], {**STAGES[2], "gates": {"size": {"max_mb": 1e-6}}}]}, sys.argv[3])
-except edgepress.GateFailed:
-    pass
+except edgepress.GateFailed as failed:
+    assert failed.stage == "int8", failed
 else:
     raise SystemExit("no GateFailed")
 assert state() == before, (before, state())

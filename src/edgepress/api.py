@@ -27,7 +27,7 @@ DEMO_DATA = "demo:movie-snippets"
 IN_CODE = Path("the config given")  # what a message calls a config passed as a dict
 
 
-def quiet(transformers: bool = True) -> Callable:
+def library_function(transformers: bool = True) -> Callable:
     """A function of the API, run inside `logs.library_call`: the libraries under it print nothing of their own,
     and every logging setting it changed is as it was when it returns."""
     def wrap(call: Callable) -> Callable:
@@ -121,7 +121,7 @@ class Validated:
         return self.points is not None
 
 
-@quiet()
+@library_function()
 def validate(config: "str | Path | dict | PipelineConfig | SearchConfig") -> Validated:
     """Check a pipeline or search config without running it: the config, then that the model loads, the data loads
     and fits the model's labels, and each provider asked for runs here (a search: for every point of its space).
@@ -156,7 +156,7 @@ def _with_result(call: Callable[[], Any], out: Path) -> RunResult:
     return RunResult.read(out)
 
 
-@quiet()
+@library_function()
 def run(config: "str | Path | dict | PipelineConfig", out: str | Path, *, resume: bool = False,
         target: str | None = None, device: str | None = None, cache: str | Path | None = None,
         progress: "Callable[[Stage], None] | None" = None) -> RunResult:
@@ -181,7 +181,7 @@ def run(config: "str | Path | dict | PipelineConfig", out: str | Path, *, resume
                                              progress=told), out)
 
 
-@quiet()
+@library_function()
 def demo(out: str | Path, *, quick: bool = False, resume: bool = False, task: str = "classification") -> RunResult:
     """Run the embedded demo pipeline of `task` (classification or embedding) into `out`."""
     from edgepress.pipeline.demo import DEMOS, run_demo
@@ -208,7 +208,7 @@ def seconds(budget: str | float) -> float:
     return total
 
 
-@quiet()
+@library_function()
 def search(config: "str | Path | dict | SearchConfig", out: str | Path, budget: str | float | None = None, *,
            trials: int | None = None, resume: bool = False, storage: str | None = None,
            progress: Callable[[int, dict, Any], None] | None = None) -> SearchResult:
@@ -243,7 +243,7 @@ def _data(data: "str | Path | Any", **options: Any):
                  **{k: v for k, v in options.items() if v is not None})
 
 
-@quiet()
+@library_function()
 def evaluate(model: str | Path, data: "str | Path | Any" = DEMO_DATA, *, split: str = "test",
              max_length: int | None = None, text_column: str = "text", label_column: str = "label") -> Metrics:
     """The metrics of a model (a torch model dir, an ONNX model dir or a bundle) on one split of `data` (test,
@@ -271,7 +271,7 @@ class Exported:
     steps: dict
 
 
-@quiet()
+@library_function()
 def export(model: str | Path, out: str | Path, *, optimize: bool = True, disable_fusion: tuple[str, ...] = (),
            data: str = DEMO_DATA, text_column: str = "text", max_length: int = 128) -> Exported:
     """Export a model to ONNX in `out` (model.onnx, config, tokenizer), checked against torch on the texts of
@@ -294,7 +294,7 @@ def export(model: str | Path, out: str | Path, *, optimize: bool = True, disable
     return Exported(out, parity["max_abs_diff"], parity["agreement"], parity["n_examples"], fused, steps)
 
 
-@quiet(transformers=False)
+@library_function(transformers=False)
 def bundle(source: str | Path, out: str | Path, target: str | None = None, *, overwrite: bool = False,
            cascade: bool = True) -> Path:
     """Write the device bundle of `source` (a run dir, its final/, an ONNX model dir or a bundle) for `target`
@@ -305,7 +305,7 @@ def bundle(source: str | Path, out: str | Path, target: str | None = None, *, ov
                         no_cascade=not cascade)
 
 
-@quiet()
+@library_function()
 def init(model: str | Path, data: str | Path, *, text_column: str = "text", label_column: str = "label",
          out: str | Path | None = None) -> str:
     """A commented starting pipeline that fits `model` and `data`, validated; also written to the new file `out`."""
@@ -315,7 +315,7 @@ def init(model: str | Path, data: str | Path, *, text_column: str = "text", labe
                          _path(out, "out") if out is not None else None)
 
 
-@quiet(transformers=False)
+@library_function(transformers=False)
 def load(bundle_dir: str | Path, *, provider: str = "cpu", threads: int | None = None) -> "Predictor | Cascade":
     """The device's predictor of a bundle (or an exported model dir), as predict.py runs it: `predict_each(texts)`
     (labels and probabilities; a cascade's also say which model answered), `embed(texts)` (vectors) or
@@ -325,7 +325,7 @@ def load(bundle_dir: str | Path, *, provider: str = "cpu", threads: int | None =
     return open_predictor(_path(bundle_dir, "bundle_dir"), providers=(provider,), threads=threads)
 
 
-@quiet()
+@library_function()
 def demo_teacher(out: str | Path) -> "TrainResult":
     """Build the demo teacher (MiniLM-L6 fine-tuned on the movie snippets) into `out`; returns its training
     result (best_val_accuracy, best_epoch, seconds)."""
