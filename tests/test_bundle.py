@@ -232,6 +232,35 @@ def test_bundle_refuses_bad_input_before_writing(tiny_onnx_dir, tiny_model_dir, 
     assert not any((tmp_path / name).exists() for name in ("b2", "b3", "b4"))
 
 
+def test_the_device_reads_the_task_its_manifest_records_and_checks_the_graph_against_it(tiny_onnx_dir, tmp_path):
+    """Every bundle's manifest names its task, and the device's reader is the one that task names: a manifest that
+    names another task than its graph does, or none of edgepress's, is refused (exit 2, the fix), not read as
+    whatever the graph's outputs suggest; a model dir without a manifest is read by its own files, as a run reads
+    it (`tasks.task_of` and the device share `device.bundle.files_task`)."""
+    out = bundle_model(tiny_onnx_dir, tmp_path / "bundle")
+    manifest = json.loads((out / "edgepress.json").read_text())
+    assert manifest["task"] == "classification" and Predictor(out).task == "classification"
+    assert Predictor(tiny_onnx_dir).task == CLASSIFICATION.name  # an export dir: no manifest, its files say
+    for task, message in [("embedding", "says its task is embedding, but its graph gives logits per text"),
+                          ("token-classification", "but its graph gives logits per text"),
+                          ("regression", "task 'regression' is none of classification, token-classification")]:
+        (out / "edgepress.json").write_text(json.dumps({**manifest, "task": task}))
+        with pytest.raises(ModelError, match=message):
+            Predictor(out)
+        refused = _script(out, "a fine film")
+        assert refused.returncode == 2 and "Fix: bundle the model again" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+        if task != "regression":  # bundling it again asks the files, which say otherwise
+            with pytest.raises(ModelError, match=rf"its manifest says task {task}, its files say classification"):
+                bundle_model(out, tmp_path / f"again-{task}")
+            assert not (tmp_path / f"again-{task}").exists()
+    older = {k: v for k, v in manifest.items() if k != "task"}  # a bundle written before manifests named the task
+    (out / "edgepress.json").write_text(json.dumps(older))
+    assert Predictor(out).task == "classification"
+    assert json.loads((bundle_model(out, tmp_path / "again") / "edgepress.json").read_text())["task"] == (
+        "classification")
+
+
 def test_full_range_int8_is_refused_for_x86_without_vnni_unless_measured_there(int8_dirs, tmp_path):
     ranges = targets.int8_weight_ranges(int8_dirs["full"] / "model.onnx")
     assert ranges and max(ranges.values()) == 127

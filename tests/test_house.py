@@ -131,6 +131,7 @@ def test_no_private_name_is_taken_from_another_module():
 # What telling the three tasks apart looks like in the source: comparing a task's `targets` or a task's name, sniffing
 # a model or its dir, testing which kind of data set a split is.
 TASK_NAMES = {"classification", "embedding", "token-classification"}
+TASK_CONSTANTS = {"CLASSIFICATION", "EMBEDDING", "TOKEN_CLASSIFICATION"}  # tasks/' objects, device/bundle.py's names
 SNIFFS = {"is_token_classifier_dir", "is_sentence_encoder", "is_sentence_dir"}
 DATA_SETS = {"TaggedSet", "PairSet", "TextSet"}
 
@@ -142,6 +143,15 @@ TASK_BRANCHES = {
     ("compress/kd.py", "load_with_kd_targets"): (1, "vectors have their own loss and scoring, by task.targets"),
     ("compress/kd.py", "transfer_set"): (1, "tagged data's transfer set is built per word (tagged_transfer_set)"),
     ("compress/structured.py", "recover"): (1, "a sentence encoder prunes on vectors, by task.targets"),
+    # the device: each task's reader, picked by the task the manifest records (device/bundle.bundle_task), the graph
+    # checked against it; torch-free, so it cannot ask tasks/, whose names and outputs are its constants
+    ("device/cascade.py", "__init__"): (1, "a cascade is of classifiers or token classifiers, both of one task"),
+    ("device/cli.py", "answer_lines"): (1, "what predict.py and `edgepress predict` print, by the task"),
+    ("device/cli.py", "similar"): (1, "`similar` refuses a classifier's bundle in its own words"),
+    ("device/predictor.py", "__init__"): (2, "a tagger's reader; id2label, which every labelled task needs"),
+    ("device/predictor.py", "embed"): (1, "vectors from an embedder only"),
+    ("device/predictor.py", "logits"): (1, "labels from a classifier only"),
+    ("device/sessions.py", "task_output"): (2, "the graph gives what the task's reader reads"),
     ("models/loading.py", "load_classifier"): (1, "its default class, for callers that load a classifier dir bare"),
     ("models/sentence.py", "encoder_of"): (1, "the module a method changes: a sentence encoder's Transformer"),
     ("models/sentence.py", "module_folders"): (1, "not a task branch: the sentence-transformers format's own folders"),
@@ -173,7 +183,8 @@ def _tells_tasks_apart(node: ast.AST) -> bool:
     if isinstance(node, ast.Compare):
         sides = [node.left, *node.comparators]
         return any(isinstance(side, ast.Attribute) and side.attr == "targets" for side in sides) or \
-            any(isinstance(side, ast.Constant) and side.value in TASK_NAMES for side in sides)
+            any(isinstance(side, ast.Constant) and side.value in TASK_NAMES for side in sides) or \
+            any(getattr(side, "id", getattr(side, "attr", None)) in TASK_CONSTANTS for side in sides)
     if isinstance(node, ast.Call):
         called = getattr(node.func, "id", getattr(node.func, "attr", None))
         if called in SNIFFS:
@@ -187,6 +198,7 @@ def _tells_tasks_apart(node: ast.AST) -> bool:
 def test_the_walk_sees_every_way_of_telling_the_tasks_apart():
     """The check below can fail: each way, planted in a function, is found."""
     for planted in ("task.targets == 'vectors'", "name != 'token-classification'", "is_sentence_dir(path)",
+                    "predictor.task == EMBEDDING", "task is not bundle.CLASSIFICATION",
                     "isinstance(train, (TextSet, TaggedSet))"):
         tree = ast.parse(f"def f():\n    return {planted}\n")
         assert any(_tells_tasks_apart(node) for node in ast.walk(tree)), planted
@@ -199,6 +211,17 @@ def test_the_task_is_asked_not_worked_out_again_outside_tasks():
     found = {site: len(lines) for site, lines in _task_branches().items()}
     allowed = {site: count for site, (count, _) in TASK_BRANCHES.items()}
     assert found == allowed, {site: _task_branches().get(site) for site, _ in set(found.items()) ^ set(allowed.items())}
+
+
+def test_the_device_reads_a_bundles_task_from_its_manifest_not_from_its_graph():
+    """device/ picks a bundle's reader by the task its manifest records (`bundle.bundle_task`) and checks the graph
+    against it (`sessions.task_output`); before issue 77 it worked the task out again from the graph's output names.
+    `output_name` and `gives_token_logits` stay for what reads a graph alone (a pass's parity, a CUDA binding)."""
+    guesses = {"output_name", "gives_token_logits"}
+    calls = [f"{path.name}:{node.lineno}" for path in sorted((SRC / "edgepress" / "device").glob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in guesses]
+    assert calls == []
 
 
 BENCHMARKS = SRC.parent / "benchmarks"

@@ -399,7 +399,7 @@ def predict(
     bundle gives each text's vector, one JSON object a line, or with --corpus the corpus's nearest texts; a token
     classifier's, the entities in each text."""
     from edgepress import api
-    from edgepress.device.cli import embedding_json, entity_lines, prediction_line, read_corpus, similar, similar_line
+    from edgepress.device.cli import answer_lines, read_corpus, similar, similar_line
 
     predictor = _call(api.load, bundle, provider=provider.value)
     if corpus is not None:
@@ -408,17 +408,8 @@ def predict(
             for rank, (score, text) in enumerate(hits, start=1):
                 out.print(similar_line(query, rank, score, text, as_json), highlight=False, soft_wrap=True)
         return
-    if predictor.output == "sentence_embedding":
-        for text, vector in zip(texts, _call(predictor.embed, texts), strict=True):  # one text per call
-            out.print(embedding_json(text, vector), highlight=False, soft_wrap=True)
-        return
-    if predictor.tokens:
-        for text in texts:
-            for line in entity_lines(text, _call(predictor.entities, text, aggregation.value), as_json):
-                out.print(line, highlight=False, soft_wrap=True, markup=False)
-        return
-    for p in _call(predictor.predict_each, texts):  # one text per call, as predict.py and the evaluation
-        out.print(prediction_line(p, as_json), highlight=False, soft_wrap=True, markup=False)
+    for line in _call(lambda: list(answer_lines(predictor, texts, aggregation.value, as_json))):  # as predict.py
+        out.print(line, highlight=False, soft_wrap=True, markup=False)
 
 
 def main() -> None:

@@ -161,18 +161,17 @@ def _check_out(out: Path, inputs: dict[str, Path], overwrite: bool) -> None:
     check_owned(out, MANIFEST, "bundle")
 
 
-def _same_logits(onnx_file: Path, ort_file: Path) -> float:
-    """max |Δ| of the two files' outputs (logits, or sentence vectors) on 4 seeded random sequences of 32 token
-    ids; a ModelError when they disagree beyond float noise or on any argmax of logits."""
+def _same_logits(onnx_file: Path, ort_file: Path, output: str) -> float:
+    """max |Δ| of the two files' `output` (logits, or sentence vectors: the task's) on 4 seeded random sequences of
+    32 token ids; a ModelError when they disagree beyond float noise or on any argmax of logits."""
     import numpy as np
 
-    from edgepress.device.sessions import load_session, output_name
+    from edgepress.device.sessions import load_session
 
     sessions = [load_session(onnx_file), load_session(ort_file)]
     ids = np.random.default_rng(0).integers(5, 100, (4, 32), dtype=np.int64)  # (batch, seq); any vocabulary has these
     columns = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
     feeds = {i.name: columns[i.name] for i in sessions[0].get_inputs()}
-    output = output_name(sessions[0])
     first, second = (s.run([output], feeds)[0] for s in sessions)
     diff = float(np.abs(first - second).max())
     if diff > 1e-4 or (output == "logits" and (first.argmax(-1) != second.argmax(-1)).any()):  # per text or token
@@ -200,9 +199,10 @@ def _ort_format(graph: Path, out: Path) -> None:
     create_config_from_models([out / ORT_MODEL], out / ORT_OPERATORS, enable_type_reduction=False)
 
 
-def _mobile_files(tmp: Path) -> dict:
-    """ONNX Runtime's mobile formats beside model.onnx: `model.ort` (optimized for ARM, `Fixed` style), the operator
-    config a size-reduced custom build takes, and the mobile usability checker's report (NNAPI / CoreML)."""
+def _mobile_files(tmp: Path, output: str) -> dict:
+    """ONNX Runtime's mobile formats beside model.onnx: `model.ort` (optimized for ARM, `Fixed` style), checked to
+    give model.onnx's `output`, the operator config a size-reduced custom build takes, and the mobile usability
+    checker's report (NNAPI / CoreML)."""
     from onnxruntime.tools.mobile_helpers.usability_checker import analyze_model
 
     with tempfile.TemporaryDirectory(prefix="edgepress-ort-") as scratch:
@@ -220,7 +220,8 @@ def _mobile_files(tmp: Path) -> dict:
         logger.removeHandler(handler)
     (tmp / USABILITY).write_text(report.getvalue(), encoding="utf-8")
     return {"ort_model": ORT_MODEL, "required_operators": ORT_OPERATORS, "optimization_style": "Fixed",
-            "target_platform": "arm", "ort_vs_onnx_max_abs_diff": _same_logits(tmp / "model.onnx", tmp / ORT_MODEL),
+            "target_platform": "arm",
+            "ort_vs_onnx_max_abs_diff": _same_logits(tmp / "model.onnx", tmp / ORT_MODEL, output),
             "nnapi_or_coreml_recommended": bool(accelerated), "usability_report": USABILITY}
 
 
@@ -250,7 +251,10 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict, cascade: bool = Tru
     graph = _graph(model_dir)
     facts = graph_facts(graph)
     target = manifest.get("target", {}).get("name")
-    task = task_of(model_dir)  # read from the files the device reads
+    task = task_of(model_dir)  # read from the files the device reads; a manifest naming another task lies
+    if manifest.get("task", task.name) != task.name:
+        raise ModelError(f"{model_dir}: its manifest says task {manifest['task']}, its files say {task.name}. Fix: "
+                         f"bundle the model from the run or model dir it came from")
     pipeline = task.web_pipeline(model_dir) if target == "web" else None  # a pooling the web lacks: refused here
     folder = read_cascade(model_dir)["fallback"] if cascade and is_cascade(model_dir) else None
     with atomic_dir(Path(out)) as tmp:
@@ -269,15 +273,16 @@ def write_bundle(model_dir: Path, out: Path, manifest: dict, cascade: bool = Tru
         for module in sorted(Path(device.__file__).parent.glob("*.py")):
             shutil.copyfile(module, tmp / DEVICE / module.name)
         if target == "mobile":
-            mobile = _mobile_files(tmp)
+            mobile = _mobile_files(tmp, task.graph_output)
             if "cascade" in manifest:  # the fallback's own .ort beside its graph
-                mobile["fallback"] = _mobile_files(tmp / manifest["cascade"]["fallback"])
+                mobile["fallback"] = _mobile_files(tmp / manifest["cascade"]["fallback"], task.graph_output)
             manifest = {**manifest, "mobile": mobile}
         if target == "web":
             fallback = (folder, graph_facts(tmp / folder / "model.onnx")["operators"]) if folder else None
-            web = web_files(tmp, facts["operators"], manifest.get("max_length"), pipeline, fallback)
+            web = web_files(tmp, facts["operators"], manifest.get("max_length"), pipeline, task.name, fallback)
             manifest = {**manifest, "web": web, "model_file": web["model_file"]}
             facts = graph_facts(tmp / web["model_file"])  # with what the web layout added
+        manifest = {"task": task.name, **manifest}  # what the device reads it as (`device.bundle.bundle_task`)
         write_card(tmp, {"edgepress": __version__, **manifest}, task, facts["operators"])
         files = {f.relative_to(tmp).as_posix(): file_sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
         write_json(tmp / MANIFEST, {

@@ -87,21 +87,21 @@ def _model_layout(folder: Path, operators: list[dict], length: int, pipeline: di
     return {"dtype": dtype, "model_file": f"onnx/{name}"}
 
 
-def web_files(tmp: Path, operators: list[dict], max_length: int | None, pipeline: dict,
+def web_files(tmp: Path, operators: list[dict], max_length: int | None, pipeline: dict, task: str,
               fallback: tuple[str, list[dict]] | None = None) -> dict:
     """The layout transformers.js loads from a local dir (`_model_layout`: transformers.js truncates at
     model_max_length only, so at the length the model was measured at), the page and what it loads. `pipeline`: the
     transformers.js pipeline the page runs and its options; for feature-extraction, the graph gives the token
     vectors too (`_token_output`). `fallback`: a cascade's fallback (its folder inside `tmp`, its graph's
-    operators), laid out the same way in its folder (with an edgepress.json there saying where its graph is, for
-    predict.py), truncating where the student does; the page runs the cascade (CASCADE_JS)."""
+    operators), laid out the same way in its folder (with an edgepress.json there saying where its graph is and
+    its `task`, for predict.py), truncating where the student does; the page runs the cascade (CASCADE_JS)."""
     modules = web_modules()
     length = max_length or position_limit(json_object(tmp / "config.json"))
     layout = _model_layout(tmp, operators, length, pipeline)
     if fallback is not None:
         folder, fallback_operators = fallback
         inner = _model_layout(tmp / folder, fallback_operators, length, pipeline)
-        write_json(tmp / folder / MANIFEST, {**inner, "max_length": length})
+        write_json(tmp / folder / MANIFEST, {**inner, "max_length": length, "task": task})
         layout["fallback"] = inner
     for name in (INDEX, CASCADE_JS):
         shutil.copyfile(Path(__file__).with_name(name), tmp / name)

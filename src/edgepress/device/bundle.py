@@ -9,6 +9,11 @@ from .locks import check_not_written
 
 BUNDLE_FILES = ("model.onnx", "tokenizer.json", "config.json")
 MANIFEST = "edgepress.json"
+MODULES = "modules.json"  # a sentence-transformers dir's list of modules: how it pools its token vectors
+# The tasks a model can do, by the names edgepress.tasks gives them and every bundle's manifest records (its
+# `task`), each with the graph output its reader reads
+CLASSIFICATION, TOKEN_CLASSIFICATION, EMBEDDING = "classification", "token-classification", "embedding"
+TASK_OUTPUTS = {CLASSIFICATION: "logits", TOKEN_CLASSIFICATION: "logits", EMBEDDING: "sentence_embedding"}
 
 
 def json_value(path: Path, fix: str = "Fix: export or bundle the model again"):
@@ -93,6 +98,37 @@ def read_bundle(bundle: Path) -> tuple[dict, dict]:
         raise ModelError(f"{bundle} is not a model bundle: missing {', '.join(missing)}. Fix: point at the final/ "
                          f"dir of a run, a dir written by `edgepress bundle`, or one written by `edgepress export`")
     return json_object(bundle / "config.json"), manifest
+
+
+def files_task(directory: Path) -> str:
+    """The task the files of a model dir say, as every reader of one reads them: a sentence-transformers dir
+    (modules.json) embeds; one whose config.json names a ...ForTokenClassification architecture tags tokens; any
+    other classifies texts."""
+    directory = Path(directory)
+    if (directory / MODULES).is_file():
+        return EMBEDDING
+    config = directory / "config.json"
+    if config.is_file() and tags_tokens(json_object(config, "Fix: restore the config.json saved with the model")):
+        return TOKEN_CLASSIFICATION
+    return CLASSIFICATION
+
+
+def tags_tokens(config: dict) -> bool:
+    """A token classifier's config.json (NER, PII): it names a ...ForTokenClassification architecture."""
+    architectures = config.get("architectures") or []
+    return isinstance(architectures, list) and any(str(a).endswith("ForTokenClassification") for a in architectures)
+
+
+def bundle_task(directory: Path, manifest: dict) -> str:
+    """The task of the model in `directory`, read once: the one its manifest records (every bundle's `task`), else,
+    for a model dir without one (`edgepress export`'s, a run's stage), what its files say (`files_task`). A task
+    the manifest names that is none of edgepress's is a ModelError."""
+    if "task" not in manifest:
+        return files_task(directory)
+    if not isinstance(manifest["task"], str) or manifest["task"] not in TASK_OUTPUTS:
+        raise ModelError(f"{Path(directory) / MANIFEST}: task {manifest['task']!r} is none of "
+                         f"{', '.join(TASK_OUTPUTS)}. Fix: bundle the model again with `edgepress bundle`")
+    return manifest["task"]
 
 
 def label_names(config: dict, where: Path) -> dict[int, str]:

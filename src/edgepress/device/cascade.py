@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .bundle import json_object
+from .bundle import EMBEDDING, json_object
 from .entities import find_entities
 from .errors import ModelError
 from .feeds import Feeds, encoding_feeds, first_subword_rows, fixed_shape_feeds, natural_feeds
@@ -88,13 +88,13 @@ class Cascade:
         self.rule = self.spec["rule"]
         self.log: list[tuple[str, float]] | None = None
         first, second = self.student, self.fallback
-        if (first.output, first.tokens) != (second.output, second.tokens) or first.output != "logits":
+        if first.task != second.task or first.task == EMBEDDING:
             raise ModelError(f"{self.bundle}: the fallback in {second.bundle} does not do the student's task. Fix: "
                              f"make the cascade again with a fallback of the student's task")
         if first.id2label != second.id2label:
             raise ModelError(f"{self.bundle}: the fallback names its labels {second.id2label}, the student "
                              f"{first.id2label}. Fix: a fallback with the student's labels")
-        self.output, self.tokens, self.id2label = first.output, first.tokens, first.id2label
+        self.task, self.output, self.tokens, self.id2label = first.task, first.output, first.tokens, first.id2label
         self.max_length, self.input_names = first.max_length, first.input_names
 
     def deferred(self, output: np.ndarray, feeds: Feeds) -> tuple[bool, float]:

@@ -3,15 +3,17 @@
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from .bundle import EMBEDDING
 from .cascade import open_predictor
 from .entities import AGGREGATIONS
 from .errors import ConfigError, DataError, EdgepressError, ModelError, access_denied
 from .lines import text_lines
-from .predictor import Prediction, Predictor
+from .predictor import Prediction, Predictor, check_texts
 from .sessions import PROVIDERS
 
 
@@ -89,7 +91,7 @@ def similar(predictor: Predictor, queries: list[str] | tuple[str, ...], corpus: 
             ) -> list[list[tuple[float, str]]]:
     """For each query, the `top` texts of `corpus` nearest it by the cosine of their vectors, nearest first (every
     text embedded alone, as everywhere; the corpus once)."""
-    if predictor.output != "sentence_embedding":
+    if predictor.task != EMBEDDING:
         raise ModelError(f"{predictor.bundle} is a classifier: `similar` needs an embedding model's bundle. Fix: "
                          f"classify with `predict.py TEXT`, or bundle a sentence-transformers model")
     vectors = predictor.embed(corpus)
@@ -143,13 +145,9 @@ def _main_predict(argv: list[str], here: Path) -> None:
     predictor = open_predictor(args.bundle, providers=(args.provider,), threads=args.threads)
     if args.bench:
         _print_bench(predictor.bench(texts, runs=args.runs), args.json)
-    elif predictor.output == "sentence_embedding":
-        _print_embeddings(texts, predictor.embed(texts))
-    elif predictor.tokens:
-        for text in texts:
-            print("\n".join(entity_lines(text, predictor.entities(text, args.aggregation), args.json)))
-    else:
-        _print_predictions(predictor.predict_each(texts), args.json)
+        return
+    for line in answer_lines(predictor, texts, args.aggregation, args.json):
+        print(line)
 
 
 def main(argv: list[str] | None = None, here: Path | None = None) -> int:
@@ -174,11 +172,6 @@ def embedding_json(text: str, vector: np.ndarray) -> str:
     return json.dumps({"text": text, "embedding": [round(float(v), 7) for v in vector]})
 
 
-def _print_embeddings(texts: tuple[str, ...], vectors: np.ndarray) -> None:
-    for text, vector in zip(texts, vectors, strict=True):
-        print(embedding_json(text, vector))
-
-
 def entity_lines(text: str, entities: list[dict], as_json: bool) -> list[str]:
     """How a token classifier's entities in `text` are printed: one JSON object (`as_json`), else the text and a line
     an entity (type, score, characters, the text they cover)."""
@@ -196,6 +189,17 @@ def prediction_line(p: Prediction, as_json: bool) -> str:
         if as_json else f"{p.label}\t{p.score:.3f}\t{p.text}"
 
 
-def _print_predictions(predictions: list[Prediction], as_json: bool) -> None:
-    for p in predictions:
-        print(prediction_line(p, as_json))
+def answer_lines(predictor: Predictor, texts: tuple[str, ...], aggregation: str, as_json: bool) -> Iterator[str]:
+    """What `predict.py` and `edgepress predict` print for `texts`, by the bundle's task (the reader its manifest
+    names): an embedder's vector per text (one JSON object each), a token classifier's entities, a classifier's
+    label; each text answered alone, every text checked first."""
+    if predictor.task == EMBEDDING:
+        for text, vector in zip(texts, predictor.embed(texts), strict=True):
+            yield embedding_json(text, vector)
+    elif predictor.tokens:
+        check_texts(texts)
+        for text in texts:
+            yield from entity_lines(text, predictor.entities(text, aggregation), as_json)
+    else:
+        for p in predictor.predict_each(texts):
+            yield prediction_line(p, as_json)

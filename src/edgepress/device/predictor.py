@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .bundle import label_names, model_file, read_bundle
+from .bundle import EMBEDDING, TOKEN_CLASSIFICATION, bundle_task, label_names, model_file, read_bundle
 from .entities import AGGREGATIONS, find_entities
 from .errors import ConfigError, DataError, ModelError
 from .feeds import (
@@ -20,7 +20,7 @@ from .feeds import (
     natural_feeds,
     position_limit,
 )
-from .sessions import gives_token_logits, load_session, output_name, session_options
+from .sessions import load_session, session_options, task_output
 from .timing import cpu_model, time_runner
 
 
@@ -83,10 +83,11 @@ class Predictor:
         if self.max_length > self.limit:
             raise ConfigError(f"max_length {self.max_length} is longer than the model's position limit "
                               f"{self.limit}. Fix: use at most {self.limit}")
+        self.task = bundle_task(self.bundle, manifest)  # what its reader reads: the graph must agree
         self.session = load_session(self.bundle / model_file(manifest), providers, session_options(threads))
-        self.output = output_name(self.session)
-        self.tokens = gives_token_logits(self.session)
-        if self.output == "logits" and "id2label" not in config:
+        self.output = task_output(self.session, self.task, self.bundle)
+        self.tokens = self.task == TOKEN_CLASSIFICATION
+        if self.task != EMBEDDING and "id2label" not in config:
             raise ModelError(f"{self.bundle}/config.json has no id2label. Fix: export it again with `edgepress "
                              f"export` (which writes the names), or add id2label to config.json")
         self.id2label = label_names(config, self.bundle)
@@ -104,7 +105,7 @@ class Predictor:
 
     def logits(self, texts: list[str] | tuple[str, ...]) -> np.ndarray:
         """(len(texts), num_labels) float32 logits of a classifier bundle (`outputs`)."""
-        if self.output != "logits":
+        if self.task == EMBEDDING:
             raise ModelError(f"{self.bundle} is a sentence-embedding model: it gives vectors, not labels. Fix: "
                              f"ask it for embeddings (Predictor.embed)")
         if self.tokens:
@@ -137,7 +138,7 @@ class Predictor:
     def embed(self, texts: list[str] | tuple[str, ...]) -> np.ndarray:
         """(len(texts), dim) float32 sentence embeddings of an embedding bundle, one text per call: each vector
         independent of the other texts (an int8 graph's activation ranges would otherwise span the batch)."""
-        if self.output != "sentence_embedding":
+        if self.task != EMBEDDING:
             raise ModelError(f"{self.bundle} is a classifier: it gives labels, not sentence embeddings. Fix: bundle "
                              f"a sentence-transformers model to get embeddings")
         check_texts(texts)

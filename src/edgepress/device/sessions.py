@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .bundle import json_object
+from .bundle import EMBEDDING, TASK_OUTPUTS, TOKEN_CLASSIFICATION, json_object
 from .errors import ConfigError, ModelError, ProviderUnavailable, access_denied
 
 # Beside a graph: the ONNX Runtime optimizers its sessions are opened without. edgepress's optimize stage writes it
@@ -125,6 +125,22 @@ def check_io(session, path: Path) -> None:
 def gives_token_logits(session) -> bool:
     """The graph is a token classifier's: its logits have a row per token, (batch, sequence, labels)."""
     return any(o.name == "logits" and len(o.shape) == 3 for o in session.get_outputs())
+
+
+def task_output(session, task: str, where: Path) -> str:
+    """The output the reader of `task` reads from the session's graph (`TASK_OUTPUTS`), in the task's form: a
+    classifier's logits (batch, labels), a token classifier's (batch, sequence, labels), an embedder's
+    sentence_embedding. A graph that gives another task's is a ModelError: what a bundle says it does and what its
+    graph does must agree."""
+    name = TASK_OUTPUTS[task]
+    ranks = {o.name: len(o.shape) for o in session.get_outputs()}
+    token_rows = ranks.get(name) == 3
+    if name in ranks and (task == EMBEDDING or token_rows == (task == TOKEN_CLASSIFICATION)):
+        return name
+    gives = ("sentence vectors" if "sentence_embedding" in ranks else
+             "a row of logits per token" if ranks.get("logits") == 3 else "logits per text")
+    raise ModelError(f"{where} says its task is {task}, but its graph gives {gives}. Fix: bundle the model again "
+                     f"(`edgepress bundle`) from the run or model dir it came from")
 
 
 def output_name(session) -> str:

@@ -5,7 +5,7 @@ import json
 import re
 from pathlib import Path
 
-from edgepress.device.bundle import check_readable, json_object, json_value, whole, whole_field
+from edgepress.device.bundle import check_readable, json_object, json_value, tags_tokens, whole, whole_field
 from edgepress.errors import ModelError, available_memory
 from edgepress.models.lowrank import RECORD as LOWRANK_RECORD
 from edgepress.models.width import RECORD as WIDTH_RECORD
@@ -352,11 +352,7 @@ def with_new_head(path: Path, auto_class: str, id2label: dict[int, str], seed: i
 
 def is_token_classifier_dir(path: str | Path) -> bool:
     """A token classifier's dir (NER, PII): its config.json names a ...ForTokenClassification architecture."""
-    file = Path(path) / "config.json"
-    if not file.is_file():
-        return False
-    architectures = read_model_config(Path(path)).get("architectures") or []
-    return any(str(a).endswith("ForTokenClassification") for a in architectures)
+    return (Path(path) / "config.json").is_file() and tags_tokens(read_model_config(Path(path)))
 
 
 def load_classifier(path: str | Path, auto: str | None = None):

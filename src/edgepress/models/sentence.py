@@ -12,11 +12,11 @@ would otherwise silently compute another vector than the user's model does.
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgepress.device.bundle import json_value
+from edgepress.device.bundle import MODULES, json_value
 from edgepress.errors import ModelError
 from edgepress.models.loading import ENCODER_BESIDE_MODULES, FIX_DIR
 
-MODULES_FILE = "modules.json"
+MODULES_FILE = MODULES
 POOLING_FILE = "config.json"  # inside the Pooling module's folder
 # sentence-transformers' pooling modes edgepress computes (with their legacy config flags)
 POOLING_MODES = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens",

@@ -9,6 +9,7 @@ import numpy as np
 from edgepress.data import DataSplits
 from edgepress.data.dataset import TextSet
 from edgepress.device.sessions import SPINNING
+from edgepress.errors import ModelError
 from edgepress.files import read_onnx
 from edgepress.logs import words
 from edgepress.models.introspect import param_counts, size_metrics
@@ -42,6 +43,9 @@ def onnx_predictions(model_dir: Path, texts: tuple[str, ...], max_length: int, t
     from edgepress.device.cascade import Cascade, open_predictor
 
     predictor = open_predictor(model_dir, threads=threads, max_length=max_length)
+    if predictor.task != task.name:  # the run's task, chosen once: what the device will read its artifact as
+        raise ModelError(f"{model_dir} reads as a {predictor.task} model on a device, but this is a {task.name} "
+                         f"run. Fix: give the run a {task.name} model, or export this one again")
     if isinstance(predictor, Cascade):
         predictor.log = routes if routes is not None else []
     return task.onnx_predictions(predictor, texts, words(task.primary))

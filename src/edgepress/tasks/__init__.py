@@ -9,6 +9,7 @@ dynamic int8, a padded batch would make each text's result depend on the others.
 
 from pathlib import Path
 
+from edgepress.device.bundle import files_task
 from edgepress.errors import ConfigError
 from edgepress.tasks.classification import Classification, resolvable_drop
 from edgepress.tasks.embedding import NEIGHBOURS, Embedding
@@ -35,11 +36,9 @@ def task_of(model_dir: Path | None, asked: str | None = None):
     """The task of the model in `model_dir` (None: a demo teacher, a classifier): embedding for a
     sentence-transformers dir, token-classification for a token classifier's (its tags read from config.json),
     else classification; `asked` (the config's `task`) must agree."""
-    from edgepress.models.loading import is_token_classifier_dir
-    from edgepress.models.sentence import is_sentence_dir
-
-    found = EMBEDDING if model_dir is not None and is_sentence_dir(model_dir) else CLASSIFICATION
-    if found is CLASSIFICATION and model_dir is not None and is_token_classifier_dir(model_dir):
+    name = CLASSIFICATION.name if model_dir is None else files_task(model_dir)
+    found = TASKS[name]
+    if isinstance(found, TokenClassification):  # its tags are the model's own
         found = token_task(model_dir)
     if asked is not None and asked != found.name:
         why = {"embedding": "a sentence-transformers dir (it has modules.json)",

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgepress.data.dataset import TextSet
+from edgepress.device.bundle import CLASSIFICATION, TASK_OUTPUTS
 from edgepress.logs import tracked
 
 DISAGREEMENT = 0.1  # a compressed model's labels differ from its teacher's on about this share (the demo: 0.12)
@@ -25,11 +26,11 @@ def _labelled(part: TextSet) -> bool:
 
 @dataclass(frozen=True)
 class Classification:
-    name: str = "classification"
+    name: str = CLASSIFICATION
     # what a bundle's model card says of the task: the Hub's name for it, the graph's output a caller reads, a text
     # to show it on, and the optimum class that loads the bundle (None: none checked)
     pipeline_tag: str = "text-classification"
-    graph_output: str = "logits"
+    graph_output: str = TASK_OUTPUTS[CLASSIFICATION]
     example_text: str = "A gripping, beautifully acted film."
     optimum_class: str | None = "ORTModelForSequenceClassification"
     output: str = "logits"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgepress.data.dataset import PairSet, TextSet
+from edgepress.device.bundle import EMBEDDING, TASK_OUTPUTS
 from edgepress.logs import tracked
 from edgepress.tasks.classification import Classification
 
@@ -22,10 +23,10 @@ STARTER_DROP = 0.2
 
 @dataclass(frozen=True)
 class Embedding:
-    name: str = "embedding"
+    name: str = EMBEDDING
     # a bundle's model card (Classification's)
     pipeline_tag: str = "feature-extraction"
-    graph_output: str = "sentence_embedding"
+    graph_output: str = TASK_OUTPUTS[EMBEDDING]
     example_text: str = "A sentence to embed."
     optimum_class: str | None = None
     output: str = "sentence_embedding"

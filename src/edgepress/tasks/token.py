@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgepress.data.dataset import TextSet
+from edgepress.device.bundle import TASK_OUTPUTS, TOKEN_CLASSIFICATION
 from edgepress.logs import tracked
 from edgepress.tasks.classification import Classification, resolvable_drop
 
@@ -25,10 +26,10 @@ class TokenClassification:
     names by id, in one scheme (BIO, BIOES or IO: `scheme_of`)."""
 
     tags: tuple[str, ...] = ()
-    name: str = "token-classification"
+    name: str = TOKEN_CLASSIFICATION
     # a bundle's model card (Classification's)
     pipeline_tag: str = "token-classification"
-    graph_output: str = "logits"
+    graph_output: str = TASK_OUTPUTS[TOKEN_CLASSIFICATION]
     example_text: str = "Ada Lovelace was born in London."
     optimum_class: str | None = None
     output: str = "logits"
